@@ -1,0 +1,78 @@
+# Two stages, two processes: `make shards` (tokenizer_pipeline) writes token shards,
+# `make train` (adapter_trainer) reads only those shards. `make demo` runs both on the embedded default.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO := build/demo
+# stand-in corpus size (rows of the real CSV); fewer = faster, weaker learning check
+DEMO_CLIPS ?= 160
+# clips whose encoder latents fit the demo codec's RVQ codebooks
+DEMO_CODEC_CLIPS ?= 40
+# extra Hydra overrides, e.g. make train ARGS="+experiment=demo trainer.max_steps=10"
+ARGS ?=
+# real MusicCaps audio directory for `make shards`, and the shard-set output directory
+DATA ?=
+OUT ?= build/shards
+
+.PHONY: setup demo corpus codec demo-shards demo-models shards train verify test test-slow bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: constraints.txt packages/tokenizer_pipeline/pyproject.toml packages/adapter_trainer/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet pip
+	$(PY) -m pip install --quiet -c constraints.txt \
+		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest
+	touch $@
+
+# ---- embedded default (offline): stand-in corpus -> demo codec -> shards -> tiny models -> training
+corpus: $(DEMO)/corpus/.done
+$(DEMO)/corpus/.done: | setup
+	$(PY) -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \
+		--out $(DEMO)/corpus --n-clips $(DEMO_CLIPS)
+	touch $@
+
+codec: $(DEMO)/codec/config.json
+$(DEMO)/codec/config.json: $(DEMO)/corpus/.done
+	$(PY) -m tokenizer_pipeline.demo_codec --corpus $(DEMO)/corpus --out $(DEMO)/codec \
+		--n-clips $(DEMO_CODEC_CLIPS)
+
+demo-shards: $(DEMO)/shards/manifest.json
+$(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
+	$(PY) -m tokenizer_pipeline +preset=demo
+
+demo-models: $(DEMO)/models/.done
+$(DEMO)/models/.done: | setup
+	$(PY) -m adapter_trainer.demo_models --out $(DEMO)/models
+	touch $@
+
+demo: demo-shards demo-models
+	$(PY) -m adapter_trainer +experiment=demo $(ARGS)
+
+# ---- real data
+shards: | setup
+	@if [ -z "$(DATA)" ]; then $(PY) -m tokenizer_pipeline --explain; exit 2; fi
+	$(PY) -m tokenizer_pipeline audio_dir=$(DATA) out_dir=$(OUT) $(ARGS)
+
+train: | setup
+	$(PY) -m adapter_trainer $(ARGS)
+
+verify: | setup
+	$(PY) -m tokenizer_pipeline.verify $(OUT)
+
+# ---- checks
+# pytest exits 5 when it collected nothing: that is a failure, not a pass.
+test: | setup
+	$(PY) -m pytest tests -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# opt-in heavier checks (full-size demo run); never part of `make test`
+test-slow: | setup
+	$(PY) -m pytest tests -q --run-slow -m slow
+
+bench: | setup
+	$(PY) benchmarks/run_benchmarks.py
+
+clean:
+	rm -rf build outputs multirun
