@@ -1,6 +1,6 @@
 """Token layout: how caption tokens and raw [T, K] codes become one training sequence.
 
-INTERFACE STUB (to be implemented). The names and shapes below are the contract with recipe.py.
+The names and shapes below are the contract with recipe.py.
 
 Combined vocabulary (V = text vocab size, K codebooks, C codes per codebook):
     [0, V)                text ids (the LLM's tokenizer)
@@ -9,6 +9,13 @@ Combined vocabulary (V = text vocab size, K codebooks, C codes per codebook):
     V + K*C + 1           AUDIO_END
     V + K*C + 2           AUDIO_PAD  (delay-pattern filler)
 Sequence: BOS, caption tokens, AUDIO_START, audio (pattern), [AUDIO_END if the crop reaches the clip's end].
+
+Every position carries J slots (J = 1 for "flatten", J = K for "delay"). Text and special positions
+(BOS, caption, AUDIO_START, AUDIO_END) repeat their id in every slot.
+
+Labels are next-step targets: labels[p] = tokens[p + 1] where that target is a code or AUDIO_END,
+IGNORE_INDEX everywhere else (text targets, the AUDIO_START target, AUDIO_PAD slots, the last position).
+So the loss never sees text: only the audio continuation is trained.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import numpy as np
 import torch
 
 PatternName = Literal["flatten", "delay"]
+PATTERNS: tuple[str, ...] = ("flatten", "delay")
 IGNORE_INDEX = -100
 
 
@@ -28,15 +36,50 @@ class AudioVocab:
     n_codebooks: int  # K
     codebook_size: int  # C
 
-    def code_id(self, k: int, code: int) -> int: ...
+    def __post_init__(self) -> None:
+        for name in ("text_vocab_size", "n_codebooks", "codebook_size"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"AudioVocab.{name} must be > 0, got {getattr(self, name)}")
+
+    def code_id(self, k: int, code: int) -> int:
+        """Combined-vocab id of raw code `code` in codebook `k`."""
+        if not (0 <= k < self.n_codebooks and 0 <= code < self.codebook_size):
+            raise ValueError(
+                f"code (k={k}, c={code}) out of range: k must be in [0, {self.n_codebooks}), "
+                f"c in [0, {self.codebook_size}); check the shard's n_codebooks/codebook_size"
+            )
+        return self.text_vocab_size + k * self.codebook_size + code
+
     @property
-    def audio_start(self) -> int: ...
+    def audio_offset(self) -> int:
+        """First id of the audio range (= V, the id of code 0 of codebook 0)."""
+        return self.text_vocab_size
+
     @property
-    def audio_end(self) -> int: ...
+    def n_codes(self) -> int:
+        """K * C, the number of code ids."""
+        return self.n_codebooks * self.codebook_size
+
     @property
-    def audio_pad(self) -> int: ...
+    def audio_start(self) -> int:
+        return self.text_vocab_size + self.n_codes
+
     @property
-    def size(self) -> int: ...  # V + K*C + 3
+    def audio_end(self) -> int:
+        return self.text_vocab_size + self.n_codes + 1
+
+    @property
+    def audio_pad(self) -> int:
+        return self.text_vocab_size + self.n_codes + 2
+
+    @property
+    def n_audio_ids(self) -> int:
+        """Size of the audio range: K*C codes + START, END, PAD."""
+        return self.n_codes + 3
+
+    @property
+    def size(self) -> int:
+        return self.text_vocab_size + self.n_codes + 3  # V + K*C + 3
 
 
 @dataclass
@@ -55,6 +98,105 @@ class Batch:
     attention_mask: torch.Tensor  # [B, S] bool, True = real token (right padding)
     keys: list[str]
 
+    def to(self, device: torch.device | str) -> "Batch":
+        """Move every tensor to `device` (non_blocking)."""
+        return Batch(
+            tokens=self.tokens.to(device, non_blocking=True),
+            is_audio=self.is_audio.to(device, non_blocking=True),
+            labels=self.labels.to(device, non_blocking=True),
+            attention_mask=self.attention_mask.to(device, non_blocking=True),
+            keys=list(self.keys),
+        )
+
+
+class DelayPattern:
+    """MusicGen's delay pattern: codebook k is delayed by k steps.
+
+    `build` maps codes [T, K] -> [S, K] with S = T + K - 1, step s slot k = code[s - k, k] when
+    0 <= s - k < T, else P. For K = 4, T = 5 (B = a code, subscript = frame; P = pad):
+
+        step s:   0    1    2    3    4    5    6    7
+        k = 0  [ B0,  B1,  B2,  B3,  B4,  P,   P,   P  ]
+        k = 1  [ P,   B0,  B1,  B2,  B3,  B4,  P,   P  ]
+        k = 2  [ P,   P,   B0,  B1,  B2,  B3,  B4,  P  ]
+        k = 3  [ P,   P,   P,   B0,  B1,  B2,  B3,  B4 ]
+
+    (transposed here to read like transformers' `build_delay_pattern_mask`; the tensors are step-major
+    [S, K]). It is MusicGen's mask without the leading BOS column. `revert` reads the B's back and
+    inverts `build` exactly.
+    """
+
+    def __init__(self, n_q: int) -> None:
+        if n_q <= 0:
+            raise ValueError(f"DelayPattern needs n_q >= 1, got {n_q}")
+        self.n_q = n_q
+
+    def num_steps(self, timesteps: int) -> int:
+        """S = T + K - 1 (0 when T = 0)."""
+        return timesteps + self.n_q - 1 if timesteps > 0 else 0
+
+    def _index(self, timesteps: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.arange(timesteps, device=device)[:, None]  # [T, 1]
+        k = torch.arange(self.n_q, device=device)[None, :]  # [1, K]
+        return (t + k), k.expand(timesteps, self.n_q)  # [T, K] step index, [T, K] slot index
+
+    def build(self, codes: torch.Tensor, pad_value: int = -1) -> torch.Tensor:
+        """codes [T, K] -> delayed [T + K - 1, K]; non-code cells hold `pad_value`."""
+        if codes.ndim != 2 or codes.shape[1] != self.n_q:
+            raise ValueError(f"DelayPattern.build expects codes [T, {self.n_q}], got {tuple(codes.shape)}")
+        timesteps = codes.shape[0]
+        out = codes.new_full((self.num_steps(timesteps), self.n_q), pad_value)  # [S, K]
+        steps, slots = self._index(timesteps, codes.device)  # [T, K], [T, K]
+        out[steps, slots] = codes  # out[t + k, k] = codes[t, k]
+        return out
+
+    def revert(self, seq: torch.Tensor) -> torch.Tensor:
+        """delayed [S, K] -> codes [S - K + 1, K] (the exact inverse of `build`)."""
+        if seq.ndim != 2 or seq.shape[1] != self.n_q:
+            raise ValueError(f"DelayPattern.revert expects [S, {self.n_q}], got {tuple(seq.shape)}")
+        if seq.shape[0] == 0:
+            return seq.new_zeros((0, self.n_q))
+        timesteps = seq.shape[0] - self.n_q + 1
+        if timesteps <= 0:
+            raise ValueError(
+                f"a delayed sequence with K={self.n_q} needs at least {self.n_q} steps, got {seq.shape[0]}"
+            )
+        steps, slots = self._index(timesteps, seq.device)  # [T, K], [T, K]
+        return seq[steps, slots]  # [T, K]
+
+
+def n_slots(pattern: PatternName, n_codebooks: int) -> int:
+    """J: slots per position (1 for flatten, K for delay)."""
+    _check_pattern(pattern)
+    return n_codebooks if pattern == "delay" else 1
+
+
+def _check_pattern(pattern: str) -> None:
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown token pattern {pattern!r}; allowed: {list(PATTERNS)}")
+
+
+def audio_steps(n_frames: int, pattern: PatternName, n_codebooks: int) -> int:
+    """Positions the audio part of `n_frames` frames takes (without AUDIO_START/AUDIO_END)."""
+    _check_pattern(pattern)
+    if n_frames <= 0:
+        return 0
+    return n_frames * n_codebooks if pattern == "flatten" else n_frames + n_codebooks - 1
+
+
+def max_frames(budget: int, pattern: PatternName, n_codebooks: int) -> int:
+    """Most frames whose audio part plus one AUDIO_END fits in `budget` positions."""
+    _check_pattern(pattern)
+    if pattern == "flatten":
+        return max(0, (budget - 1) // n_codebooks)
+    return max(0, budget - n_codebooks)  # T + K - 1 steps + 1 END <= budget
+
+
+def _offset_codes(codes: torch.Tensor, vocab: AudioVocab) -> torch.Tensor:
+    """raw codes [T, K] -> combined-vocab ids [T, K] (V + k*C + c)."""
+    offsets = vocab.audio_offset + vocab.codebook_size * torch.arange(vocab.n_codebooks)  # [K]
+    return codes + offsets[None, :]  # [T, K]
+
 
 def encode_example(
     caption_ids: list[int],  # caption tokens WITHOUT BOS
@@ -68,12 +210,120 @@ def encode_example(
     crop: Literal["random", "start"],
     rng: np.random.Generator,
     key: str = "",
-) -> Example: ...
+) -> Example:
+    """Lay out one (caption, codes) pair as a training sequence of at most `max_seq_len` positions.
+
+    The caption is truncated to `max_caption_tokens`; the codes are cropped (frame-aligned) so the
+    sequence fits, always leaving room for AUDIO_END, which is appended only when the crop reaches the
+    clip's last frame. crop="random" draws the start frame uniformly from `rng` (training);
+    crop="start" keeps frame 0 (deterministic eval).
+
+    Returns:
+        Example with tokens [S, J], is_audio [S], labels [S, J].
+    """
+    _check_pattern(pattern)
+    if crop not in ("random", "start"):
+        raise ValueError(f"unknown crop {crop!r}; allowed: ['random', 'start']")
+    codes_np = np.asarray(codes)
+    K, C = vocab.n_codebooks, vocab.codebook_size
+    if codes_np.ndim != 2 or codes_np.shape[1] != K:
+        raise ValueError(
+            f"sample {key!r}: codes must be [T, {K}] (frame-major, see docs/shard-format.md), got "
+            f"{codes_np.shape}; the shard's n_codebooks must match the audio LM's"
+        )
+    if codes_np.size and (codes_np.min() < 0 or codes_np.max() >= C):
+        raise ValueError(
+            f"sample {key!r}: code values must be in [0, {C}), got [{codes_np.min()}, {codes_np.max()}]; "
+            f"the shard's codebook_size must match the audio LM's"
+        )
+    bad_text = [i for i in caption_ids if not 0 <= int(i) < vocab.text_vocab_size]
+    if bad_text or not 0 <= bos_id < vocab.text_vocab_size:
+        raise ValueError(
+            f"sample {key!r}: text ids must be in [0, {vocab.text_vocab_size}) (got bos={bos_id}, "
+            f"bad caption ids {bad_text[:5]}); use the LLM's own tokenizer"
+        )
+
+    prefix = [int(bos_id)] + [int(i) for i in caption_ids[: max(0, max_caption_tokens)]] + [vocab.audio_start]
+    n_frames = codes_np.shape[0]
+    budget = max_seq_len - len(prefix)
+    keep = min(n_frames, max_frames(budget, pattern, K))
+    if n_frames > 0 and keep <= 0:
+        need = len(prefix) + audio_steps(1, pattern, K) + 1
+        raise ValueError(
+            f"max_seq_len={max_seq_len} leaves no room for audio after {len(prefix)} prefix tokens "
+            f"(need >= {need} for one frame with pattern={pattern!r}); raise max_seq_len or lower "
+            f"max_caption_tokens={max_caption_tokens}"
+        )
+    start = int(rng.integers(0, n_frames - keep + 1)) if crop == "random" and n_frames > keep else 0
+    reaches_end = start + keep == n_frames
+
+    window = torch.from_numpy(codes_np[start : start + keep].astype(np.int64))  # [T', K]
+    ids = _offset_codes(window, vocab)  # [T', K] combined-vocab ids
+    J = n_slots(pattern, K)
+    if pattern == "flatten":
+        audio = ids.reshape(-1, 1)  # [T', K] -> [T'*K, 1], frame-major c0_t0, c1_t0, ...
+    else:
+        audio = DelayPattern(K).build(ids, pad_value=vocab.audio_pad)  # [T'+K-1, K]
+
+    head = torch.tensor(prefix, dtype=torch.long)[:, None].expand(-1, J)  # [P, J]
+    parts = [head, audio]
+    if reaches_end:
+        parts.append(torch.full((1, J), vocab.audio_end, dtype=torch.long))  # [1, J]
+    tokens = torch.cat(parts, dim=0).contiguous()  # [S, J]
+    S = tokens.shape[0]
+    assert S <= max_seq_len, (S, max_seq_len)
+
+    is_audio = tokens[:, 0] >= vocab.audio_offset  # [S]; every slot of a position is in the same range
+    labels = torch.full_like(tokens, IGNORE_INDEX)  # [S, J]
+    nxt = tokens[1:]  # [S-1, J] next-step ids
+    is_code = (nxt >= vocab.audio_offset) & (nxt < vocab.audio_start)  # [S-1, J]
+    trainable = is_code | (nxt == vocab.audio_end)  # [S-1, J]; PAD, START and text are never targets
+    labels[:-1] = torch.where(trainable, nxt, torch.full_like(nxt, IGNORE_INDEX))
+    return Example(tokens=tokens, is_audio=is_audio, labels=labels, key=key)
 
 
-def collate(examples: list[Example], pad_id: int) -> Batch: ...
+def collate(examples: list[Example], pad_id: int) -> Batch:
+    """Right-pad to the longest example: tokens = pad_id, labels = IGNORE_INDEX, is_audio/attention_mask False."""
+    if not examples:
+        raise ValueError("collate got an empty list of examples")
+    J = examples[0].tokens.shape[1]
+    if any(e.tokens.shape[1] != J for e in examples):
+        raise ValueError(f"all examples must share J (slots); got {[e.tokens.shape[1] for e in examples]}")
+    B, S = len(examples), max(e.tokens.shape[0] for e in examples)
+    tokens = torch.full((B, S, J), pad_id, dtype=torch.long)  # [B, S, J]
+    labels = torch.full((B, S, J), IGNORE_INDEX, dtype=torch.long)  # [B, S, J]
+    is_audio = torch.zeros((B, S), dtype=torch.bool)  # [B, S]
+    attention_mask = torch.zeros((B, S), dtype=torch.bool)  # [B, S]
+    for b, e in enumerate(examples):
+        n = e.tokens.shape[0]
+        tokens[b, :n] = e.tokens
+        labels[b, :n] = e.labels
+        is_audio[b, :n] = e.is_audio
+        attention_mask[b, :n] = True
+    return Batch(tokens=tokens, is_audio=is_audio, labels=labels, attention_mask=attention_mask, keys=[e.key for e in examples])
 
 
 def decode_audio_tokens(tokens: torch.Tensor, *, vocab: AudioVocab, pattern: PatternName) -> np.ndarray:
     """Inverse of the audio part: tokens [S_audio, J] (between AUDIO_START and AUDIO_END, exclusive) -> codes [T, K]."""
-    ...
+    _check_pattern(pattern)
+    K, C = vocab.n_codebooks, vocab.codebook_size
+    tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()
+    J = n_slots(pattern, K)
+    if tokens.ndim != 2 or tokens.shape[1] != J:
+        raise ValueError(f"decode_audio_tokens with pattern={pattern!r} expects [S_audio, {J}], got {tuple(tokens.shape)}")
+    if pattern == "flatten":
+        if tokens.shape[0] % K:
+            raise ValueError(f"flatten audio length {tokens.shape[0]} is not a multiple of K={K} (truncated frame?)")
+        ids = tokens.reshape(-1, K)  # [T*K, 1] -> [T, K]
+    else:
+        ids = DelayPattern(K).revert(tokens)  # [S, K] -> [T, K]
+    offsets = vocab.audio_offset + C * torch.arange(K)  # [K]
+    codes = ids - offsets[None, :]  # [T, K] raw
+    bad = (codes < 0) | (codes >= C)
+    if bad.any():
+        t, k = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(
+            f"token {int(ids[t, k])} at frame {t} slot {k} is not a code of codebook {k} "
+            f"(expected [{int(offsets[k])}, {int(offsets[k]) + C})); pass only the tokens between AUDIO_START and AUDIO_END"
+        )
+    return codes.numpy().astype(np.int16)  # [T, K]
