@@ -1,0 +1,181 @@
+"""Structured configs: these dataclasses ARE the schema; the YAML under conf/adapter_trainer only overrides them.
+
+Hydra composes `config.yaml` on top of the `adapter_trainer_schema` node stored below, so an unknown key or
+a wrongly typed value fails at composition time. `main()` converts the composed DictConfig to a `TrainConfig`
+instance with `to_train_config()`; from there on only typed values travel (no DictConfig in the recipe).
+
+Required values are `???` (MISSING). Value sets that OmegaConf cannot type (Literal) are checked in
+`validate_config`, which names the key, the allowed values and the override that fixes it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+PATTERNS = ("flatten", "delay")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DTYPES = ("float32", "bfloat16", "float16")
+EMBED_INITS = ("musicgen", "random")
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message names the key and the override that fixes it."""
+
+
+@dataclass
+class DataConfig:
+    shards: List[str] = MISSING  # shard-set directories (each holds manifest.json); their clips are concatenated
+    train_split: str = "train"  # split name inside each shard set (docs/shard-format.md)
+    eval_split: str = "eval"
+    max_seq_len: int = 1024  # tokens per sequence (caption + audio); longer clips are cropped
+    max_caption_tokens: int = 64  # caption tokens kept (without BOS); longer captions are truncated
+    pattern: str = "delay"  # flatten | delay: how the K codebooks are laid out in time
+    eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
+    verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
+
+
+@dataclass
+class MoTSchema:
+    """Mirror of `adapter_trainer.mot.MoTConfig` (Literal fields typed as str, checked in validate_config)."""
+
+    layer_map: Optional[List[int]] = None  # llm layer l -> musicgen layer m(l); None = evenly spaced
+    freeze_audio_ffn: bool = True  # True: only attention-side adapters train; False: audio FFNs train too
+    lora_rank: int = 0  # 0 = no LoRA on the shared attention
+    lora_alpha: float = 16.0
+    audio_embed_init: str = "musicgen"  # musicgen | random
+    audio_head_init: str = "musicgen"  # musicgen | random
+    random_init_scale: float = 0.1  # x text-embedding std, for "random" init
+
+
+@dataclass
+class ModelConfig:
+    llm: str = MISSING  # hub id or local dir of the text LLM (frozen)
+    audio_lm: str = MISSING  # hub id or local dir of the MusicGen model whose decoder is used (frozen)
+    dtype: str = "float32"  # float32 | bfloat16 | float16: dtype the frozen weights are loaded in
+    mot: MoTSchema = field(default_factory=MoTSchema)
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 3e-4  # peak LR after warmup
+    weight_decay: float = 0.01  # applied to >=2-D weights only (no decay on biases / norms)
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
+    warmup_steps: int = 100  # linear warmup from 0 to lr
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio at trainer.max_steps
+    grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
+
+
+@dataclass
+class TrainerConfig:
+    device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | cuda:N | mps
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 uses a GradScaler on cuda only)
+    batch_size: int = 8  # sequences per micro-batch
+    grad_accum_steps: int = 1  # micro-batches per optimizer step
+    max_steps: int = 1000  # optimizer steps
+    eval_every: int = 200  # optimizer steps between evals; 0 = only the final eval
+    ckpt_every: int = 500  # optimizer steps between checkpoints; 0 = only the final checkpoint
+    log_every: int = 10  # optimizer steps between metric records
+    seed: int = 1234
+    output_dir: str = MISSING  # run directory (checkpoints, metrics, plots); Hydra's run dir too
+    resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
+    eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
+    num_workers: int = 0  # reserved: data is loaded into memory at startup, batches are built in-process
+    tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
+    progress_bar: bool = True  # tqdm bar with loss and tokens/s
+    debug_dump_modules: Optional[str] = None  # test hook: write sys.modules + batch facts to this JSON at exit
+
+
+@dataclass
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+SCHEMA_NAME = "adapter_trainer_schema"
+
+
+def register_configs() -> None:
+    """Store the schema in Hydra's ConfigStore (idempotent); config.yaml lists it first in its defaults."""
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainConfig)
+
+
+register_configs()
+
+
+def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not supported; choose one of {', '.join(allowed)} (e.g. {key}={allowed[0]})")
+
+
+def _check_positive(key: str, value: int | float, *, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}; override it, e.g. {key}=1")
+
+
+def validate_config(cfg: TrainConfig) -> None:
+    """Check value sets and ranges OmegaConf cannot express. Raises ConfigError naming the key and the fix."""
+    _check_choice("data.pattern", cfg.data.pattern, PATTERNS)
+    _check_choice("trainer.precision", cfg.trainer.precision, PRECISIONS)
+    _check_choice("model.dtype", cfg.model.dtype, DTYPES)
+    _check_choice("model.mot.audio_embed_init", cfg.model.mot.audio_embed_init, EMBED_INITS)
+    _check_choice("model.mot.audio_head_init", cfg.model.mot.audio_head_init, EMBED_INITS)
+    if not cfg.data.shards:
+        raise ConfigError("data.shards is empty; give at least one shard-set dir, e.g. data.shards=[build/demo/shards]")
+    for key in ("data.max_seq_len", "data.max_caption_tokens", "trainer.batch_size", "trainer.grad_accum_steps",
+                "trainer.max_steps", "trainer.log_every", "trainer.eval_bootstrap"):
+        section, name = key.split(".")
+        _check_positive(key, getattr(getattr(cfg, section), name))
+    for key in ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "trainer.num_workers",
+                "optimizer.warmup_steps", "optimizer.weight_decay", "optimizer.grad_clip"):
+        section, name = key.split(".")
+        _check_positive(key, getattr(getattr(cfg, section), name), zero_ok=True)
+    if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
+        raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
+    if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
+        raise ConfigError(f"optimizer.betas={list(cfg.optimizer.betas)} must be two values in [0, 1), e.g. [0.9,0.95]")
+    if cfg.data.max_caption_tokens + 4 >= cfg.data.max_seq_len:
+        raise ConfigError(
+            f"data.max_caption_tokens={cfg.data.max_caption_tokens} leaves no room for audio in "
+            f"data.max_seq_len={cfg.data.max_seq_len}; raise data.max_seq_len or lower data.max_caption_tokens"
+        )
+
+
+def to_train_config(cfg: DictConfig) -> TrainConfig:
+    """Composed DictConfig -> validated TrainConfig instance. Raises ConfigError for missing/bad values."""
+    try:
+        typed = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as e:
+        key = getattr(e, "full_key", None) or "?"
+        hint = {"data.shards": "data.shards=[path/to/shard-set]"}.get(key, f"{key}=VALUE")
+        raise ConfigError(
+            f"required config value {key} is not set (???). Pass {hint}, or start from an experiment: "
+            f"+experiment=demo | mps_small | cuda_1b"
+        ) from e
+    if not isinstance(typed, TrainConfig):
+        raise ConfigError(
+            f"composed config is {type(typed).__name__}, not TrainConfig: config.yaml must list "
+            f"'{SCHEMA_NAME}' first in its defaults"
+        )
+    validate_config(typed)
+    return typed
+
+
+def config_to_yaml(cfg: TrainConfig) -> str:
+    """Resolved YAML of a typed config (stored in checkpoints and the run dir)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True)
+
+
+def mot_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """model.mot as plain kwargs for `adapter_trainer.mot.MoTConfig`."""
+    return asdict(cfg.model.mot)
+
+
+def schema_field_names() -> list[str]:
+    """MoTSchema field names (a test compares them with MoTConfig's, to catch drift)."""
+    return [f.name for f in fields(MoTSchema)]

@@ -1,0 +1,263 @@
+"""Read shard sets written per docs/shard-format.md: manifest checks at startup, then a safe sample reader.
+
+Safety: samples are read with `wds.WebDataset(urls, shardshuffle=False)` WITHOUT `.decode()`. WebDataset's
+default decoders unpickle `.pyd`/`.pickle` members, so a planted member would run code. Here each sample
+must hold exactly `codes.npy` (decoded with `np.load(..., allow_pickle=False)`) and `json` (`json.loads`);
+anything else is an error naming the shard and the member. Raw tar member names are also checked up front
+(WebDataset silently skips names without a dot, so they would otherwise go unnoticed).
+
+Memory: a MusicCaps clip is ~500 frames x 4 codebooks of int16 (~4 KB), so even all 5.5k clips are ~25 MB.
+`load_split` therefore reads a split into a list of `Clip`s once, and the recipe drives training with a
+seeded per-epoch permutation over that list, which makes the resume position exact: (epoch, index).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import webdataset as wds
+
+FORMAT_NAME = "musiccaps-encodec-shards"
+SUPPORTED_VERSIONS = (1,)
+CODES_MEMBER = "codes.npy"
+JSON_MEMBER = "json"
+ALLOWED_MEMBERS = frozenset({CODES_MEMBER, JSON_MEMBER})
+
+
+class ShardFormatError(ValueError):
+    """A shard set breaks docs/shard-format.md or does not fit the model; the message names the file and fix."""
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    path: Path  # absolute path of the tar
+    n_samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """One shard-set directory, as promised by its manifest.json."""
+
+    root: Path
+    manifest_path: Path
+    manifest_sha256: str  # sha256 of manifest.json's bytes: the data identity stored in checkpoints
+    format_version: int
+    n_codebooks: int  # K
+    codebook_size: int  # C
+    frame_rate: float  # code frames per second
+    splits: dict[str, tuple[ShardEntry, ...]]
+
+
+@dataclass(frozen=True)
+class Clip:
+    key: str  # ytid
+    caption: str
+    codes: np.ndarray  # [T, K] int16, raw codes 0..C-1
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _require(manifest: dict, dotted: str, where: Path) -> object:
+    node: object = manifest
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ShardFormatError(
+                f"{where}: missing field '{dotted}' (docs/shard-format.md); regenerate the set with "
+                f"`python -m tokenizer_pipeline` and check it with `python -m tokenizer_pipeline.verify {where.parent}`"
+            )
+        node = node[part]
+    return node
+
+
+def read_manifest(root: str | Path) -> ShardSet:
+    """Parse and check `<root>/manifest.json` (format name and version). Raises ShardFormatError."""
+    root = Path(root).expanduser().resolve()
+    mpath = root / "manifest.json"
+    if not mpath.is_file():
+        raise ShardFormatError(
+            f"{mpath} not found: {root} is not a complete shard set (the manifest is written last). "
+            f"Create it with `python -m tokenizer_pipeline out_dir={root}` (or `make demo-shards`) "
+            f"or point data.shards at an existing set"
+        )
+    raw = mpath.read_bytes()
+    try:
+        manifest = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ShardFormatError(f"{mpath}: not valid JSON ({e}); regenerate the shard set") from e
+    fmt = _require(manifest, "format", mpath)
+    if fmt != FORMAT_NAME:
+        raise ShardFormatError(f"{mpath}: format={fmt!r}, expected {FORMAT_NAME!r}; data.shards must list "
+                               f"directories written by tokenizer_pipeline")
+    version = _require(manifest, "format_version", mpath)
+    if version not in SUPPORTED_VERSIONS:
+        raise ShardFormatError(
+            f"{mpath}: format_version={version!r} is not supported by this adapter_trainer "
+            f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))}); regenerate the set with a matching "
+            f"tokenizer_pipeline or upgrade adapter_trainer"
+        )
+    splits: dict[str, tuple[ShardEntry, ...]] = {}
+    for name, split in dict(_require(manifest, "splits", mpath)).items():  # type: ignore[arg-type]
+        entries = []
+        for s in split.get("shards", []):
+            rel = Path(s["path"])
+            if rel.is_absolute() or ".." in rel.parts:
+                raise ShardFormatError(f"{mpath}: shard path {s['path']!r} must be relative and inside the set")
+            entries.append(ShardEntry(root / rel, int(s["n_samples"]), int(s["bytes"]), str(s["sha256"])))
+        splits[name] = tuple(entries)
+    return ShardSet(
+        root=root,
+        manifest_path=mpath,
+        manifest_sha256=hashlib.sha256(raw).hexdigest(),
+        format_version=int(version),  # type: ignore[arg-type]
+        n_codebooks=int(_require(manifest, "codec.n_codebooks", mpath)),  # type: ignore[arg-type]
+        codebook_size=int(_require(manifest, "codec.codebook_size", mpath)),  # type: ignore[arg-type]
+        frame_rate=float(_require(manifest, "codec.frame_rate", mpath)),  # type: ignore[arg-type]
+        splits=splits,
+    )
+
+
+def check_compatible(sets: list[ShardSet], *, model_n_codebooks: int, model_codebook_size: int,
+                     audio_lm: str = "the audio LM") -> None:
+    """Refuse sets that disagree with each other or with the audio LM (n_codebooks, codebook_size, frame_rate)."""
+    if not sets:
+        raise ShardFormatError("no shard sets given; set data.shards=[path/to/shard-set]")
+    first = sets[0]
+    for other in sets[1:]:
+        for attr in ("n_codebooks", "codebook_size", "frame_rate"):
+            a, b = getattr(first, attr), getattr(other, attr)
+            if a != b:
+                raise ShardFormatError(
+                    f"shard sets disagree on codec.{attr}: {a} in {first.manifest_path} but {b} in "
+                    f"{other.manifest_path}. Codes from different codecs cannot be mixed; list only sets made "
+                    f"with the same codec in data.shards"
+                )
+    for attr, want in (("n_codebooks", model_n_codebooks), ("codebook_size", model_codebook_size)):
+        have = getattr(first, attr)
+        if have != want:
+            raise ShardFormatError(
+                f"shards have codec.{attr}={have} ({', '.join(str(s.manifest_path) for s in sets)}) but the "
+                f"audio LM {audio_lm} expects {want}. Re-encode the audio with the codec that matches the "
+                f"MusicGen model (e.g. facebook/encodec_32khz for facebook/musicgen-small), or set "
+                f"model.audio_lm to a decoder with {attr}={have}"
+            )
+
+
+def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> None:
+    """Every shard listed for `split` exists with the listed size (and sha256 if asked)."""
+    if split not in shard_set.splits:
+        raise ShardFormatError(
+            f"{shard_set.manifest_path}: no split {split!r} (has: {', '.join(sorted(shard_set.splits)) or 'none'}); "
+            f"set data.train_split / data.eval_split"
+        )
+    for entry in shard_set.splits[split]:
+        if not entry.path.is_file():
+            raise ShardFormatError(f"{entry.path} is listed in {shard_set.manifest_path} but missing; "
+                                   f"regenerate or re-copy the shard set")
+        size = entry.path.stat().st_size
+        if size != entry.bytes:
+            raise ShardFormatError(f"{entry.path}: {size} bytes, but {shard_set.manifest_path} lists {entry.bytes}; "
+                                   f"the file is truncated or replaced; regenerate or re-copy the shard set")
+        if sha256 and _sha256_file(entry.path) != entry.sha256:
+            raise ShardFormatError(f"{entry.path}: sha256 differs from {shard_set.manifest_path}; the file is "
+                                   f"corrupt or replaced; regenerate or re-copy the shard set")
+
+
+_MEMBER_RE = re.compile(r"^(?P<key>[^./][^./]*)\.(?P<member>.+)$")
+
+
+def _check_tar_members(path: Path) -> None:
+    """Every tar member is a regular file named `<key>.codes.npy` or `<key>.json` (headers only, no payload read)."""
+    with tarfile.open(path, "r") as tar:
+        for m in tar.getmembers():
+            match = _MEMBER_RE.match(m.name)
+            if not m.isfile() or match is None or match["member"] not in ALLOWED_MEMBERS:
+                raise ShardFormatError(
+                    f"{path}: unexpected tar member {m.name!r} (allowed per sample: <key>.codes.npy, <key>.json; "
+                    f"docs/shard-format.md). Refusing the shard without decoding it; regenerate it with tokenizer_pipeline"
+                )
+
+
+def _decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int) -> Clip:
+    key = sample["__key__"]
+    members = {k for k in sample if not k.startswith("__")}
+    if members != ALLOWED_MEMBERS:
+        extra = sorted(members - ALLOWED_MEMBERS)
+        missing = sorted(ALLOWED_MEMBERS - members)
+        raise ShardFormatError(
+            f"{url}: sample {key!r} has unexpected members {extra} / missing {missing}; each sample holds exactly "
+            f"{key}.codes.npy and {key}.json (docs/shard-format.md). Nothing was decoded; regenerate the shard"
+        )
+    try:
+        codes = np.load(io.BytesIO(sample[CODES_MEMBER]), allow_pickle=False)
+        meta = json.loads(sample[JSON_MEMBER].decode("utf-8"))
+    except ValueError as e:  # np.load refusing pickles and JSON/Unicode errors are all ValueErrors
+        raise ShardFormatError(f"{url}: sample {key!r} does not decode safely: {e}") from e
+    if codes.dtype != np.int16 or codes.ndim != 2 or codes.shape[1] != n_codebooks or codes.shape[0] == 0:
+        raise ShardFormatError(f"{url}: sample {key!r} codes.npy is {codes.dtype} {list(codes.shape)}, expected "
+                               f"int16 [T>0, {n_codebooks}]")
+    if int(codes.min()) < 0 or int(codes.max()) >= codebook_size:
+        raise ShardFormatError(f"{url}: sample {key!r} has codes outside 0..{codebook_size - 1} "
+                               f"(min {int(codes.min())}, max {int(codes.max())})")
+    if not isinstance(meta, dict) or meta.get("ytid") != key or meta.get("n_frames") != codes.shape[0] \
+            or not isinstance(meta.get("caption"), str):
+        raise ShardFormatError(f"{url}: sample {key!r} json disagrees with the sample (ytid / n_frames / caption); "
+                               f"regenerate the shard")
+    return Clip(key=key, caption=meta["caption"], codes=codes)  # codes: [T, K] int16
+
+
+def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
+    """Yield the split's clips in shard order, decoding only codes.npy and json. Raises ShardFormatError."""
+    entries = shard_set.splits.get(split, ())
+    for entry in entries:
+        _check_tar_members(entry.path)
+        url = str(entry.path)
+        # No .decode(): samples stay raw bytes; only _decode_sample turns them into arrays / dicts.
+        ds = wds.WebDataset([url], shardshuffle=False, empty_check=False)
+        n = 0
+        for sample in ds:
+            yield _decode_sample(sample, url, shard_set.n_codebooks, shard_set.codebook_size)
+            n += 1
+        if n != entry.n_samples:
+            raise ShardFormatError(f"{url}: {n} samples, but {shard_set.manifest_path} lists {entry.n_samples}; "
+                                   f"regenerate the shard set")
+
+
+def load_split(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: bool = False) -> list[Clip]:
+    """All clips of `split` across `sets` (in data.shards order), into memory; max_clips > 0 keeps the first N."""
+    clips: list[Clip] = []
+    seen: dict[str, Path] = {}
+    for s in sets:
+        verify_files(s, split, sha256=sha256)
+        for clip in iter_clips(s, split):
+            if clip.key in seen:
+                raise ShardFormatError(f"sample key {clip.key!r} appears in {seen[clip.key]} and {s.manifest_path}; "
+                                       f"keys must be unique across data.shards (the same set listed twice?)")
+            seen[clip.key] = s.manifest_path
+            clips.append(clip)
+            if max_clips and len(clips) >= max_clips:
+                return clips
+    return clips
+
+
+def open_shard_sets(paths: list[str], *, model_n_codebooks: int, model_codebook_size: int,
+                    audio_lm: str = "the audio LM") -> list[ShardSet]:
+    """read_manifest for every path + check_compatible; the startup check the recipe runs."""
+    sets = [read_manifest(p) for p in paths]
+    check_compatible(sets, model_n_codebooks=model_n_codebooks, model_codebook_size=model_codebook_size,
+                     audio_lm=audio_lm)
+    return sets

@@ -1,0 +1,182 @@
+"""Trainer side of the shard contract (docs/shard-format.md): shards written with tarfile + numpy + json only
+(shard_fixture.py) are read by adapter_trainer.shards; bad sets are refused with a message; pickles never run."""
+from __future__ import annotations
+
+import json
+import pickle
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adapter_trainer.shards import (
+    ShardFormatError,
+    load_split,
+    open_shard_sets,
+    read_manifest,
+    verify_files,
+)
+from shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
+
+
+def test_round_trip_reads_every_clip_in_order(tmp_path: Path) -> None:
+    train = synthetic_clips(40, seed=3, prefix="tr")
+    evl = synthetic_clips(5, seed=4, prefix="ev")
+    root = write_shard_set(tmp_path / "set", {"train": train, "eval": evl}, samples_per_shard=16)
+    assert sorted(p.name for p in (root / "train").iterdir()) == [
+        "shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
+    got = load_split(sets, "train", sha256=True)
+    assert [c.key for c in got] == [k for k, _, _ in train]
+    for clip, (_, caption, codes) in zip(got, train):
+        assert clip.caption == caption
+        assert clip.codes.dtype == np.int16 and clip.codes.shape == codes.shape
+        np.testing.assert_array_equal(clip.codes, codes)
+    assert [c.key for c in load_split(sets, "eval")] == [k for k, _, _ in evl]
+    assert len(load_split(sets, "train", max_clips=7)) == 7
+    assert sets[0].frame_rate == 50.0 and len(sets[0].manifest_sha256) == 64
+
+
+def test_two_sets_concatenate_and_duplicate_keys_are_refused(tmp_path: Path) -> None:
+    a = write_shard_set(tmp_path / "a", {"train": synthetic_clips(4, prefix="aa")})
+    b = write_shard_set(tmp_path / "b", {"train": synthetic_clips(3, prefix="bb")})
+    sets = open_shard_sets([str(a), str(b)], model_n_codebooks=4, model_codebook_size=2048)
+    assert len(load_split(sets, "train")) == 7
+    dup = open_shard_sets([str(a), str(a)], model_n_codebooks=4, model_codebook_size=2048)
+    with pytest.raises(ShardFormatError, match="unique across data.shards"):
+        load_split(dup, "train")
+
+
+def test_unsupported_format_version_is_refused_naming_the_manifest(tmp_path: Path) -> None:
+    root = write_synthetic_set(tmp_path / "v2", n_train=2, n_eval=1, format_version=2)
+    with pytest.raises(ShardFormatError) as e:
+        read_manifest(root)
+    msg = str(e.value)
+    assert str(root / "manifest.json") in msg and "format_version=2" in msg and "supported: 1" in msg
+
+
+def test_wrong_format_name_is_refused(tmp_path: Path) -> None:
+    root = write_synthetic_set(tmp_path / "x", n_train=2, n_eval=1, format_name="something-else")
+    with pytest.raises(ShardFormatError, match="expected 'musiccaps-encodec-shards'"):
+        read_manifest(root)
+
+
+def test_missing_manifest_is_an_incomplete_set(tmp_path: Path) -> None:
+    (tmp_path / "half").mkdir()
+    with pytest.raises(ShardFormatError, match="not a complete shard set"):
+        read_manifest(tmp_path / "half")
+
+
+def test_sets_with_different_codebooks_are_refused(tmp_path: Path) -> None:
+    a = write_synthetic_set(tmp_path / "k4", n_train=2, n_eval=1, n_codebooks=4)
+    b = write_synthetic_set(tmp_path / "k8", n_train=2, n_eval=1, n_codebooks=8)
+    with pytest.raises(ShardFormatError) as e:
+        open_shard_sets([str(a), str(b)], model_n_codebooks=4, model_codebook_size=2048)
+    msg = str(e.value)
+    assert "n_codebooks" in msg and "4" in msg and "8" in msg
+    assert str(a / "manifest.json") in msg and str(b / "manifest.json") in msg
+
+
+def test_sets_not_matching_the_model_are_refused_with_the_fix(tmp_path: Path) -> None:
+    root = write_synthetic_set(tmp_path / "c1024", n_train=2, n_eval=1, codebook_size=1024)
+    with pytest.raises(ShardFormatError) as e:
+        open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048, audio_lm="tiny-musicgen")
+    msg = str(e.value)
+    assert "codebook_size=1024" in msg and "2048" in msg and "tiny-musicgen" in msg
+    assert str(root / "manifest.json") in msg and "model.audio_lm" in msg
+    with pytest.raises(ShardFormatError, match="n_codebooks=4"):
+        open_shard_sets([str(write_synthetic_set(tmp_path / "k4", n_train=2, n_eval=1))],
+                        model_n_codebooks=8, model_codebook_size=2048)
+
+
+def test_truncated_or_corrupt_shard_is_refused(tmp_path: Path) -> None:
+    root = write_synthetic_set(tmp_path / "s", n_train=4, n_eval=1)
+    s = read_manifest(root)
+    shard = root / "train" / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    data[600] ^= 0xFF  # same size, different bytes
+    shard.write_bytes(bytes(data))
+    verify_files(s, "train")  # size check alone passes
+    with pytest.raises(ShardFormatError, match="sha256"):
+        verify_files(s, "train", sha256=True)
+    shard.write_bytes(bytes(data[:-512]))
+    with pytest.raises(ShardFormatError, match="bytes"):
+        verify_files(s, "train")
+    with pytest.raises(ShardFormatError, match="no split 'dev'"):
+        verify_files(s, "dev")
+
+
+class _Payload:
+    """Unpickling this calls Path.touch(marker): proof the pickle was executed."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_planted_pickle_member_is_refused_and_not_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    payload = pickle.dumps(_Payload(marker))
+    pickle.loads(payload)  # sanity: the payload does fire when unpickled ...
+    assert marker.exists()
+    marker.unlink()  # ... so its absence below means the reader never unpickled it
+    clips = synthetic_clips(3, prefix="pk")
+    key = clips[0][0]
+    root = write_shard_set(tmp_path / "evil", {"train": clips}, extra_members={f"{key}.pyd": payload})
+    sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
+    with pytest.raises(ShardFormatError) as e:
+        load_split(sets, "train")
+    assert f"{key}.pyd" in str(e.value) and "shard-000000.tar" in str(e.value)
+    assert not marker.exists()
+
+
+def test_planted_pickle_inside_npy_is_refused_and_not_executed(tmp_path: Path) -> None:
+    """An object-dtype .npy embeds a pickle; np.load(allow_pickle=False) must refuse it."""
+    marker = tmp_path / "PWNED"
+    root = write_shard_set(tmp_path / "evil", {"train": synthetic_clips(2, prefix="np")})
+    shard = root / "train" / "shard-000000.tar"
+    # rebuild the shard with the first sample's codes.npy replaced by an object array holding the payload
+    import io
+
+    obj = np.empty(1, dtype=object)
+    obj[0] = _Payload(marker)
+    buf = io.BytesIO()
+    np.save(buf, obj, allow_pickle=True)
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, (m, data) in enumerate(members):
+            if i == 0:
+                data = buf.getvalue()
+                m.size = len(data)
+            tar.addfile(m, io.BytesIO(data))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"][0]["bytes"] = shard.stat().st_size
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
+    with pytest.raises(ShardFormatError, match="does not decode safely"):
+        load_split(sets, "train")
+    assert not marker.exists()
+
+
+def test_member_without_extension_is_refused(tmp_path: Path) -> None:
+    """WebDataset silently skips names without a dot; the reader still refuses them."""
+    root = write_shard_set(tmp_path / "odd", {"train": synthetic_clips(2, prefix="od")},
+                           extra_members={"README": b"hello"})
+    sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
+    with pytest.raises(ShardFormatError, match="'README'"):
+        load_split(sets, "train")
+
+
+def test_codes_with_wrong_dtype_or_range_are_refused(tmp_path: Path) -> None:
+    bad = [("wd0000001", "x", np.zeros((5, 4), dtype=np.int32))]
+    root = write_shard_set(tmp_path / "dt", {"train": bad})
+    with pytest.raises(ShardFormatError, match="expected int16"):
+        load_split(open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048), "train")
+    big = [("wr0000001", "x", np.full((5, 4), 3000, dtype=np.int16))]
+    root = write_shard_set(tmp_path / "rg", {"train": big})
+    with pytest.raises(ShardFormatError, match="outside 0..2047"):
+        load_split(open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048), "train")
