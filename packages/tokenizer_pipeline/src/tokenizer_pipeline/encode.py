@@ -1,0 +1,223 @@
+"""Stage: mono waveforms -> EnCodec codes, int16 `[T, K]` frame-major (the one stored layout).
+
+EnCodec's `encode` returns `audio_codes` as `(nb_chunks, B, K, T)`. We only accept un-chunked,
+un-normalized codecs (`chunk_length_s is None`, `normalize is False`), so `nb_chunks == 1` and
+`audio_scales` is `[None]`; the chunk dim is dropped here and nowhere else.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEVICES = ("auto", "cpu", "cuda", "mps")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+OFFLINE_FIX = (
+    "Weights cannot be downloaded on this machine. Pass a local directory written by "
+    "`EncodecModel.save_pretrained` (codec.name_or_path=/path/to/encodec_32khz), or build the "
+    "offline demo codec with `make codec` (build/demo/codec)."
+)
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' picks cuda > mps > cpu; an explicit device that is not available is an error."""
+    if device not in DEVICES:
+        raise ValueError(f"codec.device={device!r} is not one of {DEVICES}")
+    has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("codec.device=cuda but torch sees no CUDA device here; use codec.device=auto or cpu")
+    if device == "mps" and not has_mps:
+        raise ValueError("codec.device=mps but MPS is not available here; use codec.device=auto or cpu")
+    return torch.device(device)
+
+
+def hash_weight_files(model_dir: Path) -> str:
+    """sha256 over the bytes of the weight files in `model_dir` (sorted by name, hashed back to back)."""
+    files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) in codec directory {model_dir}")
+    h = hashlib.sha256()
+    for p in files:
+        with p.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1 or Path(name).exists()
+
+
+def _local_model_dir(name_or_path: str) -> Path:
+    """The directory holding the weights: the path itself, or the hub cache snapshot (no download)."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        return p
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(name_or_path, local_files_only=True))
+
+
+class CodecEncoder:
+    """Loads an `EncodecModel` and turns batches of mono waveforms into `[T, K]` int16 codes.
+
+    Args:
+        name_or_path: hub id (e.g. `facebook/encodec_32khz`, must already be in the local HF cache here)
+            or a local `save_pretrained` directory.
+        device: auto | cpu | cuda | mps.
+        dtype: float32 (default) or bfloat16 (explicit opt-in; it can change codes, and is recorded).
+        bandwidth_kbps: one of the model's `target_bandwidths`; None = the smallest
+            (2.2 kbps = 4 codebooks for encodec_32khz).
+        pad_batches: False (default) runs clips of different length in separate forward passes, so
+            batching never changes a code. True pads them to the longest with `padding_mask`; faster
+            on a GPU when lengths jitter, but EnCodec's non-causal convolutions then see zeros instead
+            of their own edge padding, which can change the last few frames of the shorter clips.
+
+    Raises:
+        FileNotFoundError/OSError: weights not found locally (message says how to get them).
+        ValueError: unsupported dtype/device/bandwidth, or a normalizing/chunked codec.
+    """
+
+    def __init__(
+        self,
+        name_or_path: str,
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        bandwidth_kbps: float | None = None,
+        pad_batches: bool = False,
+    ) -> None:
+        from transformers import EncodecModel
+
+        if dtype not in DTYPES:
+            raise ValueError(f"codec.dtype={dtype!r} is not supported; use one of {sorted(DTYPES)} (float32 default)")
+        self.name_or_path = str(name_or_path)
+        self.device = resolve_device(device)
+        self.dtype = dtype
+        self.pad_batches = pad_batches
+        if _looks_like_path(self.name_or_path) and not Path(self.name_or_path).expanduser().is_dir():
+            raise FileNotFoundError(f"codec directory {self.name_or_path} does not exist. {OFFLINE_FIX}")
+        try:
+            model = EncodecModel.from_pretrained(self.name_or_path)
+        except OSError as e:
+            raise OSError(f"cannot load EnCodec weights {self.name_or_path!r}: {e}\n{OFFLINE_FIX}") from e
+        cfg = model.config
+        if cfg.normalize:
+            raise ValueError(
+                f"codec {self.name_or_path} has normalize=True: it returns per-chunk audio_scales that codes alone "
+                "cannot carry. Scaled codec not supported; use a codec with normalize=False (e.g. facebook/encodec_32khz)."
+            )
+        if cfg.chunk_length_s is not None:
+            raise ValueError(
+                f"codec {self.name_or_path} encodes in chunks (chunk_length_s={cfg.chunk_length_s}); only un-chunked "
+                "codecs (chunk_length_s=None, e.g. facebook/encodec_32khz) give one [T, K] code matrix per clip."
+            )
+        if cfg.audio_channels != 1:
+            raise ValueError(f"codec {self.name_or_path} expects {cfg.audio_channels} channels; this pipeline encodes mono")
+        allowed = [float(b) for b in cfg.target_bandwidths]
+        bw = allowed[0] if bandwidth_kbps is None else float(bandwidth_kbps)
+        if bw not in allowed:
+            raise ValueError(f"codec.bandwidth_kbps={bandwidth_kbps} is not supported by {self.name_or_path}; allowed: {allowed}")
+        self.bandwidth_kbps = bw
+        self._check_feature_extractor(cfg.sampling_rate)
+        self.model = model.to(device=self.device, dtype=DTYPES[dtype]).eval()
+        self._config = cfg
+        self.n_codebooks = int(model.quantizer.get_num_quantizers_for_bandwidth(bw))
+        if cfg.codebook_size > np.iinfo(np.int16).max + 1:
+            raise ValueError(f"codebook_size={cfg.codebook_size} does not fit the int16 code layout")
+        self._weights_sha256: str | None = None
+
+    def _check_feature_extractor(self, model_sr: int) -> None:
+        """A saved feature extractor, if any, must agree with the model on rate and channels."""
+        p = Path(self.name_or_path).expanduser()
+        if not (p / "preprocessor_config.json").is_file():
+            return
+        from transformers import EncodecFeatureExtractor
+
+        fe = EncodecFeatureExtractor.from_pretrained(str(p))
+        if fe.sampling_rate != model_sr or fe.feature_size != 1:
+            raise ValueError(
+                f"{p}/preprocessor_config.json says sampling_rate={fe.sampling_rate}, feature_size={fe.feature_size} "
+                f"but the model expects {model_sr} Hz mono; re-save the codec directory"
+            )
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self._config.sampling_rate)
+
+    @property
+    def hop_length(self) -> int:
+        return int(self._config.hop_length)
+
+    @property
+    def frame_rate(self) -> int:
+        return int(self._config.frame_rate)
+
+    @property
+    def codebook_size(self) -> int:
+        return int(self._config.codebook_size)
+
+    @property
+    def weights_sha256(self) -> str:
+        if self._weights_sha256 is None:
+            self._weights_sha256 = hash_weight_files(_local_model_dir(self.name_or_path))
+        return self._weights_sha256
+
+    def n_frames(self, n_samples: int) -> int:
+        """Code frames EnCodec produces for `n_samples` samples: ceil(n_samples / hop_length)."""
+        return math.ceil(n_samples / self.hop_length)
+
+    @torch.inference_mode()
+    def encode_batch(self, wavs: list[torch.Tensor]) -> list[np.ndarray]:
+        """Encode mono clips at `sampling_rate`.
+
+        Args:
+            wavs: list of `[N_i]` float tensors.
+
+        Returns:
+            list of int16 `[T_i, K]` arrays, `T_i = ceil(N_i / hop_length)`, in input order.
+        """
+        if not wavs:
+            return []
+        out: list[np.ndarray | None] = [None] * len(wavs)
+        if self.pad_batches:
+            groups = [list(range(len(wavs)))]
+        else:  # one forward pass per distinct length, first-seen order
+            by_len: dict[int, list[int]] = {}
+            for i, w in enumerate(wavs):
+                by_len.setdefault(int(w.shape[-1]), []).append(i)
+            groups = list(by_len.values())
+        for idx in groups:
+            for i, codes in zip(idx, self._encode_padded([wavs[i] for i in idx])):
+                out[i] = codes
+        return out  # type: ignore[return-value]
+
+    def _encode_padded(self, wavs: list[torch.Tensor]) -> list[np.ndarray]:
+        lengths = [int(w.shape[-1]) for w in wavs]
+        n_max = max(lengths)
+        x = torch.zeros(len(wavs), 1, n_max, dtype=DTYPES[self.dtype])  # [B, 1, N]
+        mask = torch.zeros(len(wavs), 1, n_max, dtype=torch.bool)  # [B, 1, N]
+        for b, (w, n) in enumerate(zip(wavs, lengths)):
+            x[b, 0, :n] = w.reshape(-1).to(x.dtype)
+            mask[b, 0, :n] = True
+        enc = self.model.encode(
+            x.to(self.device), padding_mask=mask.to(self.device), bandwidth=self.bandwidth_kbps, return_dict=True
+        )
+        assert all(s is None for s in enc.audio_scales), "Scaled codec not supported (audio_scales must be None)"
+        codes = enc.audio_codes  # [1, B, K, T]
+        if codes.shape[0] != 1 or codes.shape[2] != self.n_codebooks:
+            raise RuntimeError(f"expected audio_codes [1, B, {self.n_codebooks}, T], got {tuple(codes.shape)}")
+        codes = codes[0].transpose(1, 2).to("cpu", torch.int16)  # [1, B, K, T] -> [B, T, K]
+        result = []
+        for b, n in enumerate(lengths):
+            t = self.n_frames(n)
+            if t > codes.shape[1]:
+                raise RuntimeError(f"codec returned {codes.shape[1]} frames for {n} samples, expected {t}")
+            result.append(np.ascontiguousarray(codes[b, :t].numpy()))  # [T_b, K]
+        return result

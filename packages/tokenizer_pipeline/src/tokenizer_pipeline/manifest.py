@@ -1,0 +1,155 @@
+"""The shard-set contract as frozen dataclasses: `<ytid>.json` (`SampleRecord`) and `manifest.json` (`Manifest`).
+
+See docs/shard-format.md; any change to what is written here bumps `FORMAT_VERSION`.
+No timestamps anywhere: the same inputs and config give byte-identical files.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT_NAME = "musiccaps-encodec-shards"
+FORMAT_VERSION = 1
+PACKAGE = "tokenizer_pipeline"
+PACKAGE_VERSION = "0.1.0"
+CODES_MEMBER = "codes.npy"  # tar member suffix: `<ytid>.codes.npy`
+JSON_MEMBER = "json"  # tar member suffix: `<ytid>.json`
+CODES_INFO = {"member": CODES_MEMBER, "dtype": "int16", "layout": "[T, K] frame-major"}
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """`<ytid>.json`: the clip's CSV metadata plus what was encoded."""
+
+    ytid: str  # sample key, no '.'
+    start_s: float  # window in the source video (CSV)
+    end_s: float
+    audioset_positive_labels: list[str]  # CSV column split on ','
+    aspect_list: list[str]  # CSV column parsed as a list literal
+    caption: str  # verbatim
+    author_id: int
+    is_balanced_subset: bool
+    is_audioset_eval: bool
+    split: str  # train | eval (configurable names)
+    csv_row: int  # 1-based CSV line (header is line 1)
+    n_frames: int  # T == codes.npy.shape[0]
+    n_codebooks: int  # K == codes.npy.shape[1]
+    duration_s: float  # seconds of audio encoded (after cropping)
+    source_file: str  # audio file name relative to audio_dir
+    source_sha256: str  # sha256 of the audio file's bytes
+
+    def to_json_bytes(self) -> bytes:
+        return json.dumps(asdict(self), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    path: str  # relative to the shard-set directory, e.g. "train/shard-000000.tar"
+    n_samples: int  # samples (clips) in the tar
+    bytes: int  # tar file size
+    sha256: str  # of the tar file's bytes
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    shards: list[ShardEntry]  # in shard-number order
+    n_samples: int  # sum over shards
+    audio_seconds: float  # sum of duration_s
+    n_frames: int  # sum of n_frames
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """A CSV row that produced no sample; also one line of failures.jsonl."""
+
+    ytid: str
+    csv_row: int
+    split: str
+    reason: str  # "<kind>: <what> (<file>)", e.g. "missing: no audio file ..."
+
+
+@dataclass(frozen=True)
+class CodecInfo:
+    name_or_path: str  # hub id or local directory given by the user
+    model_class: str  # "EncodecModel"
+    sampling_rate: int  # Hz the codec consumes
+    frame_rate: int  # code frames per second
+    n_codebooks: int  # K
+    codebook_size: int  # C: codes are 0..C-1
+    bandwidth_kbps: float
+    weights_sha256: str  # sha256 over the weight files' bytes (sorted by name)
+    dtype: str  # inference dtype: float32, or bfloat16 by explicit option
+    library_versions: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    codec: CodecInfo
+    splits: dict[str, SplitSummary]
+    totals: dict[str, Any]  # rows, encoded, failed, audio_seconds, n_frames
+    failures: list[FailureRecord]
+    source: dict[str, str]  # csv, csv_sha256, audio_dir
+    config: dict[str, Any]  # the resolved pipeline config
+    codes: dict[str, str] = field(default_factory=lambda: dict(CODES_INFO))
+    created_by: dict[str, str] = field(default_factory=lambda: {"package": PACKAGE, "version": PACKAGE_VERSION})
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        ordered = {k: d[k] for k in ("format", "format_version", "created_by", "codec", "codes", "splits",
+                                     "totals", "failures", "source", "config")}  # fmt: skip
+        return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        """Parse manifest.json; raises ValueError on another format or an unsupported version."""
+        d = json.loads(text)
+        if d.get("format") != FORMAT_NAME:
+            raise ValueError(f"not a {FORMAT_NAME} manifest (format={d.get('format')!r})")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"format_version={d.get('format_version')} is not supported; this code reads {FORMAT_VERSION}")
+        splits = {
+            name: SplitSummary(**{**s, "shards": [ShardEntry(**e) for e in s["shards"]]})
+            for name, s in d["splits"].items()
+        }
+        return cls(
+            codec=CodecInfo(**d["codec"]),
+            splits=splits,
+            totals=d["totals"],
+            failures=[FailureRecord(**f) for f in d["failures"]],
+            source=d["source"],
+            config=d["config"],
+            codes=d["codes"],
+            created_by=d["created_by"],
+            format=d["format"],
+            format_version=d["format_version"],
+        )
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import torch
+    import torchaudio
+    import transformers
+    import webdataset
+
+    mods = {"torch": torch, "torchaudio": torchaudio, "transformers": transformers, "webdataset": webdataset, "numpy": numpy}
+    return {name: str(getattr(m, "__version__", "unknown")) for name, m in mods.items()}
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temp file in the same directory, fsync, then rename over `path`."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_failures_jsonl(path: Path, failures: list[FailureRecord]) -> None:
+    write_text_atomic(path, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in failures))

@@ -1,0 +1,143 @@
+"""`python -m tokenizer_pipeline.verify <shard-set>`: check a shard set against docs/shard-format.md.
+
+Reads tars with plain `tarfile` and decodes members only with safe decoders
+(`numpy.load(allow_pickle=False)`, `json.loads`). Exit 0 with one OK line, or 1 listing every problem.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from .manifest import CODES_MEMBER, FORMAT_NAME, FORMAT_VERSION, JSON_MEMBER, SampleRecord
+from .write_shards import sha256_file
+
+JSON_FIELDS = set(SampleRecord.__dataclass_fields__)
+
+
+def _check_sample(key: str, members: dict[str, bytes], n_codebooks: int, codebook_size: int, split: str) -> tuple[list[str], int]:
+    """Problems of one sample, and its n_frames (0 when unreadable)."""
+    where = f"sample {key!r}"
+    problems = []
+    if set(members) != {CODES_MEMBER, JSON_MEMBER}:
+        return [f"{where}: members {sorted(members)} != ['{CODES_MEMBER}', '{JSON_MEMBER}']"], 0
+    try:
+        codes = np.load(io.BytesIO(members[CODES_MEMBER]), allow_pickle=False)  # [T, K]
+    except ValueError as e:
+        return [f"{where}: {CODES_MEMBER} does not decode safely: {e}"], 0
+    if codes.dtype != np.dtype("<i2") or codes.ndim != 2 or codes.shape[1] != n_codebooks:
+        return [f"{where}: codes {codes.dtype} {codes.shape}, expected int16 [T, {n_codebooks}]"], 0
+    if codes.size and (codes.min() < 0 or codes.max() >= codebook_size):
+        problems.append(f"{where}: code values in [{codes.min()}, {codes.max()}], expected [0, {codebook_size})")
+    try:
+        meta = json.loads(members[JSON_MEMBER].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [*problems, f"{where}: json does not parse: {e}"], codes.shape[0]
+    missing = JSON_FIELDS - set(meta)
+    if missing:
+        problems.append(f"{where}: json lacks fields {sorted(missing)}")
+    if meta.get("ytid") != key:
+        problems.append(f"{where}: json ytid {meta.get('ytid')!r} != key")
+    if meta.get("n_frames") != codes.shape[0] or meta.get("n_codebooks") != codes.shape[1]:
+        problems.append(f"{where}: json n_frames/n_codebooks {meta.get('n_frames')}/{meta.get('n_codebooks')} != codes {codes.shape}")
+    if meta.get("split") != split:
+        problems.append(f"{where}: json split {meta.get('split')!r} != {split!r}")
+    return problems, int(codes.shape[0])
+
+
+def read_tar_samples(path: Path) -> tuple[list[tuple[str, dict[str, bytes]]], list[str]]:
+    """Group a tar's regular members by key (text before the first '.'), in file order."""
+    samples: dict[str, dict[str, bytes]] = {}
+    problems = []
+    with tarfile.open(path, "r:") as tar:
+        for m in tar:
+            if not m.isfile():
+                problems.append(f"{path.name}: member {m.name!r} is not a regular file")
+                continue
+            key, _, suffix = m.name.partition(".")
+            f = tar.extractfile(m)
+            assert f is not None
+            if suffix in samples.setdefault(key, {}):
+                problems.append(f"{path.name}: member {m.name!r} repeats")
+            samples[key][suffix] = f.read()
+    return list(samples.items()), problems
+
+
+def verify(root: Path) -> tuple[list[str], str]:
+    """All problems found in the shard set at `root`, and a one-line summary."""
+    mpath = root / "manifest.json"
+    if not mpath.is_file():
+        return [f"{mpath} missing: the set is incomplete (manifest.json is written last)"], ""
+    m = json.loads(mpath.read_text(encoding="utf-8"))
+    if m.get("format") != FORMAT_NAME or m.get("format_version") != FORMAT_VERSION:
+        return [f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}"], ""
+    K, C = m["codec"]["n_codebooks"], m["codec"]["codebook_size"]
+    problems: list[str] = []
+    keys: set[str] = set()
+    total_samples = total_frames = 0
+    for split, s in m["splits"].items():
+        split_samples = split_frames = 0
+        for i, e in enumerate(s["shards"]):
+            if e["path"] != f"{split}/shard-{i:06d}.tar":
+                problems.append(f"shard #{i} of {split} is named {e['path']!r}, expected {split}/shard-{i:06d}.tar")
+            p = root / e["path"]
+            if not p.is_file():
+                problems.append(f"{e['path']}: listed in the manifest but missing")
+                continue
+            if p.stat().st_size != e["bytes"]:
+                problems.append(f"{e['path']}: {p.stat().st_size} bytes, manifest says {e['bytes']}")
+            if sha256_file(p) != e["sha256"]:
+                problems.append(f"{e['path']}: sha256 differs from the manifest (corrupted or rewritten)")
+            try:
+                samples, tar_problems = read_tar_samples(p)
+            except (tarfile.TarError, EOFError, OSError) as err:
+                problems.append(f"{e['path']}: not a readable tar: {err}")
+                continue
+            problems += [f"{e['path']}: {t}" for t in tar_problems]
+            if len(samples) != e["n_samples"]:
+                problems.append(f"{e['path']}: {len(samples)} samples, manifest says {e['n_samples']}")
+            for key, members in samples:
+                if key in keys:
+                    problems.append(f"{e['path']}: key {key!r} repeats within the set")
+                keys.add(key)
+                sample_problems, t = _check_sample(key, members, K, C, split)
+                problems += [f"{e['path']}: {sp}" for sp in sample_problems]
+                split_frames += t
+            split_samples += len(samples)
+        if split_samples != s["n_samples"] or split_frames != s["n_frames"]:
+            problems.append(f"split {split}: {split_samples} samples/{split_frames} frames, manifest says {s['n_samples']}/{s['n_frames']}")
+        total_samples += split_samples
+        total_frames += split_frames
+    t = m["totals"]
+    if t["encoded"] + t["failed"] != t["rows"] or t["encoded"] != total_samples or t["failed"] != len(m["failures"]):
+        problems.append(f"totals {t} disagree with {total_samples} samples and {len(m['failures'])} failures")
+    if not (root / "failures.jsonl").is_file():
+        problems.append("failures.jsonl missing")
+    elif len((root / "failures.jsonl").read_text(encoding="utf-8").splitlines()) != t["failed"]:
+        problems.append(f"failures.jsonl does not have {t['failed']} lines")
+    n_shards = sum(len(s["shards"]) for s in m["splits"].values())
+    summary = f"OK {root}: {n_shards} shards, {total_samples} samples, {total_frames} frames, K={K}, C={C}, {t['failed']} failed rows"
+    return problems, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.verify", description=__doc__.splitlines()[0])
+    ap.add_argument("shard_set", type=Path, help="directory holding manifest.json")
+    args = ap.parse_args(argv)
+    problems, summary = verify(args.shard_set)
+    if problems:
+        print(f"FAILED {args.shard_set}: {len(problems)} problem(s)", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
