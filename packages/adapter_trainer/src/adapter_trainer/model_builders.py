@@ -1,0 +1,245 @@
+"""Model builders (torchtune style): literal-size config builders and the two loaders the recipe uses.
+
+`load_llm` gives a `LlamaForCausalLM`; `load_musicgen_decoder` gives only MusicGen's decoder
+(`MusicgenForCausalLM`) out of a `facebook/musicgen-small`-style composite checkpoint. Neither ever
+constructs MusicGen's T5 text encoder or its EnCodec audio codec: this process only sees integer codes.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MusicgenConfig,
+    MusicgenDecoderConfig,
+    MusicgenForCausalLM,
+    PreTrainedConfig,
+    PreTrainedTokenizerBase,
+)
+
+OFFLINE_HINT = (
+    "Model weights cannot be downloaded in this environment. Pass a local directory that holds the "
+    "checkpoint (e.g. model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small) or use the "
+    "embedded random-init demo models (`make demo-models`, then +experiment=demo)."
+)
+
+# facebook/musicgen-small stores the decoder as `decoder.model.decoder.*` / `decoder.lm_heads.*` next to
+# `text_encoder.*`, `audio_encoder.*` and `enc_to_dec_proj.*`; MusicgenForCausalLM expects the part after `decoder.`.
+MUSICGEN_DECODER_KEY_MAPPING = {r"^decoder\.": ""}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Config builders with literal sizes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def llama3_2_1b_config() -> LlamaConfig:
+    """Llama 3.2 1B (meta-llama/Llama-3.2-1B) sizes: hidden 2048, 16 layers, 32 heads / 8 KV heads, vocab 128,256.
+
+    For shape documentation and tests only: the weights come from `load_llm`.
+    """
+    return LlamaConfig(
+        vocab_size=128_256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        hidden_act="silu",
+        max_position_embeddings=131_072,
+        rms_norm_eps=1e-5,
+        rope_parameters=_llama3_rope(),
+        tie_word_embeddings=True,
+        bos_token_id=128_000,
+        eos_token_id=128_001,
+        attention_bias=False,
+        mlp_bias=False,
+    )
+
+
+def tiny_llama_config() -> LlamaConfig:
+    """A tiny Llama 3.2-shaped model with the REAL Llama 3 vocabulary (128,256 ids), for the demo and tests."""
+    return LlamaConfig(
+        vocab_size=128_256,  # the real tokenizer's ids, so captions tokenize exactly as for Llama 3.2
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        hidden_act="silu",
+        max_position_embeddings=131_072,
+        rms_norm_eps=1e-5,
+        rope_parameters=_llama3_rope(),
+        tie_word_embeddings=True,  # like 3.2-1B
+        bos_token_id=128_000,
+        eos_token_id=128_001,
+        attention_bias=False,
+        mlp_bias=False,
+    )
+
+
+def tiny_musicgen_decoder_config() -> MusicgenDecoderConfig:
+    """A tiny MusicGen decoder: 4 codebooks x 2048 codes (like musicgen-small), hidden 64, 6 layers, 4 heads, ffn 256."""
+    return MusicgenDecoderConfig(
+        vocab_size=2048,  # C
+        num_codebooks=4,  # K
+        hidden_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        ffn_dim=256,
+        max_position_embeddings=2048,
+        activation_function="gelu",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=2048,
+        bos_token_id=2048,
+        audio_channels=1,
+    )
+
+
+def _llama3_rope() -> dict:
+    """Llama 3.2's rope: theta 500k with the "llama3" frequency scaling (factor 32, original context 8192)."""
+    return {
+        "rope_type": "llama3",
+        "rope_theta": 500_000.0,
+        "factor": 32.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loaders
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; allowed: {sorted(table)}")
+    return table[dtype]
+
+
+def _looks_like_path(name_or_path: str | os.PathLike) -> bool:
+    s = str(name_or_path)
+    return isinstance(name_or_path, Path) or s.startswith(("/", "./", "../", "~")) or s.count("/") > 1 or os.sep * 2 in s
+
+
+def _not_available(what: str, name_or_path: str | os.PathLike, err: Exception) -> OSError:
+    local = Path(name_or_path).exists()
+    where = "the local directory" if local else "the hub id"
+    return OSError(f"could not load the {what} from {where} {str(name_or_path)!r}: {err}\n{OFFLINE_HINT}")
+
+
+def _check_source(what: str, name_or_path: str | os.PathLike) -> None:
+    """A path that does not exist fails here, before transformers tries to read it as a hub id."""
+    if _looks_like_path(name_or_path) and not Path(name_or_path).expanduser().is_dir():
+        raise FileNotFoundError(f"{what} directory {str(name_or_path)!r} does not exist.\n{OFFLINE_HINT}")
+
+
+def load_text_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
+    """The LLM's tokenizer (`AutoTokenizer.from_pretrained`); a hub id or a local directory."""
+    _check_source("text tokenizer", name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(str(name_or_path))
+    except OSError as e:
+        raise _not_available("text tokenizer", name_or_path, e) from e
+
+
+def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> LlamaForCausalLM:
+    """`LlamaForCausalLM` from a hub id (`meta-llama/Llama-3.2-1B`) or a local directory, with sdpa attention.
+
+    Raises:
+        OSError: the weights are not available locally (no downloads here); the message says what to pass.
+        ValueError: the checkpoint is not a Llama.
+    """
+    _check_source("LLM", name_or_path)
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path))
+    except OSError as e:
+        raise _not_available("LLM", name_or_path, e) from e
+    if config_dict.get("model_type") != "llama":
+        raise ValueError(
+            f"model.llm={str(name_or_path)!r} is a {config_dict.get('model_type')!r} checkpoint; this trainer "
+            f"needs a Llama (model_type 'llama', e.g. meta-llama/Llama-3.2-1B)"
+        )
+    try:
+        return LlamaForCausalLM.from_pretrained(str(name_or_path), dtype=_resolve_dtype(dtype), attn_implementation="sdpa")
+    except OSError as e:
+        raise _not_available("LLM", name_or_path, e) from e
+
+
+def load_musicgen_decoder_config(name_or_path: str | os.PathLike) -> MusicgenDecoderConfig:
+    """The decoder config out of a composite `musicgen` config.json or a decoder-only `musicgen_decoder` one.
+
+    Reads config dicts only: the composite's T5/EnCodec sub-configs stay plain configs, no model is built.
+    """
+    _check_source("MusicGen", name_or_path)
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path))
+    except OSError as e:
+        raise _not_available("MusicGen config", name_or_path, e) from e
+    model_type = config_dict.get("model_type")
+    if model_type == MusicgenConfig.model_type:
+        # MusicgenDecoderConfig.base_config_key is "decoder_config" but the composite stores "decoder": read it here.
+        if "decoder" not in config_dict:
+            raise ValueError(f"composite musicgen config at {str(name_or_path)!r} has no 'decoder' entry")
+        dec = dict(config_dict["decoder"])
+        dec.pop("model_type", None)
+        return MusicgenDecoderConfig(**dec)
+    if model_type == MusicgenDecoderConfig.model_type:
+        return MusicgenDecoderConfig.from_dict(config_dict)
+    raise ValueError(
+        f"model.audio_lm={str(name_or_path)!r} has model_type {model_type!r}; expected 'musicgen' "
+        f"(facebook/musicgen-small layout) or 'musicgen_decoder' (decoder-only checkpoint)"
+    )
+
+
+def load_musicgen_decoder(
+    name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32
+) -> MusicgenForCausalLM:
+    """Only MusicGen's decoder (`MusicgenForCausalLM`), from a composite or a decoder-only checkpoint.
+
+    Composite (`facebook/musicgen-small`): loads the `decoder.`-prefixed tensors through the regular
+    `from_pretrained` path with `key_mapping` (sharded safetensors work the same way); `text_encoder.*`,
+    `audio_encoder.*` and `enc_to_dec_proj.*` are skipped, never materialised as modules.
+
+    Raises:
+        OSError: weights not available locally; the message says what to pass.
+        ValueError: a decoder tensor is missing from the checkpoint (named in the message).
+    """
+    decoder_config = load_musicgen_decoder_config(name_or_path)
+    try:
+        # The mapping only matches keys that start with `decoder.`: a decoder-only checkpoint
+        # (`model.decoder.*`, `lm_heads.*`) passes through unchanged.
+        model, info = MusicgenForCausalLM.from_pretrained(
+            str(name_or_path),
+            config=decoder_config,
+            dtype=_resolve_dtype(dtype),
+            output_loading_info=True,
+            key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
+        )
+    except OSError as e:
+        raise _not_available("MusicGen decoder", name_or_path, e) from e
+    missing = sorted(info.get("missing_keys", []))
+    if missing:
+        raise ValueError(
+            f"{len(missing)} MusicGen decoder tensors are missing from {str(name_or_path)!r} "
+            f"(first: {missing[:8]}); expected a facebook/musicgen-small layout ('decoder.model.decoder.*', "
+            f"'decoder.lm_heads.*') or a decoder-only MusicgenForCausalLM checkpoint"
+        )
+    mismatched = info.get("mismatched_keys", [])
+    if mismatched:
+        raise ValueError(f"MusicGen decoder tensors with the wrong shape in {str(name_or_path)!r}: {list(mismatched)[:8]}")
+    return model

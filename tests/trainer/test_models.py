@@ -1,0 +1,172 @@
+"""Builders and loaders: demo models load through the real from_pretrained paths; no codec, no T5, no downloads."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaForCausalLM, MusicgenForCausalLM
+
+from adapter_trainer.demo_models import write_demo_models, write_musicgen
+from adapter_trainer.model_builders import (
+    llama3_2_1b_config,
+    load_llm,
+    load_musicgen_decoder,
+    load_text_tokenizer,
+    tiny_musicgen_decoder_config,
+)
+
+CAPTIONS = [
+    "The low quality recording features a ballad song that contains sustained strings, mellow piano melody and soft "
+    "female vocal singing over it. It sounds sad and soulful, like something you would hear at Sunday services.",
+    "A male voice sings in Español; the 808s hit hard — 140 BPM, lo-fi!!  \n\nTabs\tand  double  spaces ’quotes’ 😀",
+    "<|begin_of_text|> literal special text, numbers 1234567 and CAPS",
+]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_demo_models(tmp_path_factory.mktemp("demo_models"), seed=0)
+
+
+def test_llama3_2_1b_config_sizes() -> None:
+    cfg = llama3_2_1b_config()
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (128_256, 2048, 16, 32)
+    assert cfg.num_key_value_heads == 8 and cfg.tie_word_embeddings and cfg.rope_parameters["rope_type"] == "llama3"
+
+
+def test_tokenizer_matches_llama_models(demo: dict[str, Path]) -> None:
+    from llama_models.llama3.tokenizer import Tokenizer
+
+    ref = Tokenizer.get_instance()
+    tok = load_text_tokenizer(demo["llm"])
+    assert (tok.bos_token_id, tok.eos_token_id, len(tok)) == (128_000, 128_001, 128_256)
+    assert tok.convert_tokens_to_ids("<|reserved_special_token_245|>") == 128_255
+    assert tok.convert_tokens_to_ids("<|eot_id|>") == ref.eot_id
+    for text in CAPTIONS:
+        ours = tok(text)["input_ids"]
+        assert ours == ref.encode(text, bos=True, eos=False, allowed_special="all"), text
+        assert tok(text, add_special_tokens=False)["input_ids"] == ours[1:]
+        assert tok.decode(ours[1:]) == text
+
+
+def test_llm_loads_via_from_pretrained(demo: dict[str, Path]) -> None:
+    llm = load_llm(demo["llm"])
+    assert isinstance(llm, LlamaForCausalLM)
+    assert llm.config.vocab_size == 128_256 and llm.config._attn_implementation == "sdpa"
+    assert llm.lm_head.weight.data_ptr() == llm.model.embed_tokens.weight.data_ptr()  # tied, like 3.2-1B
+    saved = load_file(str(demo["llm"] / "model.safetensors"))
+    for name, p in llm.state_dict().items():
+        if name in saved:
+            assert torch.equal(p, saved[name]), name
+    assert load_llm(demo["llm"], dtype="bfloat16").model.embed_tokens.weight.dtype == torch.bfloat16
+
+
+def test_demo_models_deterministic(demo: dict[str, Path], tmp_path: Path) -> None:
+    again = write_musicgen(tmp_path / "a", seed=0)
+    other = write_musicgen(tmp_path / "b", seed=1)
+    ref = load_file(str(demo["musicgen"] / "model.safetensors"))
+    same, diff = load_file(str(again / "model.safetensors")), load_file(str(other / "model.safetensors"))
+    assert all(torch.equal(ref[k], same[k]) for k in ref)
+    assert any(not torch.equal(ref[k], diff[k]) for k in ref)
+    assert "random" in (demo["llm"].parent / "README.md").read_text()
+
+
+def test_musicgen_composite_layout_loads_decoder_only(demo: dict[str, Path]) -> None:
+    cfg = json.loads((demo["musicgen"] / "config.json").read_text())
+    assert cfg["model_type"] == "musicgen"
+    assert cfg["audio_encoder"]["model_type"] == "encodec" and cfg["audio_encoder"]["sampling_rate"] == 32000
+    assert cfg["text_encoder"]["model_type"] == "t5"
+    saved = load_file(str(demo["musicgen"] / "model.safetensors"))
+    assert saved and all(k.startswith("decoder.") for k in saved)
+
+    model = load_musicgen_decoder(demo["musicgen"])
+    assert isinstance(model, MusicgenForCausalLM)
+    assert model.config.num_codebooks == 4 and model.config.vocab_size == 2048
+    state = model.state_dict()
+    assert set(f"decoder.{k}" for k in state) == set(saved)
+    for k, v in state.items():
+        assert torch.equal(v, saved[f"decoder.{k}"]), k
+
+
+def test_musicgen_sharded_and_decoder_only_checkpoints(demo: dict[str, Path], tmp_path: Path) -> None:
+    ref = load_musicgen_decoder(demo["musicgen"]).state_dict()
+    sharded = write_musicgen(tmp_path / "sharded", seed=0, max_shard_size="300KB")
+    assert len(list(sharded.glob("model-*.safetensors"))) > 2 and (sharded / "model.safetensors.index.json").exists()
+    got = load_musicgen_decoder(sharded).state_dict()
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+
+    dec_only = tmp_path / "decoder_only"
+    fresh = MusicgenForCausalLM(tiny_musicgen_decoder_config())
+    fresh.load_state_dict(ref)
+    fresh.save_pretrained(dec_only)
+    assert all(k.startswith(("model.decoder.", "lm_heads.")) for k in load_file(str(dec_only / "model.safetensors")))
+    assert json.loads((dec_only / "config.json").read_text())["model_type"] == "musicgen_decoder"
+    got = load_musicgen_decoder(dec_only).state_dict()
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def test_musicgen_missing_decoder_key_is_named(demo: dict[str, Path], tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((demo["musicgen"] / "config.json").read_text())
+    sd = load_file(str(demo["musicgen"] / "model.safetensors"))
+    victim = "decoder.model.decoder.layers.3.fc1.weight"
+    del sd[victim]
+    save_file(sd, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"model\.decoder\.layers\.3\.fc1\.weight"):
+        load_musicgen_decoder(broken)
+
+
+def test_musicgen_load_never_touches_encodec_or_t5(demo: dict[str, Path]) -> None:
+    """In a fresh process: loading the decoder imports neither EnCodec's nor T5's modeling code."""
+    code = f"""
+import sys
+from adapter_trainer.model_builders import load_musicgen_decoder
+m = load_musicgen_decoder({str(demo["musicgen"])!r})
+bad = [n for n in sys.modules if n.startswith(("transformers.models.encodec.modeling", "transformers.models.t5.modeling"))]
+assert not bad, bad
+assert type(m).__name__ == "MusicgenForCausalLM"
+from transformers import EncodecModel, T5EncoderModel
+assert not any(isinstance(x, (EncodecModel, T5EncoderModel)) for x in m.modules())
+print("OK")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+def test_trainer_package_never_mentions_codec_construction() -> None:
+    import adapter_trainer
+
+    src = Path(adapter_trainer.__file__).parent
+    for f in src.glob("*.py"):
+        text = f.read_text()
+        assert "EncodecModel(" not in text and "import tokenizer_pipeline" not in text, f
+
+
+def test_missing_weights_error_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="make demo-models"):
+        load_llm(tmp_path / "nope")
+    with pytest.raises(OSError, match="make demo-models"):
+        load_musicgen_decoder(tmp_path / "nope")
+    # A hub id with no network (offline mode so the test never waits on retries).
+    code = (
+        "from adapter_trainer.model_builders import load_llm\n"
+        "try:\n    load_llm('meta-llama/Llama-3.2-1B')\n"
+        "except OSError as e:\n    print('ERR', e)\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "ERR" in out.stdout and "make demo-models" in out.stdout and "model.llm=" in out.stdout, out.stdout + out.stderr
+
+
+def test_tiny_musicgen_config_matches_brief() -> None:
+    c = tiny_musicgen_decoder_config()
+    assert (c.num_codebooks, c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.ffn_dim) == (
+        4, 2048, 64, 6, 4, 256,
+    )
