@@ -83,7 +83,7 @@ class TrainerConfig:
     output_dir: str = MISSING  # run directory (checkpoints, metrics, plots); Hydra's run dir too
     resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
-    num_workers: int = 0  # reserved: data is loaded into memory at startup, batches are built in-process
+    num_workers: int = 0  # must be 0: data is loaded into memory at startup, batches are built in-process
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
     debug_dump_modules: Optional[str] = None  # test hook: write sys.modules + batch facts to this JSON at exit
@@ -135,6 +135,11 @@ def validate_config(cfg: TrainConfig) -> None:
                 "optimizer.warmup_steps", "optimizer.weight_decay", "optimizer.grad_clip"):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name), zero_ok=True)
+    if cfg.trainer.num_workers != 0:
+        raise ConfigError(
+            f"trainer.num_workers={cfg.trainer.num_workers}: worker processes are not used; the codes live in memory "
+            f"and a batch is built in-process in milliseconds (exact resume stays simple). Set trainer.num_workers=0"
+        )
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

@@ -1,0 +1,41 @@
+"""Entry point: `python -m adapter_trainer +experiment=demo` (or the `adapter-trainer` script).
+
+Hydra composes conf/adapter_trainer/config.yaml on top of the structured schema (adapter_trainer/config.py);
+the DictConfig stops here: `to_train_config` turns it into a typed, validated TrainConfig for the recipe.
+Errors a user can fix by changing the config or the data (ConfigError, ShardFormatError, ResumeError) end the
+process with their message and exit code 2, no stack trace.
+"""
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from adapter_trainer.checkpoint import ResumeError
+from adapter_trainer.conf_dir import find_conf_dir
+from adapter_trainer.config import ConfigError, to_train_config
+from adapter_trainer.shards import ShardFormatError
+
+USER_ERRORS = (ConfigError, ShardFormatError, ResumeError)
+
+
+@hydra.main(config_path=str(find_conf_dir()), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """Compose -> typed config -> recipe (setup, train, cleanup)."""
+    try:
+        typed = to_train_config(cfg)
+        # Hydra's run dir is trainer.output_dir; under --multirun it is <trainer.output_dir>/<job num>, so each
+        # job of a sweep gets its own checkpoints and metrics.
+        typed.trainer.output_dir = HydraConfig.get().runtime.output_dir
+        from adapter_trainer.recipe import recipe_main  # after config checks: pulls in torch + transformers
+
+        recipe_main(typed)
+    except USER_ERRORS as e:
+        print(f"adapter_trainer: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Evaluation math: unigram baseline on the exact scored targets, caption derangement, bootstrap interval,
+and the report the recipe prints as its "learning check". No model code here; the recipe runs the model.
+
+Units: cross-entropies are in nats per code target; perplexity = exp(CE).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from adapter_trainer.token_layout import AudioVocab
+
+
+def unigram_log_probs(codes: Iterable[np.ndarray], n_codebooks: int, codebook_size: int) -> np.ndarray:
+    """Per-codebook unigram log-probabilities with add-one smoothing, from train-split codes.
+
+    Args:
+        codes: arrays [T, K] of raw codes (the train split).
+    Returns:
+        [K, C] float64 natural-log probabilities; each row sums to 1 in probability space.
+    """
+    counts = np.ones((n_codebooks, codebook_size), dtype=np.float64)  # add-one: no code gets probability 0
+    for c in codes:  # c: [T, K]
+        for k in range(n_codebooks):
+            counts[k] += np.bincount(c[:, k].astype(np.int64), minlength=codebook_size)
+    return np.log(counts / counts.sum(axis=1, keepdims=True))  # [K, C]
+
+
+@dataclass
+class TargetCE:
+    """Summed CE over code targets, split per codebook and per example (same fields as LossOutput's)."""
+
+    sum_per_codebook: np.ndarray  # [K] float64
+    count_per_codebook: np.ndarray  # [K] int64
+    sum_per_example: np.ndarray  # [B] float64
+    count_per_example: np.ndarray  # [B] int64
+
+
+class CEAccumulator:
+    """Sums TargetCE parts over eval batches (per-example parts are concatenated in batch order)."""
+
+    def __init__(self, n_codebooks: int) -> None:
+        self.sum_k = np.zeros(n_codebooks, dtype=np.float64)
+        self.n_k = np.zeros(n_codebooks, dtype=np.int64)
+        self.sum_b: list[np.ndarray] = []
+        self.n_b: list[np.ndarray] = []
+
+    def add(self, sum_k: torch.Tensor | np.ndarray, n_k: torch.Tensor | np.ndarray,
+            sum_b: torch.Tensor | np.ndarray, n_b: torch.Tensor | np.ndarray) -> None:
+        """sum_k/n_k: [K]; sum_b/n_b: [B] (tensors on any device, or arrays)."""
+        self.sum_k += _np(sum_k, np.float64)
+        self.n_k += _np(n_k, np.int64)
+        self.sum_b.append(_np(sum_b, np.float64))
+        self.n_b.append(_np(n_b, np.int64))
+
+    def result(self) -> TargetCE:
+        return TargetCE(self.sum_k.copy(), self.n_k.copy(), np.concatenate(self.sum_b), np.concatenate(self.n_b))
+
+
+def _np(x: torch.Tensor | np.ndarray, dtype: type) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().to("cpu", torch.float64 if dtype is np.float64 else torch.int64).numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def unigram_ce(labels: torch.Tensor, vocab: AudioVocab, log_probs: np.ndarray) -> TargetCE:
+    """Unigram CE on EXACTLY the code targets the model is scored on.
+
+    Args:
+        labels: [B, S, J] combined-vocab target ids (IGNORE_INDEX where not scored), as in `Batch.labels`.
+        log_probs: [K, C] from `unigram_log_probs`.
+    Code targets are labels in [V, V + K*C); AUDIO_END targets are not codes and are left out, as in the model's
+    per-codebook CE.
+    """
+    K, C = vocab.n_codebooks, vocab.codebook_size
+    lab = labels.detach().cpu().long()  # [B, S, J]
+    B = lab.shape[0]
+    is_code = (lab >= vocab.audio_offset) & (lab < vocab.audio_offset + K * C)  # [B, S, J]
+    b_idx = torch.arange(B)[:, None, None].expand_as(lab)[is_code].numpy()  # [N]
+    rel = (lab[is_code] - vocab.audio_offset).numpy()  # [N] = k*C + c
+    k_idx, c_idx = rel // C, rel % C  # [N], [N]
+    nll = -log_probs[k_idx, c_idx]  # [N]
+    return TargetCE(
+        sum_per_codebook=np.bincount(k_idx, weights=nll, minlength=K),
+        count_per_codebook=np.bincount(k_idx, minlength=K).astype(np.int64),
+        sum_per_example=np.bincount(b_idx, weights=nll, minlength=B),
+        count_per_example=np.bincount(b_idx, minlength=B).astype(np.int64),
+    )
+
+
+def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random permutation p of range(n) with p[i] != i for all i (rejection sampling; ~e tries)."""
+    if n < 2:
+        raise ValueError(f"a derangement needs at least 2 items, got {n}; the caption-gain check needs >= 2 eval clips")
+    while True:
+        p = rng.permutation(n)
+        if not np.any(p == np.arange(n)):
+            return p
+
+
+def bootstrap_mean_ci(values: np.ndarray, n_resamples: int, seed: int, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of `values` and a percentile-bootstrap interval over them (resampling the items with replacement)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("bootstrap over an empty set of values")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, v.size, size=(n_resamples, v.size))  # [R, N]
+    means = v[idx].mean(axis=1)  # [R]
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [a, 1.0 - a])
+    return float(v.mean()), float(lo), float(hi)
+
+
+@dataclass
+class EvalReport:
+    """One evaluation of the eval split (all CE in nats per code target)."""
+
+    step: int
+    n_clips: int
+    n_code_targets: int
+    ce: float  # model CE over all code targets (token-weighted)
+    ce_per_codebook: list[float]
+    ppl_per_codebook: list[float]
+    end_ce: float  # CE on AUDIO_END targets (nan if none)
+    unigram_ce: float  # add-one unigram baseline on the same targets
+    unigram_ce_per_codebook: list[float]
+    rel_to_unigram_pct: float  # (unigram - model) / unigram * 100; > 0 = better than unigram
+    ce_shuffled: float  # model CE with deranged captions, same targets
+    caption_gain: float  # mean over clips of (CE_shuffled - CE_true), per-clip token means
+    caption_gain_lo: float  # bootstrap interval over clips
+    caption_gain_hi: float
+    extra: dict = field(default_factory=dict)
+
+    def scalars(self, prefix: str = "eval/") -> dict[str, float]:
+        """Flat dict for MetricLogger.log_dict."""
+        out = {f"{prefix}ce": self.ce, f"{prefix}end_ce": self.end_ce, f"{prefix}unigram_ce": self.unigram_ce,
+               f"{prefix}rel_to_unigram_pct": self.rel_to_unigram_pct, f"{prefix}ce_shuffled": self.ce_shuffled,
+               f"{prefix}caption_gain": self.caption_gain, f"{prefix}caption_gain_lo": self.caption_gain_lo,
+               f"{prefix}caption_gain_hi": self.caption_gain_hi}
+        for k, (ce, ppl, uni) in enumerate(zip(self.ce_per_codebook, self.ppl_per_codebook, self.unigram_ce_per_codebook)):
+            out[f"{prefix}ce_cb{k}"] = ce
+            out[f"{prefix}ppl_cb{k}"] = ppl
+            out[f"{prefix}unigram_ce_cb{k}"] = uni
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def safe_div(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def make_report(*, step: int, model_true: TargetCE, model_shuf: TargetCE, unigram: TargetCE, end_ce_sum: float,
+                end_count: int, n_bootstrap: int, seed: int) -> EvalReport:
+    """Combine per-target sums into the report. Raises if the three runs did not score the same targets."""
+    for name, other in (("shuffled-caption", model_shuf), ("unigram", unigram)):
+        if not (np.array_equal(model_true.count_per_codebook, other.count_per_codebook)
+                and np.array_equal(model_true.count_per_example, other.count_per_example)):
+            raise RuntimeError(
+                f"the {name} run scored different targets than the true-caption run "
+                f"({other.count_per_example.tolist()} vs {model_true.count_per_example.tolist()}); "
+                f"eval codes must be trimmed so every caption fits"
+            )
+    K = len(model_true.sum_per_codebook)
+    ce_k = [safe_div(model_true.sum_per_codebook[k], model_true.count_per_codebook[k]) for k in range(K)]
+    uni_k = [safe_div(unigram.sum_per_codebook[k], unigram.count_per_codebook[k]) for k in range(K)]
+    n_targets = int(model_true.count_per_codebook.sum())
+    ce = safe_div(float(model_true.sum_per_codebook.sum()), n_targets)
+    uni = safe_div(float(unigram.sum_per_codebook.sum()), n_targets)
+    per_clip_true = model_true.sum_per_example / model_true.count_per_example  # [N] mean CE per clip
+    per_clip_shuf = model_shuf.sum_per_example / model_shuf.count_per_example  # [N]
+    gain, lo, hi = bootstrap_mean_ci(per_clip_shuf - per_clip_true, n_bootstrap, seed)
+    return EvalReport(
+        step=step, n_clips=len(per_clip_true), n_code_targets=n_targets, ce=ce, ce_per_codebook=ce_k,
+        ppl_per_codebook=[math.exp(x) if math.isfinite(x) else float("nan") for x in ce_k],
+        end_ce=safe_div(end_ce_sum, end_count), unigram_ce=uni, unigram_ce_per_codebook=uni_k,
+        rel_to_unigram_pct=100.0 * (uni - ce) / uni, ce_shuffled=safe_div(float(model_shuf.sum_per_codebook.sum()), n_targets),
+        caption_gain=gain, caption_gain_lo=lo, caption_gain_hi=hi,
+    )
+
+
+def learning_check_text(r: EvalReport, *, target_rel_pct: float = 10.0) -> str:
+    """The human-readable block printed at the end of training (honest: the figures decide PASS/FAIL)."""
+    rel_ok = r.rel_to_unigram_pct >= target_rel_pct
+    gain_ok = r.caption_gain_lo > 0.0
+    lines = [
+        "=" * 72,
+        f"LEARNING CHECK (held-out split, step {r.step}, {r.n_clips} clips, {r.n_code_targets} code targets)",
+        f"  audio CE      {r.ce:.4f} nats/code   unigram baseline {r.unigram_ce:.4f}   "
+        f"-> {r.rel_to_unigram_pct:+.1f}% vs unigram  [{'PASS' if rel_ok else 'FAIL'}: target >= {target_rel_pct:.0f}% under]",
+        "  per codebook  " + "  ".join(f"k{k}: {c:.3f} (uni {u:.3f}, ppl {p:.1f})" for k, (c, u, p) in
+                                       enumerate(zip(r.ce_per_codebook, r.unigram_ce_per_codebook, r.ppl_per_codebook))),
+        f"  END CE        {r.end_ce:.4f}",
+        f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
+        f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{'PASS' if gain_ok else 'FAIL'}: interval above 0]",
+        "=" * 72,
+    ]
+    return "\n".join(lines)

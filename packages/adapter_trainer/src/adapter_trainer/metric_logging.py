@@ -1,0 +1,87 @@
+"""Metric loggers behind one small Protocol (torchtune style): JSONL, TensorBoard, and a fan-out of both."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+Scalar = float | int
+
+
+@runtime_checkable
+class MetricLogger(Protocol):
+    """Anything that takes a dict of scalars at a step."""
+
+    def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonlLogger:
+    """One JSON object per call, `{"step": N, **payload}`, appended to `path` (flushed every line).
+
+    On resume pass `truncate_after_step=S`: records with step > S (written after the checkpoint we resume
+    from, by a run that then died) are dropped so the file reads as one continuous run.
+    """
+
+    def __init__(self, path: str | Path, truncate_after_step: int | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_after_step is not None and self.path.exists():
+            kept = [ln for ln in self.path.read_text().splitlines()
+                    if ln.strip() and json.loads(ln)["step"] <= truncate_after_step]
+            self.path.write_text("".join(ln + "\n" for ln in kept))
+        elif truncate_after_step is None and self.path.exists():
+            self.path.unlink()  # fresh run in an existing dir: start a fresh file
+        self._f = self.path.open("a", encoding="utf-8")
+
+    def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None:
+        record = {"step": int(step)}
+        for k, v in payload.items():
+            v = float(v)
+            record[k] = v if math.isfinite(v) else str(v)  # JSON has no NaN/inf: keep them readable
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+class TensorBoardLogger:
+    """`SummaryWriter.add_scalar` per key; view with `tensorboard --logdir <log_dir>`."""
+
+    def __init__(self, log_dir: str | Path, purge_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # imported lazily: pulls in tensorboard
+
+        # purge_step drops events at or after it (left by a run that died after its last checkpoint)
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+
+    def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None:
+        for k, v in payload.items():
+            self._writer.add_scalar(k, float(v), global_step=int(step))
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class FanOutLogger:
+    """Sends every call to each logger in order."""
+
+    def __init__(self, loggers: Sequence[MetricLogger]) -> None:
+        self.loggers = list(loggers)
+
+    def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None:
+        for lg in self.loggers:
+            lg.log_dict(payload, step)
+
+    def close(self) -> None:
+        for lg in self.loggers:
+            lg.close()
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """All records of a metrics.jsonl file (for plots and tests)."""
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
