@@ -171,6 +171,17 @@ class ShardTarWriter:
             self.partial.unlink(missing_ok=True)
 
 
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}, to name exactly which fingerprint keys changed."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 class ProgressStore:
     """`<out>/.progress/`: the config fingerprint and one record per completed shard."""
 
@@ -193,7 +204,8 @@ class ProgressStore:
                 )
             old = json.loads(fp_path.read_text())
             if old != fingerprint:
-                changed = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+                a, b = _flatten(old), _flatten(fingerprint)
+                changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 raise PipelineError(
                     f"out_dir {self.out_dir} holds shards from a different config (changed: {', '.join(changed)}); "
                     "pass overwrite=true to delete them and start over, or choose another out_dir"

@@ -1,0 +1,76 @@
+"""The Hydra CLI as users run it (subprocesses), and every YAML composed against the schema."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenizer_pipeline.cli import PipelineConfig, config_from_overrides
+from tokenizer_pipeline.conf_dir import find_conf_dir
+
+from pipeline_fixtures import REPO
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_explain_and_missing_audio_dir_exit_2(tmp_path: Path) -> None:
+    r = _run(["-m", "tokenizer_pipeline", "--explain"], tmp_path)
+    assert r.returncode == 2 and "make shards DATA=" in r.stdout and "make demo-shards" in r.stdout
+    assert "{ytid}" in r.stdout
+    r = _run(["-m", "tokenizer_pipeline", "out_dir=x"], tmp_path)
+    assert r.returncode == 2 and "audio_dir is required" in r.stderr and "make demo-shards" in r.stderr
+
+
+def test_cli_end_to_end_then_verify(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    work = tmp_path / "launch"
+    work.mkdir()
+    args = ["-m", "tokenizer_pipeline", f"csv={csv_path}", f"audio_dir={audio_dir}", "out_dir=shards",
+            f"codec.name_or_path={tiny_codec}", "codec.device=cpu", "shard.max_samples=4", "min_seconds=0.5"]  # fmt: skip
+    r = _run(args, work)
+    assert r.returncode == 0, r.stderr
+    assert "train: 4 encoded, 0 failed" in r.stdout
+    assert sorted(p.name for p in work.iterdir()) == ["shards"]  # relative to launch dir; no outputs/ or .hydra litter
+    m = json.loads((work / "shards/manifest.json").read_text())
+    assert m["config"]["shard"]["max_samples"] == 4 and m["config"]["out_dir"] == "shards"
+    r = _run(["-m", "tokenizer_pipeline.verify", "shards"], work)
+    assert r.returncode == 0 and r.stdout.startswith("OK shards: 2 shards, 7 samples")
+    # a changed config into the same directory is refused with the fix
+    r = _run([*args, "shard.max_samples=2"], work)
+    assert r.returncode == 1 and "overwrite=true" in r.stderr
+    # corrupt a shard: verify exits non-zero and names it
+    tar = work / "shards/train/shard-000000.tar"
+    tar.write_bytes(tar.read_bytes()[:-1024])
+    r = _run(["-m", "tokenizer_pipeline.verify", "shards"], work)
+    assert r.returncode == 1 and "train/shard-000000.tar" in r.stderr
+
+
+@pytest.mark.parametrize("overrides", [["audio_dir=/a"], ["+preset=demo"]])
+def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
+    cfg = config_from_overrides(overrides)
+    assert isinstance(cfg, PipelineConfig)
+    assert cfg.codec.dtype == "float32" and cfg.max_failure_fraction == 0.5 and cfg.overwrite is False
+    assert cfg.audio_ext[0] == "wav" and cfg.crop_to_window is False
+    if overrides == ["+preset=demo"]:
+        assert cfg.csv == "build/demo/corpus/musiccaps-subset.csv" and cfg.audio_dir == "build/demo/corpus"
+        assert cfg.codec.name_or_path == "build/demo/codec" and cfg.out_dir == "build/demo/shards"
+        assert cfg.shard.max_samples == 32
+    else:
+        assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
+    yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
+    assert yamls == ["preset/demo.yaml", "shards.yaml"]  # a new YAML must be added to this test
+    assert find_conf_dir() == REPO / "conf" / "tokenizer_pipeline"
+
+
+def test_unknown_key_is_rejected() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="batchsize"):
+        config_from_overrides(["audio_dir=/a", "codec.batchsize=3"])
+    with pytest.raises(ConfigCompositionException, match="batch_size"):
+        config_from_overrides(["audio_dir=/a", "codec.batch_size=many"])

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tokenizer_pipeline.musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
+
+from pipeline_fixtures import MUSICCAPS_CSV
+
+HEADER = "ytid,start_s,end_s,audioset_positive_labels,aspect_list,caption,author_id,is_balanced_subset,is_audioset_eval\n"
+
+
+def test_real_csv_rows_splits_and_types() -> None:
+    rows = list(read_musiccaps_csv(MUSICCAPS_CSV))
+    assert len(rows) == 5521
+    assert Counter(r.split for r in rows) == {"eval": 2858, "train": 2663}
+    assert len({r.ytid for r in rows}) == 5521
+    assert any(r.ytid.startswith("-") for r in rows)
+    first = rows[0]
+    assert first == ClipRow(
+        ytid="-0Gj8-vB1q4", start_s=30.0, end_s=40.0,
+        audioset_positive_labels=("/m/0140xf", "/m/02cjck", "/m/04rlf"),
+        aspect_list=("low quality", "sustained strings melody", "soft female vocal", "mellow piano melody",
+                     "sad", "soulful", "ballad"),
+        caption=first.caption, author_id=4, is_balanced_subset=False, is_audioset_eval=True, split="eval", csv_row=2,
+    )  # fmt: skip
+    assert first.caption.startswith("The low quality recording features a ballad")
+    # csv_row is the physical line a row starts on; multi-line captions make it exceed the row index
+    assert rows[1].csv_row == 3 and all(b.csv_row > a.csv_row for a, b in zip(rows, rows[1:]))
+    assert rows[-1].csv_row > 5522
+    with pytest.raises(AttributeError):
+        first.ytid = "x"  # type: ignore[misc]
+
+
+def test_configurable_split_names_and_column() -> None:
+    rows = list(read_musiccaps_csv(MUSICCAPS_CSV, train_name="tr", eval_name="te", eval_column="is_balanced_subset"))
+    assert {r.split for r in rows} == {"tr", "te"}
+    assert all((r.split == "te") == r.is_balanced_subset for r in rows)
+    with pytest.raises(ValueError, match="is_audioset_eval"):
+        list(read_musiccaps_csv(MUSICCAPS_CSV, eval_column="caption"))
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "column"),
+    [
+        ('abcdefghijk,30,40,"/m/1","[\'a\', \'b\'",cap,4,False,True\n', "aspect_list"),
+        ('abcdefghijk,thirty,40,"/m/1","[\'a\']",cap,4,False,True\n', "start_s"),
+        ('abcdefghijk,30,40,"/m/1","[\'a\']",cap,4,Maybe,True\n', "is_balanced_subset"),
+        ('abcdefghijk,30,40,"/m/1","__import__(\'os\')",cap,4,False,True\n', "aspect_list"),
+    ],
+)
+def test_malformed_row_names_file_row_and_column(tmp_path: Path, bad_row: str, column: str) -> None:
+    good = 'goodgoodgoo,0,10,"/m/1","[\'x\']","multi\nline caption",1,True,False\n'
+    p = tmp_path / "bad.csv"
+    p.write_text(HEADER + good + bad_row, encoding="utf-8")
+    with pytest.raises(CsvRowError) as ei:
+        list(read_musiccaps_csv(p))
+    assert ei.value.csv_row == 4  # header line 1, the good row spans lines 2-3
+    assert f"{p}:4" in str(ei.value) and column in str(ei.value)
+
+
+def test_too_few_fields_and_missing_file(tmp_path: Path) -> None:
+    p = tmp_path / "short.csv"
+    p.write_text(HEADER + "abcdefghijk,30,40\n", encoding="utf-8")
+    with pytest.raises(CsvRowError, match=r"short.csv:2: column 'audioset_positive_labels' is missing"):
+        list(read_musiccaps_csv(p))
+    with pytest.raises(FileNotFoundError, match="csv="):
+        list(read_musiccaps_csv(tmp_path / "nope.csv"))
