@@ -148,13 +148,14 @@ def musicgen_small_layout_config(decoder: dict) -> MusicgenConfig:
     return MusicgenConfig(text_encoder=text_encoder, audio_encoder=audio_encoder, decoder=decoder)
 
 
-def write_llm(out_dir: Path, seed: int) -> Path:
-    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm."""
+def write_llm(out_dir: Path, seed: int, with_tokenizer: bool = True) -> Path:
+    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the ~5 s conversion)."""
     llm_dir = out_dir / "llm"
     torch.manual_seed(seed)
     model = LlamaForCausalLM(tiny_llama_config()).eval()
     model.save_pretrained(llm_dir, safe_serialization=True)
-    build_llama3_tokenizer().save_pretrained(llm_dir)
+    if with_tokenizer:
+        build_llama3_tokenizer().save_pretrained(llm_dir)
     return llm_dir
 
 

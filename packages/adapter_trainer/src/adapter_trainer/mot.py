@@ -1,11 +1,34 @@
-"""Mixture-of-Transformers adapter. INTERFACE STUB (to be implemented); names/shapes are the contract with recipe.py."""
+"""Mixture-of-Transformers adapter: a frozen Llama whose audio positions get MusicGen's FFNs as experts.
+
+Per Llama layer l (names/shapes here are the contract with recipe.py):
+
+    x ─ input_layernorm ─ self_attn (Llama's own, shared by text and audio; frozen, optional LoRA on q/v) ─ + ─┐
+    ┌───────────────────────────────────────────────────────────────────────────────────────────────────────┘
+    ├ text positions : post_attention_layernorm ─ Llama MLP (frozen) ─────────────────────────────────────── +
+    └ audio positions: RMSNorm(d_llm) ─ down d_llm→d_audio ─ MusicGen layer m(l) FFN block
+                       (final_layer_norm, fc1, act, fc2; frozen by default) ─ up d_audio→d_llm (ZERO init) ───── +
+
+Routing is index_select / index_copy over the flattened [B*S] positions: each MLP runs only on its own rows.
+At init the up adapters are zero, so the model equals the frozen LLM at every text position.
+
+Inputs: tokens [B, S, J] combined-vocab ids (token_layout), is_audio [B, S]. Audio positions embed through one
+table over the audio range (K*C codes + START/END/PAD), summing the J slot embeddings (delay: J = K).
+Heads (audio positions only): delay -> K heads over C + 1 (codes of codebook k, then AUDIO_END);
+flatten -> one head over K*C + 1 (code (k, c) at k*C + c, then AUDIO_END).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from transformers import LlamaForCausalLM, MusicgenForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from adapter_trainer.lora import add_lora
+from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, n_slots
 
 
 @dataclass
@@ -30,11 +53,329 @@ class LossOutput:
     end_count: torch.Tensor  # []
 
 
-class MoTAdapterModel(nn.Module):
-    """forward(tokens [B,S,J], is_audio [B,S]) -> logits; compute_loss(batch) -> LossOutput."""
+def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
+    """Evenly spaced: m(l) = round(l * (M - 1) / (L - 1)); 16 -> 24 gives 0, 2, 3, 5, ..., 23."""
+    if n_llm_layers == 1:
+        return [0]
+    return [round(l * (n_audio_layers - 1) / (n_llm_layers - 1)) for l in range(n_llm_layers)]
 
-    def __init__(self, llm, audio_lm, vocab, pattern: str, cfg: MoTConfig): ...
-    def forward(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor: ...
-    def compute_loss(self, batch) -> LossOutput: ...
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]: ...
-    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+class AudioExpert(nn.Module):
+    """Audio FFN of one MoT layer: RMSNorm(d_llm) -> down -> MusicGen FFN block -> up (zero init).
+
+    The MusicGen block (final_layer_norm, fc1, activation, fc2) is referenced, not copied: several
+    MoT layers may share one MusicGen layer when the LLM is deeper than the audio LM.
+    """
+
+    def __init__(self, d_llm: int, d_audio: int, eps: float, musicgen_layer: nn.Module, norm_init: torch.Tensor) -> None:
+        super().__init__()
+        w = norm_init
+        self.norm = LlamaRMSNorm(d_llm, eps=eps).to(device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            self.norm.weight.copy_(norm_init)  # start from the LLM's own post-attention norm scale
+        self.down = nn.Linear(d_llm, d_audio, bias=False, device=w.device, dtype=w.dtype)
+        self.ffn_norm = musicgen_layer.final_layer_norm  # LayerNorm(d_audio), MusicGen's
+        self.fc1 = musicgen_layer.fc1  # d_audio -> ffn_dim
+        self.act = musicgen_layer.activation_fn
+        self.fc2 = musicgen_layer.fc2  # ffn_dim -> d_audio
+        self.up = nn.Linear(d_audio, d_llm, bias=False, device=w.device, dtype=w.dtype)
+        nn.init.zeros_(self.up.weight)  # the expert contributes exactly 0 at init
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h [N, d_llm] (audio rows, post-attention residual stream) -> update [N, d_llm]."""
+        a = self.down(self.norm(h))  # [N, d_audio]
+        a = self.fc2(self.act(self.fc1(self.ffn_norm(a))))  # [N, d_audio]
+        return self.up(a)  # [N, d_llm]
+
+
+class MoTLayer(nn.Module):
+    """One Llama decoder layer with a second (audio) FFN path."""
+
+    def __init__(self, llm_layer: nn.Module, expert: AudioExpert) -> None:
+        super().__init__()
+        self.llm_layer = llm_layer  # LlamaDecoderLayer (frozen; attention may carry LoRA)
+        self.audio = expert
+
+    def forward(
+        self,
+        h: torch.Tensor,  # [B, S, D]
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [1, S, head_dim]
+        idx_text: torch.Tensor,  # [N_text] rows of the flattened [B*S]
+        idx_audio: torch.Tensor,  # [N_audio]
+    ) -> torch.Tensor:
+        layer = self.llm_layer
+        B, S, D = h.shape
+        # Causal sdpa with no mask: batches are right-padded, so pads only follow real tokens and no real
+        # token attends to a pad. (A pad position's own output is garbage and never gets a label.)
+        attn, _ = layer.self_attn(
+            hidden_states=layer.input_layernorm(h), position_embeddings=position_embeddings, attention_mask=None
+        )  # [B, S, D]
+        h = h + attn  # [B, S, D]
+        flat = h.reshape(B * S, D)  # [B, S, D] -> [B*S, D]
+        delta = torch.zeros_like(flat)  # [B*S, D]
+        if idx_text.numel():
+            t = flat.index_select(0, idx_text)  # [N_text, D]
+            delta = delta.index_copy(0, idx_text, layer.mlp(layer.post_attention_layernorm(t)).to(flat.dtype))
+        if idx_audio.numel():
+            a = flat.index_select(0, idx_audio)  # [N_audio, D]
+            delta = delta.index_copy(0, idx_audio, self.audio(a).to(flat.dtype))
+        return (flat + delta).reshape(B, S, D)  # [B*S, D] -> [B, S, D]
+
+
+class MoTAdapterModel(nn.Module):
+    """forward(tokens [B,S,J], is_audio [B,S]) -> logits; compute_loss(batch) -> LossOutput.
+
+    Args:
+        llm: LlamaForCausalLM (frozen; LoRA is added in place on q_proj/v_proj when cfg.lora_rank > 0).
+        audio_lm: MusicgenForCausalLM decoder; its FFN blocks, lm_heads and final layer_norm are referenced.
+        vocab: the combined vocabulary (token_layout.AudioVocab).
+        pattern: "delay" or "flatten".
+        cfg: MoTConfig.
+
+    Raises:
+        ValueError: sizes of vocab / layer_map / init names that do not match the models (message says which).
+    """
+
+    def __init__(self, llm: LlamaForCausalLM, audio_lm: MusicgenForCausalLM, vocab: AudioVocab, pattern: str, cfg: MoTConfig):
+        super().__init__()
+        lcfg, acfg = llm.config, audio_lm.config
+        K, C = vocab.n_codebooks, vocab.codebook_size
+        if (acfg.num_codebooks, acfg.vocab_size) != (K, C):
+            raise ValueError(
+                f"audio LM has {acfg.num_codebooks} codebooks x {acfg.vocab_size} codes but the vocab/shards have "
+                f"{K} x {C}; use shards encoded with the audio LM's codec (n_codebooks/codebook_size must match)"
+            )
+        if vocab.text_vocab_size > lcfg.vocab_size:
+            raise ValueError(
+                f"vocab.text_vocab_size={vocab.text_vocab_size} exceeds the LLM's vocab_size={lcfg.vocab_size}; "
+                f"build AudioVocab with the LLM's tokenizer size"
+            )
+        self.n_slots = n_slots(pattern, K)  # validates the pattern name
+        for name in ("audio_embed_init", "audio_head_init"):
+            if getattr(cfg, name) not in ("musicgen", "random"):
+                raise ValueError(f"MoTConfig.{name}={getattr(cfg, name)!r}; allowed: ['musicgen', 'random']")
+        self.vocab, self.pattern, self.cfg = vocab, pattern, cfg
+        L, M = lcfg.num_hidden_layers, acfg.num_hidden_layers
+        layer_map = list(cfg.layer_map) if cfg.layer_map is not None else default_layer_map(L, M)
+        if len(layer_map) != L or not all(0 <= m < M for m in layer_map):
+            raise ValueError(
+                f"layer_map={layer_map} must have one entry per LLM layer ({L}) with values in [0, {M}); "
+                f"leave it null for an evenly spaced map"
+            )
+        self.layer_map = layer_map
+        d_llm, d_audio = lcfg.hidden_size, acfg.hidden_size
+        self.d_llm, self.d_audio = d_llm, d_audio
+        ref = llm.model.embed_tokens.weight
+        dev, dt = ref.device, ref.dtype
+
+        # Freeze everything that comes from the pretrained models; new modules below are trainable.
+        llm.requires_grad_(False)
+        audio_lm.requires_grad_(False)
+        audio_lm.to(device=dev, dtype=dt)
+        self.llm = llm
+        if cfg.lora_rank > 0:
+            for layer in llm.model.layers:
+                add_lora(layer.self_attn, ("q_proj", "v_proj"), cfg.lora_rank, cfg.lora_alpha)
+        mg_layers = audio_lm.model.decoder.layers
+        self.layers = nn.ModuleList(
+            MoTLayer(
+                llm.model.layers[l],
+                AudioExpert(d_llm, d_audio, lcfg.rms_norm_eps, mg_layers[layer_map[l]], llm.model.layers[l].post_attention_layernorm.weight.detach()),
+            )
+            for l in range(L)
+        )
+        for layer in self.layers:
+            for mod in (layer.audio.ffn_norm, layer.audio.fc1, layer.audio.fc2):
+                mod.requires_grad_(not cfg.freeze_audio_ffn)
+
+        text_std = float(ref.detach().float().std())
+        n_codes = vocab.n_codes
+        # ---- audio embeddings: one table over the audio range [V, V + K*C + 3)
+        if cfg.audio_embed_init == "musicgen":
+            codes = torch.cat([e.weight.detach()[:C] for e in audio_lm.model.decoder.embed_tokens], dim=0)  # [K*C, d_audio]
+            self.code_embed = nn.Parameter(codes.clone(), requires_grad=False)  # frozen MusicGen rows
+            self.embed_adapter = nn.Linear(d_audio, d_llm, bias=False, device=dev, dtype=dt)  # trainable
+            with torch.no_grad():  # scale so mapped code embeddings have the text embeddings' std
+                sample = self.embed_adapter(codes[:: max(1, n_codes // 1024)])  # [<=1024, d_llm]
+                self.embed_adapter.weight.mul_(text_std / max(float(sample.float().std()), 1e-8))
+            self.special_embed = nn.Parameter(torch.randn(3, d_llm, device=dev, dtype=dt) * cfg.random_init_scale * text_std)  # [3, d_llm] START, END, PAD
+        else:
+            self.audio_embed = nn.Embedding(vocab.n_audio_ids, d_llm, device=dev, dtype=dt)
+            nn.init.normal_(self.audio_embed.weight, std=cfg.random_init_scale * text_std)
+
+        # ---- heads (audio positions): delay K x (C + 1), flatten 1 x (K*C + 1)
+        self.n_heads = K if pattern == "delay" else 1
+        self.head_size = C + 1 if pattern == "delay" else n_codes + 1
+        if cfg.audio_head_init == "musicgen":
+            self.out_adapter = nn.Linear(d_llm, d_audio, bias=False, device=dev, dtype=dt)  # trainable
+            # MusicGen's lm_heads read hidden states after its final LayerNorm, so the adapter output goes through it
+            # (frozen) before the frozen lm_heads.
+            self.audio_out_norm = audio_lm.model.decoder.layer_norm
+            self.lm_heads = audio_lm.lm_heads  # K x Linear(d_audio, C), frozen
+            self.end_head = nn.Parameter(torch.randn(self.n_heads, d_audio, device=dev, dtype=dt) * 0.02)  # [H, d_audio]
+        else:
+            self.head = nn.Linear(d_llm, self.n_heads * self.head_size, bias=False, device=dev, dtype=dt)
+            nn.init.normal_(self.head.weight, std=0.02 * cfg.random_init_scale / 0.1)
+
+    # ------------------------------------------------------------------------------------------- embeddings
+    def embed(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
+        """tokens [B, S, J], is_audio [B, S] -> input embeddings [B, S, D]."""
+        B, S, J = tokens.shape
+        if J != self.n_slots:
+            raise ValueError(f"tokens have J={J} slots but pattern={self.pattern!r} needs {self.n_slots}")
+        V = self.vocab.text_vocab_size
+        text_ids = torch.where(is_audio, torch.zeros_like(tokens[..., 0]), tokens[..., 0])  # [B, S]
+        h = self.llm.model.embed_tokens(text_ids)  # [B, S, D]
+        flat = h.reshape(B * S, self.d_llm)  # [B*S, D]
+        idx_audio = is_audio.reshape(-1).nonzero().squeeze(1)  # [N_audio]
+        if idx_audio.numel() == 0:
+            return h
+        local = tokens.reshape(B * S, J).index_select(0, idx_audio) - V  # [N_audio, J] in [0, K*C + 3)
+        if self.cfg.audio_embed_init == "musicgen":
+            n_codes = self.vocab.n_codes
+            is_code = local < n_codes  # [N_audio, J]
+            code_vec = self.code_embed[local.clamp(max=n_codes - 1)] * is_code[..., None]  # [N_audio, J, d_audio]
+            spec_vec = self.special_embed[(local - n_codes).clamp(min=0)] * (~is_code)[..., None]  # [N_audio, J, D]
+            # The adapter is linear (no bias): summing the slots before or after it is the same.
+            emb = self.embed_adapter(code_vec.sum(1)) + spec_vec.sum(1)  # [N_audio, D]
+        else:
+            emb = self.audio_embed(local).sum(1)  # [N_audio, J, D] -> [N_audio, D]
+        return flat.index_copy(0, idx_audio, emb.to(flat.dtype)).reshape(B, S, self.d_llm)  # [B, S, D]
+
+    def _check_ids(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> None:
+        V, n = self.vocab.text_vocab_size, self.vocab.n_audio_ids
+        first = tokens[..., 0]  # [B, S]
+        bad_text = (~is_audio) & ((first < 0) | (first >= V))
+        bad_audio = is_audio[..., None] & ((tokens < V) | (tokens >= V + n))
+        if bool(bad_text.any()) or bool(bad_audio.any()):
+            raise ValueError(
+                f"token ids do not match is_audio: text ids must be in [0, {V}), audio ids in [{V}, {V + n}); "
+                f"build batches with token_layout.encode_example/collate and a pad_id < {V}"
+            )
+
+    # -------------------------------------------------------------------------------------------- trunk
+    def hidden_states(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
+        """tokens [B, S, J], is_audio [B, S] -> final-normed hidden states [B, S, D]."""
+        self._check_ids(tokens, is_audio)
+        B, S, _ = tokens.shape
+        h = self.embed(tokens, is_audio)  # [B, S, D]
+        position_ids = torch.arange(S, device=h.device)[None]  # [1, S]
+        position_embeddings = self.llm.model.rotary_emb(h, position_ids=position_ids)  # cos, sin [1, S, head_dim]
+        flat_audio = is_audio.reshape(-1)  # [B*S]
+        idx_audio = flat_audio.nonzero().squeeze(1)  # [N_audio]
+        idx_text = (~flat_audio).nonzero().squeeze(1)  # [N_text]
+        for layer in self.layers:
+            h = layer(h, position_embeddings, idx_text, idx_audio)  # [B, S, D]
+        return self.llm.model.norm(h)  # [B, S, D]
+
+    def audio_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [N, D] final-normed hidden states of audio positions -> logits [N, H, head_size].
+
+        H = K (delay; head k = C codes of codebook k then AUDIO_END) or 1 (flatten; K*C codes then AUDIO_END).
+        """
+        N = h.shape[0]
+        if self.cfg.audio_head_init == "random":
+            return self.head(h).reshape(N, self.n_heads, self.head_size)  # [N, H*size] -> [N, H, size]
+        a = self.audio_out_norm(self.out_adapter(h))  # [N, d_audio]
+        codes = torch.stack([head(a) for head in self.lm_heads], dim=1)  # [N, K, C]
+        end = a @ self.end_head.to(a.dtype).T  # [N, H]
+        if self.pattern == "delay":
+            return torch.cat([codes, end[..., None]], dim=-1)  # [N, K, C + 1]
+        return torch.cat([codes.reshape(N, 1, -1), end[..., None]], dim=-1)  # [N, K, C] -> [N, 1, K*C + 1]
+
+    def forward(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
+        """tokens [B, S, J], is_audio [B, S] -> logits [B, S, H, head_size]; text positions hold zeros.
+
+        delay: [B, S, K, C + 1]; flatten: [B, S, 1, K*C + 1].
+        """
+        B, S, _ = tokens.shape
+        h = self.hidden_states(tokens, is_audio)  # [B, S, D]
+        idx_audio = is_audio.reshape(-1).nonzero().squeeze(1)  # [N_audio]
+        logits_a = self.audio_logits(h.reshape(B * S, -1).index_select(0, idx_audio))  # [N_audio, H, size]
+        out = logits_a.new_zeros(B * S, self.n_heads, self.head_size)  # [B*S, H, size]
+        return out.index_copy(0, idx_audio, logits_a).reshape(B, S, self.n_heads, self.head_size)  # [B, S, H, size]
+
+    # --------------------------------------------------------------------------------------------- loss
+    def local_targets(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Global label ids [..., J] -> (head-local targets [..., J] with IGNORE_INDEX kept, codebook [..., J]).
+
+        codebook is k for code targets, -1 for AUDIO_END and ignored targets.
+        """
+        V, C, K = self.vocab.text_vocab_size, self.vocab.codebook_size, self.vocab.n_codebooks
+        rel = labels - V  # [..., J]
+        is_end = labels == self.vocab.audio_end
+        is_code = (rel >= 0) & (rel < K * C)
+        ignored = labels == IGNORE_INDEX
+        if bool((~(is_end | is_code | ignored)).any()):
+            raise ValueError("labels must be code ids, AUDIO_END or IGNORE_INDEX (text/START/PAD never are targets)")
+        book = torch.where(is_code, rel // C, torch.full_like(rel, -1))  # [..., J]
+        if self.pattern == "delay":
+            slot = torch.arange(K, device=labels.device)
+            if bool((is_code & (book != slot)).any()):
+                raise ValueError("delay labels: slot k must hold codes of codebook k (see token_layout.DelayPattern)")
+            local = torch.where(is_code, rel - book * C, torch.full_like(rel, C))  # [..., K]; END -> C
+        else:
+            local = torch.where(is_code, rel, torch.full_like(rel, K * C))  # [..., 1]; END -> K*C
+        local = torch.where(ignored, torch.full_like(local, IGNORE_INDEX), local)
+        return local, book
+
+    def compute_loss(self, batch) -> LossOutput:
+        """CE over code and AUDIO_END targets of a token_layout.Batch (tokens/labels [B, S, J], is_audio [B, S]).
+
+        Heads run only on positions that have a target, so text positions never produce logits.
+        """
+        tokens, is_audio, labels = batch.tokens, batch.is_audio, batch.labels
+        B, S, J = labels.shape
+        K = self.vocab.n_codebooks
+        # The loss mask is the audio positions: a label at a text position (token_layout never writes one) is ignored.
+        labels = torch.where(is_audio[..., None], labels, torch.full_like(labels, IGNORE_INDEX))  # [B, S, J]
+        has_label = (labels != IGNORE_INDEX).any(-1)  # [B, S]
+        h = self.hidden_states(tokens, is_audio)  # [B, S, D]
+        idx = has_label.reshape(-1).nonzero().squeeze(1)  # [N]
+        logits = self.audio_logits(h.reshape(B * S, -1).index_select(0, idx)).float()  # [N, H, size]
+        local, book = self.local_targets(labels.reshape(B * S, J).index_select(0, idx))  # [N, J], [N, J]
+        ce = F.cross_entropy(
+            logits.reshape(-1, self.head_size), local.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
+        ).reshape(local.shape)  # [N*J] -> [N, J]
+        valid = local != IGNORE_INDEX  # [N, J]
+        is_code = book >= 0  # [N, J]
+        is_end = valid & ~is_code
+        n_valid = valid.sum()
+        loss = (ce * valid).sum() / n_valid.clamp(min=1)  # [] (0 with a graph when there is no target)
+
+        ce_d = ce.detach()
+        example = (idx // S)[:, None].expand_as(book)  # [N, J] batch row of each target
+        ce_book = torch.zeros(K, device=ce.device).index_add(0, book[is_code], ce_d[is_code])  # [K]
+        n_book = torch.zeros(K, dtype=torch.long, device=ce.device).index_add(0, book[is_code], torch.ones_like(book[is_code]))
+        ce_ex = torch.zeros(B, device=ce.device).index_add(0, example[is_code], ce_d[is_code])  # [B]
+        n_ex = torch.zeros(B, dtype=torch.long, device=ce.device).index_add(0, example[is_code], torch.ones_like(book[is_code]))
+        return LossOutput(
+            loss=loss,
+            ce_sum_per_codebook=ce_book,
+            count_per_codebook=n_book,
+            ce_sum_per_example=ce_ex,
+            count_per_example=n_ex,
+            end_ce_sum=ce_d[is_end].sum(),
+            end_count=is_end.sum(),
+        )
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Only the trainable tensors (adapters, audio norms/embeddings/heads, LoRA), detached, by stable name."""
+        return {name: p.detach().clone() for name, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load what trainable_state_dict wrote; refuses missing/unexpected names and shape changes."""
+        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+        if missing or unexpected:
+            raise ValueError(
+                f"adapter checkpoint does not match this model: missing {missing[:8]}, unexpected {unexpected[:8]}; "
+                f"resume with the same model config (pattern, lora_rank, init choices, freeze_audio_ffn)"
+            )
+        for name, p in params.items():
+            if tuple(state[name].shape) != tuple(p.shape):
+                raise ValueError(f"adapter tensor {name}: checkpoint shape {tuple(state[name].shape)} != model {tuple(p.shape)}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(state[name].to(device=p.device, dtype=p.dtype))
