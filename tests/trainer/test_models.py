@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-from adapter_trainer.demo_models import write_demo_models, write_musicgen
+from adapter_trainer.demo_models import write_demo_models, write_llm, write_musicgen
 from adapter_trainer.model_builders import (
     llama3_2_1b_config,
     load_llm,
@@ -75,6 +75,9 @@ def test_demo_models_deterministic(demo: dict[str, Path], tmp_path: Path) -> Non
     assert all(torch.equal(ref[k], same[k]) for k in ref)
     assert any(not torch.equal(ref[k], diff[k]) for k in ref)
     assert "random" in (demo["llm"].parent / "README.md").read_text()
+    llm_ref = load_file(str(demo["llm"] / "model.safetensors"))
+    llm_again = load_file(str(write_llm(tmp_path / "c", seed=0, with_tokenizer=False) / "model.safetensors"))
+    assert llm_ref.keys() == llm_again.keys() and all(torch.equal(llm_ref[k], llm_again[k]) for k in llm_ref)
 
 
 def test_musicgen_composite_layout_loads_decoder_only(demo: dict[str, Path]) -> None:

@@ -215,7 +215,7 @@ class MoTAdapterModel(nn.Module):
             self.end_head = nn.Parameter(torch.randn(self.n_heads, d_audio, device=dev, dtype=dt) * 0.02)  # [H, d_audio]
         else:
             self.head = nn.Linear(d_llm, self.n_heads * self.head_size, bias=False, device=dev, dtype=dt)
-            nn.init.normal_(self.head.weight, std=0.02 * cfg.random_init_scale / 0.1)
+            nn.init.normal_(self.head.weight, std=0.02)  # small: near-uniform logits at init
 
     # ------------------------------------------------------------------------------------------- embeddings
     def embed(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
