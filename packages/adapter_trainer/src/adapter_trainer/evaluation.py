@@ -195,7 +195,8 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = 10.0) -> str:
         f"-> {r.rel_to_unigram_pct:+.1f}% vs unigram  [{'PASS' if rel_ok else 'FAIL'}: target >= {target_rel_pct:.0f}% under]",
         "  per codebook  " + "  ".join(f"k{k}: {c:.3f} (uni {u:.3f}, ppl {p:.1f})" for k, (c, u, p) in
                                        enumerate(zip(r.ce_per_codebook, r.unigram_ce_per_codebook, r.ppl_per_codebook))),
-        f"  END CE        {r.end_ce:.4f}",
+        f"  END CE        {r.end_ce:.4f}" + ("  (no eval clip ends inside the eval window: raise data.max_seq_len)"
+                                              if not math.isfinite(r.end_ce) else ""),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
         f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{'PASS' if gain_ok else 'FAIL'}: interval above 0]",
         "=" * 72,

@@ -96,10 +96,7 @@ def check_precision(precision: str, device: torch.device) -> None:
 
 
 class WarmupCosine:
-    """LR factor: linear warmup to 1 over `warmup` steps, then cosine to `min_ratio` at `max_steps`.
-
-    A callable object (not a lambda) so LambdaLR.state_dict() stores its fields.
-    """
+    """LR factor: linear warmup to 1 over `warmup` steps, then cosine to `min_ratio` at `max_steps`."""
 
     def __init__(self, warmup: int, max_steps: int, min_ratio: float) -> None:
         self.warmup, self.max_steps, self.min_ratio = warmup, max_steps, min_ratio
@@ -201,8 +198,10 @@ class MoTAdapterRecipe:
             [{"params": decay, "weight_decay": cfg.optimizer.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=cfg.optimizer.lr, betas=(cfg.optimizer.betas[0], cfg.optimizer.betas[1]),
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, WarmupCosine(cfg.optimizer.warmup_steps, self.max_steps, cfg.optimizer.min_lr_ratio))
+        schedule = WarmupCosine(cfg.optimizer.warmup_steps, self.max_steps, cfg.optimizer.min_lr_ratio)
+        # Wrapped in a plain lambda so LambdaLR does not store (and on resume restore) the schedule's fields:
+        # the config's warmup/max_steps win, e.g. when a run is resumed with a larger trainer.max_steps.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: schedule(step))
         self.amp_dtype = _PRECISION_DTYPE[cfg.trainer.precision]
         self.scaler = torch.amp.GradScaler("cuda") if cfg.trainer.precision == "fp16" else None
 
@@ -422,7 +421,7 @@ class MoTAdapterRecipe:
             "wall_time_s": wall,
             "checkpoint": str(ckpt),
         }
-        (self.output_dir / "final_metrics.json").write_text(json.dumps(final, indent=2) + "\n")
+        (self.output_dir / "final_metrics.json").write_text(json.dumps(_finite_or_none(final), indent=2, allow_nan=False) + "\n")
         plot_path = plot_loss_curve(self.output_dir / "metrics.jsonl", self.output_dir / "loss_curve.png")
         print(learning_check_text(r, target_rel_pct=TARGET_REL_PCT))
         print(f"summary: {step} steps, {self.progress.tokens_seen:,} tokens, {wall:.1f} s wall, epoch "
@@ -438,6 +437,17 @@ class MoTAdapterRecipe:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"modules": sorted(sys.modules), "encodec_instances": encodec,
                                     "batch": self.last_batch_facts}, indent=2))
+
+
+def _finite_or_none(x: Any) -> Any:
+    """NaN/inf -> None recursively, so final_metrics.json is strict JSON (e.g. END CE when no clip ends in the window)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_or_none(v) for v in x]
+    return x
 
 
 def plot_loss_curve(metrics_path: Path, out_path: Path) -> Path:
