@@ -71,7 +71,7 @@ test: | setup
 test-slow: | setup
 	$(PY) -m pytest tests -q --run-slow -m slow
 
-bench: | setup
+bench: demo-shards demo-models
 	$(PY) benchmarks/run_benchmarks.py
 
 clean:
