@@ -17,6 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 PATTERNS = ("flatten", "delay")
+TEXT_FIELDS = ("caption", "aspects")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
@@ -34,6 +35,7 @@ class DataConfig:
     max_seq_len: int = 1024  # tokens per sequence (caption + audio); longer clips are cropped
     max_caption_tokens: int = 64  # caption tokens kept (without BOS); longer captions are truncated
     pattern: str = "delay"  # flatten | delay: how the K codebooks are laid out in time
+    text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
 
@@ -83,6 +85,7 @@ class TrainerConfig:
     output_dir: str = MISSING  # run directory (checkpoints, metrics, plots); Hydra's run dir too
     resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
+    eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
     num_workers: int = 0  # must be 0: data is loaded into memory at startup, batches are built in-process
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
@@ -121,6 +124,7 @@ def _check_positive(key: str, value: int | float, *, zero_ok: bool = False) -> N
 def validate_config(cfg: TrainConfig) -> None:
     """Check value sets and ranges OmegaConf cannot express. Raises ConfigError naming the key and the fix."""
     _check_choice("data.pattern", cfg.data.pattern, PATTERNS)
+    _check_choice("data.text", cfg.data.text, TEXT_FIELDS)
     _check_choice("trainer.precision", cfg.trainer.precision, PRECISIONS)
     _check_choice("model.dtype", cfg.model.dtype, DTYPES)
     _check_choice("model.mot.audio_embed_init", cfg.model.mot.audio_embed_init, EMBED_INITS)
@@ -128,7 +132,8 @@ def validate_config(cfg: TrainConfig) -> None:
     if not cfg.data.shards:
         raise ConfigError("data.shards is empty; give at least one shard-set dir, e.g. data.shards=[build/demo/shards]")
     for key in ("data.max_seq_len", "data.max_caption_tokens", "trainer.batch_size", "trainer.grad_accum_steps",
-                "trainer.max_steps", "trainer.log_every", "trainer.eval_bootstrap"):
+                "trainer.max_steps", "trainer.log_every", "trainer.eval_bootstrap",
+                "trainer.eval_caption_shuffles"):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name))
     for key in ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "trainer.num_workers",

@@ -92,6 +92,17 @@ def unigram_ce(labels: torch.Tensor, vocab: AudioVocab, log_probs: np.ndarray) -
     )
 
 
+def average_runs(runs: list[TargetCE]) -> TargetCE:
+    """Average several scorings of the SAME targets (e.g. one per caption derangement): sums averaged, counts kept."""
+    first = runs[0]
+    for r in runs[1:]:
+        if not (np.array_equal(r.count_per_example, first.count_per_example)
+                and np.array_equal(r.count_per_codebook, first.count_per_codebook)):
+            raise RuntimeError("average_runs: the runs scored different targets; they must share the eval crop")
+    return TargetCE(np.mean([r.sum_per_codebook for r in runs], axis=0), first.count_per_codebook.copy(),
+                    np.mean([r.sum_per_example for r in runs], axis=0), first.count_per_example.copy())
+
+
 def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
     """A uniformly random permutation p of range(n) with p[i] != i for all i (rejection sampling; ~e tries)."""
     if n < 2:

@@ -48,6 +48,7 @@ from adapter_trainer.checkpoint import (
 from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, mot_fields
 from adapter_trainer.evaluation import (
     CEAccumulator,
+    average_runs,
     EvalReport,
     derangement,
     learning_check_text,
@@ -183,11 +184,15 @@ class MoTAdapterRecipe:
 
         # Captions tokenized once (without BOS; encode_example adds it).
         mct = cfg.data.max_caption_tokens
-        self.train_caps = [self._caption_ids(c.caption)[:mct] for c in self.train_clips]
-        self.eval_caps = [self._caption_ids(c.caption)[:mct] for c in self.eval_clips]
+        self.train_caps = [self._caption_ids(self._text_of(c))[:mct] for c in self.train_clips]
+        self.eval_caps = [self._caption_ids(self._text_of(c))[:mct] for c in self.eval_clips]
         # Unigram baseline from the train split; deranged captions for the caption-gain check (fixed per run).
         self.unigram_logp = unigram_log_probs((c.codes for c in self.train_clips), K, C)  # [K, C]
-        self.eval_perm = derangement(len(self.eval_clips), np.random.default_rng([cfg.trainer.seed, 7]))
+        # Several derangements, averaged: one shuffle alone makes the per-clip gain depend on which caption a clip
+        # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
+        shuffle_rng = np.random.default_rng([cfg.trainer.seed, 7])
+        self.eval_perms = [derangement(len(self.eval_clips), shuffle_rng)
+                           for _ in range(cfg.trainer.eval_caption_shuffles)]
 
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         if not self.trainable:
@@ -231,6 +236,10 @@ class MoTAdapterRecipe:
         print(f"device={self.device} precision={cfg.trainer.precision} pattern={cfg.data.pattern} "
               f"train clips={len(self.train_clips)} eval clips={len(self.eval_clips)} trainable params={n_train:,} "
               f"output_dir={self.output_dir}")
+
+    def _text_of(self, clip: Clip) -> str:
+        """The conditioning text: the caption, or the aspect list joined with ", " (data.text)."""
+        return clip.caption if self.cfg.data.text == "caption" else ", ".join(clip.aspects)
 
     def _caption_ids(self, caption: str) -> list[int]:
         return list(self.tokenizer(caption, add_special_tokens=False)["input_ids"])
@@ -367,13 +376,14 @@ class MoTAdapterRecipe:
         self.model.eval()
         K = self.vocab.n_codebooks
         audio_budget = d.max_seq_len - d.max_caption_tokens - 2
-        sums = {name: CEAccumulator(K) for name in ("true", "shuf", "uni")}
+        runs = [("true", None), *((f"shuf{r}", perm) for r, perm in enumerate(self.eval_perms))]
+        sums = {name: CEAccumulator(K) for name in [*(n for n, _ in runs), "uni"]}
         end_sum, end_n = 0.0, 0
         bs = self.cfg.trainer.batch_size
         for start in range(0, len(self.eval_clips), bs):
             ids = range(start, min(start + bs, len(self.eval_clips)))
-            for name, caps in (("true", [self.eval_caps[i] for i in ids]),
-                               ("shuf", [self.eval_caps[int(self.eval_perm[i])] for i in ids])):
+            for name, perm in runs:
+                caps = [self.eval_caps[i if perm is None else int(perm[i])] for i in ids]
                 examples = [encode_example(cap, self.eval_clips[i].codes, vocab=self.vocab, pattern=d.pattern,
                                            bos_id=self.bos_id, max_seq_len=len(cap) + 2 + audio_budget,
                                            max_caption_tokens=d.max_caption_tokens, crop="start",
@@ -391,7 +401,8 @@ class MoTAdapterRecipe:
                     sums["uni"].add(u.sum_per_codebook, u.count_per_codebook, u.sum_per_example, u.count_per_example)
         final = {k: v.result() for k, v in sums.items()}
         self.model.train()
-        return make_report(step=self.progress.step, model_true=final["true"], model_shuf=final["shuf"],
+        shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
+        return make_report(step=self.progress.step, model_true=final["true"], model_shuf=shuffled,
                            unigram=final["uni"], end_ce_sum=end_sum, end_count=end_n,
                            n_bootstrap=self.cfg.trainer.eval_bootstrap, seed=self.cfg.trainer.seed)
 

@@ -61,6 +61,7 @@ class ShardSet:
 class Clip:
     key: str  # ytid
     caption: str
+    aspects: tuple[str, ...]  # the CSV's aspect_list
     codes: np.ndarray  # [T, K] int16, raw codes 0..C-1
 
 
@@ -214,10 +215,11 @@ def _decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int)
         raise ShardFormatError(f"{url}: sample {key!r} has codes outside 0..{codebook_size - 1} "
                                f"(min {int(codes.min())}, max {int(codes.max())})")
     if not isinstance(meta, dict) or meta.get("ytid") != key or meta.get("n_frames") != codes.shape[0] \
-            or not isinstance(meta.get("caption"), str):
-        raise ShardFormatError(f"{url}: sample {key!r} json disagrees with the sample (ytid / n_frames / caption); "
-                               f"regenerate the shard")
-    return Clip(key=key, caption=meta["caption"], codes=codes)  # codes: [T, K] int16
+            or not isinstance(meta.get("caption"), str) or not isinstance(meta.get("aspect_list"), list):
+        raise ShardFormatError(f"{url}: sample {key!r} json disagrees with the sample (ytid / n_frames / caption / "
+                               f"aspect_list); regenerate the shard")
+    aspects = tuple(str(a) for a in meta["aspect_list"])
+    return Clip(key=key, caption=meta["caption"], aspects=aspects, codes=codes)  # codes: [T, K] int16
 
 
 def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
