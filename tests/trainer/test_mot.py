@@ -85,9 +85,11 @@ def test_training_touches_only_trainable_and_every_one_gets_grad(model_dirs: dic
     assert set(mot.trainable_state_dict()) == trainable
     for must in ("layers.0.audio.up.weight", "layers.0.audio.down.weight", "layers.0.audio.norm.weight",
                  "embed_adapter.weight", "special_embed", "out_adapter.weight", "end_head",
+                 # audio embeddings / heads / output norm: initialised from MusicGen's, trained as copies
+                 "code_embed", "lm_heads.0.weight", "audio_out_norm.weight",
                  "llm.model.layers.0.self_attn.q_proj.lora_A.weight", "llm.model.layers.0.self_attn.v_proj.lora_B.weight"):
         assert must in trainable, must
-    assert not any(".mlp." in n or "fc1" in n or "lm_heads" in n or "code_embed" in n for n in trainable)
+    assert not any(".mlp." in n or "fc1" in n or "embed_tokens" in n for n in trainable)
     frozen = _frozen_snapshot(mot)
     got_grad = {n: False for n in trainable}
     opt = torch.optim.AdamW([p for p in mot.parameters() if p.requires_grad], lr=1e-2)

@@ -18,6 +18,7 @@ flatten -> one head over K*C + 1 (code (k, c) at k*C + c, then AUDIO_END).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Literal
 
@@ -193,7 +194,7 @@ class MoTAdapterModel(nn.Module):
         # ---- audio embeddings: one table over the audio range [V, V + K*C + 3)
         if cfg.audio_embed_init == "musicgen":
             codes = torch.cat([e.weight.detach()[:C] for e in audio_lm.model.decoder.embed_tokens], dim=0)  # [K*C, d_audio]
-            self.code_embed = nn.Parameter(codes.clone(), requires_grad=False)  # frozen MusicGen rows
+            self.code_embed = nn.Parameter(codes.clone())  # [K*C, d_audio] trainable, initialised from MusicGen's rows
             self.embed_adapter = nn.Linear(d_audio, d_llm, bias=False, device=dev, dtype=dt)  # trainable
             with torch.no_grad():  # scale so mapped code embeddings have the text embeddings' std
                 sample = self.embed_adapter(codes[:: max(1, n_codes // 1024)])  # [<=1024, d_llm]
@@ -208,10 +209,11 @@ class MoTAdapterModel(nn.Module):
         self.head_size = C + 1 if pattern == "delay" else n_codes + 1
         if cfg.audio_head_init == "musicgen":
             self.out_adapter = nn.Linear(d_llm, d_audio, bias=False, device=dev, dtype=dt)  # trainable
-            # MusicGen's lm_heads read hidden states after its final LayerNorm, so the adapter output goes through it
-            # (frozen) before the frozen lm_heads.
-            self.audio_out_norm = audio_lm.model.decoder.layer_norm
-            self.lm_heads = audio_lm.lm_heads  # K x Linear(d_audio, C), frozen
+            # MusicGen's lm_heads read hidden states after its final LayerNorm, so the adapter output goes through a
+            # copy of it before copies of the lm_heads. Both are trainable (audio norm / audio heads); the audio LM's
+            # own modules stay frozen and untouched.
+            self.audio_out_norm = copy.deepcopy(audio_lm.model.decoder.layer_norm).requires_grad_(True)
+            self.lm_heads = copy.deepcopy(audio_lm.lm_heads).requires_grad_(True)  # K x Linear(d_audio, C)
             self.end_head = nn.Parameter(torch.randn(self.n_heads, d_audio, device=dev, dtype=dt) * 0.02)  # [H, d_audio]
         else:
             self.head = nn.Linear(d_llm, self.n_heads * self.head_size, bias=False, device=dev, dtype=dt)
