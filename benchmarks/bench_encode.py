@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--n-clips", type=int, default=8)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-sizes", default="1,4")
+    # bf16 convolutions are ~30x slower than fp32 on CPU: its code agreement is measured on a few clips only
+    ap.add_argument("--bf16-clips", type=int, default=2)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -56,11 +58,13 @@ def main() -> None:
                      "clips": len(wavs), "seconds": secs, "clips_per_s": len(wavs) / secs,
                      "x_realtime": audio_s / secs})
     bf16 = CodecEncoder(args.codec, device=args.device, dtype="bfloat16")
-    secs, codes16 = time_encode(bf16, wavs, 1)
+    few = wavs[: args.bf16_clips]
+    secs, codes16 = time_encode(bf16, few, 1)
     agree = float(np.mean(np.concatenate([(a == b).ravel() for a, b in zip(ref, codes16)])))
+    few_s = sum(w.numel() for w in few) / enc.sampling_rate
     rows.append({"stage": "encode", "device": bf16.device.type, "dtype": "bfloat16", "batch_size": 1,
-                 "clips": len(wavs), "seconds": secs, "clips_per_s": len(wavs) / secs,
-                 "x_realtime": audio_s / secs, "code_agreement_vs_fp32": agree})
+                 "clips": len(few), "seconds": secs, "clips_per_s": len(few) / secs,
+                 "x_realtime": few_s / secs, "code_agreement_vs_fp32": agree})
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     for r in rows:
         r["peak_rss_mb"] = peak_mb
