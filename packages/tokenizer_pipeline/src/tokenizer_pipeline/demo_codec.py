@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.demo_codec", description=__doc__.split("\n")[0])
     p.add_argument("--corpus", type=Path, required=True, help="stand-in corpus directory (make corpus)")
     p.add_argument("--out", type=Path, required=True, help="output model directory")
-    p.add_argument("--n-clips", type=int, default=40, help="clips whose latents fit the codebooks (~2.3 s each)")
+    p.add_argument("--n-clips", type=int, default=40, help="clips whose latents fit the codebooks (~1.5 s each on 2 CPU cores)")
     p.add_argument("--seed", type=int, default=0, help="weight init and k-means seed")
     p.add_argument("--max-iter", type=int, default=KMEANS_MAX_ITER, help="k-means iterations per codebook")
     args = p.parse_args(argv)

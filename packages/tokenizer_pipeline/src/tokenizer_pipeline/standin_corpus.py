@@ -6,7 +6,7 @@ function of the row's `aspect_list` keywords (plus a melody seeded from the ytid
 model has something caption-dependent to learn. It is NOT music from MusicCaps.
 
     python -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \\
-        --out build/demo/corpus --n-clips 160 [--eval-fraction 0.25] [--seed 0]
+        --out build/demo/corpus --n-clips 320 [--eval-fraction 0.25] [--seed 0]
 
 Output (`--out`):
     {ytid}.wav              44.1 kHz, 16-bit PCM, mono, 10 s (like a yt-dlp download of the window)
@@ -532,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.standin_corpus", description=__doc__.split("\n")[0])
     p.add_argument("--csv", type=Path, required=True, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
     p.add_argument("--out", type=Path, required=True, help="output directory (wavs, subset CSV, corpus.json)")
-    p.add_argument("--n-clips", type=int, default=160, help="rows to render; more = slower, better demo")
+    p.add_argument("--n-clips", type=int, default=320,
+                   help="rows to render; more = slower encode, but the demo's caption check needs the variety")
     p.add_argument("--eval-fraction", type=float, default=0.25, help="share of rows with is_audioset_eval=True")
     p.add_argument("--seed", type=int, default=0, help="row selection and per-clip randomness")
     p.add_argument("--duration-s", type=float, default=DURATION_S, help="clip length; MusicCaps clips are 10 s")
