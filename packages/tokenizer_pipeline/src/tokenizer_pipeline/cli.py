@@ -31,7 +31,7 @@ from .manifest import (
     write_text_atomic,
 )
 from .musiccaps import ClipRow, read_musiccaps_csv
-from .read_audio import AudioDecodeError, AudioMissingError, load_audio
+from .read_audio import DURATION_TOLERANCE_S, ClipFailure, load_audio
 from .write_shards import PipelineError, ProgressStore, ShardPlan, ShardRecord, ShardTarWriter, check_keys, plan_shards, sha256_file
 
 EXPLAIN = """\
@@ -82,6 +82,7 @@ class PipelineConfig:
     audio_ext: list[str] = field(default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"])  # lookup order
     crop_to_window: bool = False  # true: audio files are full-length videos, cut [start_s, end_s] here
     min_seconds: float = 1.0  # shorter clips are recorded as failures
+    duration_tolerance_s: float = DURATION_TOLERANCE_S  # |file duration - CSV window| allowed, else duration_mismatch
     max_failure_fraction: float = 0.5  # exit non-zero above this fraction of failed rows
     overwrite: bool = False  # true: delete shards of a previous, different config in out_dir
     limit: int | None = None  # first N CSV rows only (null = all); for quick tries
@@ -102,12 +103,12 @@ class RunResult:
 
 
 def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
-    """First existing `{audio_dir}/{ytid}.{ext}` in `exts` order; AudioMissingError if none."""
+    """First existing `{audio_dir}/{ytid}.{ext}` in `exts` order; ClipFailure("missing_audio") if none."""
     for ext in exts:
         p = audio_dir / f"{ytid}.{ext.lstrip('.')}"
         if p.is_file():
             return p
-    raise AudioMissingError(audio_dir / f"{ytid}.*", f"audio file not found: no {ytid}.{{{','.join(exts)}}} in {audio_dir}")
+    raise ClipFailure("missing_audio", audio_dir / f"{ytid}.*", f"audio file not found: no {ytid}.{{{','.join(exts)}}} in {audio_dir}")
 
 
 def _sample_record(row: ClipRow, codes_shape: tuple[int, int], n_samples: int, sr: int, src: Path, audio_dir: Path) -> SampleRecord:
@@ -146,11 +147,11 @@ def encode_shard(
             for row in rows:
                 try:
                     src = find_audio(audio_dir, row.ytid, cfg.audio_ext)
-                    window = (row.start_s, row.end_s) if cfg.crop_to_window else (None, None)
                     wav = load_audio(
-                        src, encoder.sampling_rate, start_s=window[0], end_s=window[1], min_seconds=cfg.min_seconds
-                    )  # [N]
-                except AudioDecodeError as e:
+                        src, encoder.sampling_rate, start_s=row.start_s, end_s=row.end_s, crop_to_window=cfg.crop_to_window,
+                        duration_tolerance_s=cfg.duration_tolerance_s, min_seconds=cfg.min_seconds,
+                    )  # [N]  # fmt: skip
+                except ClipFailure as e:
                     failures.append(FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, reason=str(e)))
                     continue
                 ok.append((row, src))

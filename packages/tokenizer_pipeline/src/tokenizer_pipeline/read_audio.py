@@ -1,20 +1,34 @@
-"""Stage: decode one audio file to float32 mono at the codec's sampling rate.
+"""Stage: decode one clip to float32 mono at the codec's sampling rate, at bounded memory.
 
 wav/flac/ogg/mp3 go through soundfile (libsndfile ships inside the wheel, no system libraries).
 Everything else (m4a, opus, webm, aac, ...) goes through torchcodec, which loads the system FFmpeg
-libraries at run time. Every way a clip can be unusable raises a subclass of `AudioDecodeError`;
-the pipeline records those in `failures.jsonl` instead of crashing.
+libraries at run time.
+
+Duration policy (the CSV window is `[start_s, end_s]`, its length `end_s - start_s`):
+the file's duration is read from its header before any sample is decoded.
+- `crop_to_window=False` (files are already the 10-s cuts): a file whose duration differs from the
+  window length by more than `duration_tolerance_s` fails as `duration_mismatch` without decoding,
+  so a 20-min file where the cut failed costs nothing and a truncated download is never encoded.
+- `crop_to_window=True` (files are full-length videos): only `[start_s, end_s]` is read (a seek,
+  never the whole file); a file that ends before `end_s - duration_tolerance_s` fails.
+After decoding, the decoded length is checked again (headers can lie). Peak memory per clip is
+therefore O(window length) whatever the file's length.
+
+Failures: every way a clip can be unusable raises `ClipFailure`, whose `reason` is one of `REASONS`
+(a closed set; the keys below are what `failures.jsonl` and the manifest record):
+    failure = ClipFailure("decode_error", path, "what happened", exc=original_exception)
+    failure.reason, failure.path, failure.detail, failure.exc_type    # str(failure) = "<reason>: <detail> (<path>)"
+The run loop catches `ClipFailure` per clip and records it; any other exception it sees for one clip
+(e.g. in the encoder) it wraps with `ClipFailure.from_exception("encode_error", path, exc)`.
 """
 from __future__ import annotations
 
-import functools
-import math
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import soxr
 import torch
-import torchaudio
 
 # Formats libsndfile decodes by itself (mp3 needs libsndfile >= 1.1, which the soundfile wheel bundles).
 SOUNDFILE_EXTS = frozenset({".wav", ".flac", ".ogg", ".mp3"})
@@ -25,89 +39,151 @@ FFMPEG_FIX = (
     "(e.g. `ffmpeg -i in.m4a out.wav` on a machine that has FFmpeg)"
 )
 
+# The closed set of failure reasons, with what each means (and what to do about it).
+REASONS: dict[str, str] = {
+    "missing_audio": "no {ytid}.<ext> file in audio_dir: download it and rerun",
+    "needs_ffmpeg": "the format needs FFmpeg (torchcodec), whose libraries are not installed: " + FFMPEG_FIX,
+    "decode_error": "the file is empty, corrupt, unsupported, or decodes to no/non-finite samples",
+    "duration_mismatch": "the file's duration differs from the CSV window by more than duration_tolerance_s "
+    "(a failed cut, a truncated download, or a full-length file without crop_to_window=true)",
+    "too_short": "fewer than min_seconds of audio",
+    "resample_error": "resampling to the codec's rate failed",
+    "encode_error": "the codec raised on this clip",
+}
 
-class AudioDecodeError(Exception):
-    """A clip that cannot be used. `kind` is a short stable tag; `str(err)` names the file and the reason."""
+# Default tolerance between a file's duration and its CSV window. yt-dlp/ffmpeg cuts land on packet
+# boundaries and lossy codecs add encoder delay/padding (mp3: ~26-50 ms, AAC: ~21 ms); 0.5 s accepts
+# those and still rejects a truncated or uncut file.
+DURATION_TOLERANCE_S = 0.5
 
-    kind = "unreadable"
+# soxr "VHQ" (very high quality, linear phase). Chosen by measurement (44.1 -> 32 kHz, 10-s clip,
+# one core of this 2-core machine, soxr 1.1.0 vs torchaudio 2.11):
+#   alias of a 17 kHz tone vs a 1 kHz tone: soxr VHQ -169 dB, soxr HQ -143 dB,
+#     torchaudio kaiser (width 64, rolloff 0.9476, beta 14.77) -112 dB, torchaudio default -11 dB;
+#   14 kHz passband gain: soxr -0.005 dB, torchaudio default -1.8 dB;
+#   time: soxr VHQ 5 ms, torchaudio kaiser 197 ms, torchaudio default 170 ms;
+#   memory: soxr filters in blocks, so 44,101 or 47,999 Hz cost the same as 44,100 Hz (8 ms, no
+#     extra buffers), while torchaudio builds one kernel per phase: gcd(44101, 32000) = 1 asks for 11 GB.
+# torchaudio would need a rational approximation of odd rates on top; soxr is well kept and does it all.
+SOXR_QUALITY = "VHQ"
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
+
+class ClipFailure(Exception):
+    """One clip that cannot be used. `reason` is a key of `REASONS`; `str(err)` is "<reason>: <detail> (<path>)".
+
+    Attributes:
+        reason: one of `REASONS` (stable tag for counting and for resume decisions).
+        path: the audio file (or the `{ytid}.*` pattern searched for).
+        detail: what happened, with the numbers (durations, rates) involved.
+        exc_type: type name of the exception that caused it (e.g. "LibsndfileError"), or None.
+    """
+
+    def __init__(self, reason: str, path: Path | str, detail: str, *, exc: BaseException | None = None) -> None:
+        if reason not in REASONS:
+            raise ValueError(f"ClipFailure reason {reason!r} is not one of {sorted(REASONS)}")
         self.reason = reason
-        super().__init__(f"{self.kind}: {reason} ({self.path})")
+        self.path = Path(path)
+        self.detail = detail
+        self.exc_type = None if exc is None else type(exc).__name__
+        super().__init__(f"{reason}: {detail} ({self.path})")
+
+    @classmethod
+    def from_exception(cls, reason: str, path: Path | str, exc: BaseException) -> ClipFailure:
+        """Wrap an unexpected exception: the detail is "<ExcType>: <first line of its message>"."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        return cls(reason, path, f"{type(exc).__name__}: {first}", exc=exc)
 
 
-class AudioMissingError(AudioDecodeError):
-    kind = "missing"
+# Old names, kept so existing callers (`except AudioDecodeError`) keep working.
+AudioDecodeError = ClipFailure
 
 
-class AudioEmptyError(AudioDecodeError):
-    kind = "empty"
+def resample(x: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
+    """Resample mono float32 `[N]` -> `[round(N * target_sr / orig_sr)]` with soxr (see SOXR_QUALITY)."""
+    if orig_sr == target_sr:
+        return x
+    return soxr.resample(x, orig_sr, target_sr, quality=SOXR_QUALITY)  # [N] -> [round(N * target_sr / orig_sr)]
 
 
-class AudioTooShortError(AudioDecodeError):
-    kind = "too_short"
+def _check_header_duration(
+    path: Path, duration: float | None, start_s: float | None, end_s: float | None, crop: bool, tol: float
+) -> None:
+    """The duration policy, applied to the header's duration before decoding (skipped if unknown)."""
+    if duration is None or start_s is None or end_s is None:
+        return
+    if crop and duration < end_s - tol:
+        raise ClipFailure(
+            "duration_mismatch", path,
+            f"file is {duration:.3f} s long and ends before the CSV window [{start_s}, {end_s}] s ends "
+            f"(tolerance {tol} s)",
+        )  # fmt: skip
+    window = end_s - start_s
+    if not crop and abs(duration - window) > tol:
+        hint = "; if files are full-length videos, set crop_to_window=true" if duration > window else ""
+        raise ClipFailure(
+            "duration_mismatch", path,
+            f"file is {duration:.3f} s long but the CSV window [{start_s}, {end_s}] is {window:.3f} s "
+            f"(tolerance {tol} s){hint}",
+        )  # fmt: skip
 
 
-class AudioNonFiniteError(AudioDecodeError):
-    kind = "non_finite"
-
-
-class FFmpegUnavailableError(AudioDecodeError):
-    """The format needs FFmpeg (via torchcodec) and its libraries could not be loaded."""
-
-    kind = "ffmpeg_unavailable"
-
-
-@functools.lru_cache(maxsize=16)
-def _resampler(orig_sr: int, target_sr: int) -> torchaudio.transforms.Resample:
-    """One windowed-sinc kernel per rate pair; building it costs more than applying it to a 10-s clip."""
-    return torchaudio.transforms.Resample(orig_freq=orig_sr, new_freq=target_sr)
-
-
-def _window_frames(sr: int, start_s: float | None, end_s: float | None) -> tuple[int, int | None]:
-    start = 0 if start_s is None else max(0, int(round(start_s * sr)))
-    stop = None if end_s is None else max(start, int(round(end_s * sr)))
-    return start, stop
-
-
-def _decode_soundfile(path: Path, start_s: float | None, end_s: float | None) -> tuple[torch.Tensor, int]:
-    """Returns ([C, N] float32, sample rate)."""
+def _decode_soundfile(
+    path: Path, start_s: float | None, end_s: float | None, crop: bool, tol: float
+) -> tuple[np.ndarray, int]:
+    """Returns ([N, C] float32, sample rate), reading only the window when `crop`."""
     try:
-        info = sf.info(str(path))
-        start, stop = _window_frames(info.samplerate, start_s, end_s)
-        data, sr = sf.read(str(path), start=start, stop=stop, dtype="float32", always_2d=True)  # [N, C]
+        with sf.SoundFile(str(path)) as f:
+            sr = int(f.samplerate)
+            duration = f.frames / sr if f.frames > 0 else None
+            _check_header_duration(path, duration, start_s, end_s, crop, tol)
+            if crop and start_s is not None and end_s is not None:
+                start = int(round(start_s * sr))
+                f.seek(min(start, f.frames))  # libsndfile seeks wav/flac/ogg/mp3 without decoding what it skips
+                data = f.read(frames=int(round(end_s * sr)) - start, dtype="float32", always_2d=True)  # [N, C]
+            else:
+                data = f.read(dtype="float32", always_2d=True)  # [N, C]; N bounded by the header check
+    except ClipFailure:
+        raise
     except (sf.LibsndfileError, RuntimeError, ValueError) as e:
-        raise AudioDecodeError(path, f"soundfile cannot decode {path.suffix or 'this'} file: {e}") from e
-    return torch.from_numpy(np.ascontiguousarray(data.T)), int(sr)  # [N, C] -> [C, N]
+        raise ClipFailure("decode_error", path, f"soundfile cannot decode {path.suffix or 'this'} file: {e}", exc=e) from e
+    return data, sr
 
 
-def _decode_torchcodec(path: Path, start_s: float | None, end_s: float | None) -> tuple[torch.Tensor, int]:
-    """Returns ([C, N] float32, sample rate). Needs the system FFmpeg libraries."""
+def _decode_torchcodec(
+    path: Path, start_s: float | None, end_s: float | None, crop: bool, tol: float
+) -> tuple[np.ndarray, int]:
+    """Returns ([N, C] float32, sample rate). Needs the system FFmpeg libraries."""
     fmt = path.suffix.lstrip(".") or "extensionless"
     try:
         from torchcodec.decoders import AudioDecoder
     except ImportError as e:
-        raise FFmpegUnavailableError(
-            path, f"'{fmt}' audio needs torchcodec (pip install 'tokenizer-pipeline[ffmpeg]') and FFmpeg; {FFMPEG_FIX}"
-        ) from e
+        raise ClipFailure(
+            "needs_ffmpeg", path,
+            f"'{fmt}' audio needs torchcodec (pip install 'tokenizer-pipeline[ffmpeg]') and FFmpeg; {FFMPEG_FIX}", exc=e,
+        ) from e  # fmt: skip
     try:
         decoder = AudioDecoder(str(path))
-    except (RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, ValueError) as e:
         msg = str(e)
         if "libtorchcodec" in msg or "FFmpeg is not properly installed" in msg:
-            raise FFmpegUnavailableError(
-                path, f"'{fmt}' audio needs FFmpeg, whose libraries are not installed here; {FFMPEG_FIX}"
+            raise ClipFailure(
+                "needs_ffmpeg", path, f"'{fmt}' audio needs FFmpeg, whose libraries are not installed here; {FFMPEG_FIX}", exc=e
             ) from e
-        raise AudioDecodeError(path, f"torchcodec cannot open '{fmt}' file: {msg.splitlines()[0] if msg else e!r}") from e
+        first = msg.splitlines()[0] if msg else repr(e)
+        raise ClipFailure("decode_error", path, f"torchcodec cannot open '{fmt}' file: {first}", exc=e) from e
+    _check_header_duration(path, decoder.metadata.duration_seconds_from_header, start_s, end_s, crop, tol)
+    if crop and start_s is not None and end_s is not None:
+        begin, stop = start_s, end_s
+    elif start_s is not None and end_s is not None:  # header had no duration: decode at most window + tolerance
+        begin, stop = 0.0, (end_s - start_s) + tol + 1.0
+    else:
+        begin, stop = 0.0, None
     try:
-        if start_s is None and end_s is None:
-            samples = decoder.get_all_samples()
-        else:
-            samples = decoder.get_samples_played_in_range(start_s or 0.0, end_s)
+        samples = decoder.get_samples_played_in_range(begin, stop)  # only packets in [begin, stop) are decoded
     except (RuntimeError, ValueError) as e:
-        raise AudioDecodeError(path, f"torchcodec failed while decoding '{fmt}' file: {e}") from e
-    return samples.data.to(torch.float32), int(samples.sample_rate)  # [C, N]
+        raise ClipFailure("decode_error", path, f"torchcodec failed while decoding '{fmt}' file: {e}", exc=e) from e
+    data = samples.data.to(torch.float32).T.contiguous().numpy()  # [C, N] -> [N, C]
+    return data, int(samples.sample_rate)
 
 
 def load_audio(
@@ -116,50 +192,71 @@ def load_audio(
     *,
     start_s: float | None = None,
     end_s: float | None = None,
+    crop_to_window: bool = False,
+    duration_tolerance_s: float = DURATION_TOLERANCE_S,
     min_seconds: float = 0.0,
 ) -> torch.Tensor:
-    """Decode `path` to float32 mono at `target_sr`.
+    """Decode `path` to float32 mono at `target_sr`, applying the duration policy (module docstring).
 
     Args:
         path: audio file; the suffix picks the decoder (soundfile for wav/flac/ogg/mp3, else torchcodec).
         target_sr: output sampling rate in Hz (the codec's).
-        start_s, end_s: crop window in seconds of the file, only for full-length source audio; by
-            default the whole file is used (yt-dlp MusicCaps downloads are already the 10-s window).
-        min_seconds: clips shorter than this (after cropping) raise `AudioTooShortError`.
+        start_s, end_s: the row's CSV window in seconds of the source video. Given, the file's duration
+            is checked against it; None (both) skips the check and reads the whole file.
+        crop_to_window: True: the file is full-length, read only `[start_s, end_s]` of it.
+            False: the file is already the window's cut.
+        duration_tolerance_s: allowed |file duration - window length| (uncropped), or how far before
+            `end_s` a full-length file may end (cropped).
+        min_seconds: clips shorter than this after decoding fail as `too_short`.
 
     Returns:
-        `[num_samples]` float32 tensor at `target_sr`.
+        `[num_samples]` float32 tensor at `target_sr`, `num_samples = round(N * target_sr / sr)` for the
+        `N` samples decoded at the file's rate `sr`.
 
     Raises:
-        AudioMissingError, AudioDecodeError, FFmpegUnavailableError, AudioEmptyError,
-        AudioTooShortError, AudioNonFiniteError: all subclasses of `AudioDecodeError`.
+        ClipFailure: with `reason` in `REASONS` (missing_audio, needs_ffmpeg, decode_error,
+            duration_mismatch, too_short, resample_error).
+        ValueError: a window with `end_s <= start_s`, or `crop_to_window` without a window (caller bugs).
     """
     path = Path(path)
-    if not path.is_file():
-        raise AudioMissingError(path, "audio file not found")
-    if path.stat().st_size == 0:
-        raise AudioEmptyError(path, "audio file is 0 bytes")
+    if (start_s is None) != (end_s is None):
+        raise ValueError(f"give both start_s and end_s or neither (got {start_s}, {end_s}) for {path}")
     if start_s is not None and end_s is not None and end_s <= start_s:
         raise ValueError(f"crop window end_s={end_s} must be after start_s={start_s} ({path})")
+    if crop_to_window and start_s is None:
+        raise ValueError(f"crop_to_window=True needs start_s and end_s ({path})")
+    if not path.is_file():
+        raise ClipFailure("missing_audio", path, "audio file not found")
+    if path.stat().st_size == 0:
+        raise ClipFailure("decode_error", path, "audio file is 0 bytes (an interrupted download?)")
 
-    if path.suffix.lower() in SOUNDFILE_EXTS:
-        wav, sr = _decode_soundfile(path, start_s, end_s)  # [C, N]
-    else:
-        wav, sr = _decode_torchcodec(path, start_s, end_s)  # [C, N]
+    decode = _decode_soundfile if path.suffix.lower() in SOUNDFILE_EXTS else _decode_torchcodec
+    data, sr = decode(path, start_s, end_s, crop_to_window, duration_tolerance_s)  # [N, C]
 
-    if wav.numel() == 0:
-        window = "" if start_s is None and end_s is None else f" in window [{start_s}, {end_s}] s"
-        raise AudioEmptyError(path, f"no audio samples decoded{window}")
-    if not torch.isfinite(wav).all():
-        n_bad = int((~torch.isfinite(wav)).sum())
-        raise AudioNonFiniteError(path, f"{n_bad} non-finite (NaN/inf) samples")
-    duration = wav.shape[-1] / sr
-    if duration < min_seconds:
-        raise AudioTooShortError(path, f"{duration:.3f} s of audio, need at least {min_seconds} s (min_seconds)")
+    n = data.shape[0]
+    if n == 0:
+        window = "" if start_s is None else f" in window [{start_s}, {end_s}] s"
+        raise ClipFailure("decode_error", path, f"no audio samples decoded{window}")
+    if start_s is not None and end_s is not None:  # the header may have lied: check what was decoded
+        got, want = n / sr, end_s - start_s
+        if abs(got - want) > duration_tolerance_s:
+            raise ClipFailure(
+                "duration_mismatch", path,
+                f"decoded {got:.3f} s but the CSV window [{start_s}, {end_s}] is {want:.3f} s (tolerance {duration_tolerance_s} s)",
+            )  # fmt: skip
+    if n / sr < min_seconds:
+        raise ClipFailure("too_short", path, f"{n / sr:.3f} s of audio, need at least {min_seconds} s (min_seconds)")
+    finite = np.isfinite(data)
+    if not finite.all():
+        raise ClipFailure("decode_error", path, f"{int((~finite).sum())} non-finite (NaN/inf) samples")
+    del finite
 
-    mono = wav.mean(dim=0)  # [C, N] -> [N]
-    if sr != target_sr:
-        mono = _resampler(sr, target_sr)(mono)  # [N] -> [ceil(N * target_sr / sr)]
-    if not math.isfinite(float(mono.abs().max())):
-        raise AudioNonFiniteError(path, "non-finite samples after resampling")
-    return mono.contiguous()
+    mono = data.mean(axis=1, dtype=np.float32)  # [N, C] -> [N]
+    del data
+    try:
+        mono = resample(mono, sr, target_sr)  # [N] -> [round(N * target_sr / sr)]
+    except (RuntimeError, ValueError, MemoryError) as e:
+        raise ClipFailure.from_exception("resample_error", path, e) from e
+    if not np.isfinite(mono).all():
+        raise ClipFailure("resample_error", path, f"non-finite samples after resampling {sr} -> {target_sr} Hz")
+    return torch.from_numpy(np.ascontiguousarray(mono, dtype=np.float32))  # [N']
