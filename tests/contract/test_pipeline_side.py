@@ -59,9 +59,10 @@ def test_layout_and_manifest(shard_set) -> None:
     assert m["created_by"] == {"package": "tokenizer_pipeline", "version": "0.1.0"}
     c = m["codec"]
     assert set(c) == {"name_or_path", "model_class", "sampling_rate", "frame_rate", "n_codebooks", "codebook_size",
-                      "bandwidth_kbps", "weights_sha256", "dtype", "library_versions"}  # fmt: skip
+                      "bandwidth_kbps", "weights_sha256", "dtype", "library_versions", "device", "num_threads"}  # fmt: skip
     assert c["model_class"] == "EncodecModel" and c["dtype"] == "float32" and re.fullmatch(r"[0-9a-f]{64}", c["weights_sha256"])
-    assert set(c["library_versions"]) == {"torch", "torchaudio", "transformers", "webdataset", "numpy"}
+    assert set(c["library_versions"]) == {"torch", "soxr", "transformers", "webdataset", "numpy"}
+    assert c["device"] == "cpu" and isinstance(c["num_threads"], int) and c["num_threads"] >= 1
     assert m["codes"] == {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}
     assert set(m["splits"]) == {"train", "eval"}
     encoded = 0
@@ -76,8 +77,10 @@ def test_layout_and_manifest(shard_set) -> None:
     t = m["totals"]
     assert t["rows"] == 7 and t["encoded"] == encoded == 6 and t["failed"] == 1 and t["encoded"] + t["failed"] == t["rows"]
     assert t["n_frames"] == sum(s["n_frames"] for s in m["splits"].values())
-    assert m["failures"] == [{"ytid": rows[2]["ytid"], "csv_row": 4, "split": "eval", "reason": m["failures"][0]["reason"]}]
-    assert "audio file not found" in m["failures"][0]["reason"]
+    f = m["failures"][0]
+    assert m["failures"] == [{"ytid": rows[2]["ytid"], "csv_row": 4, "split": "eval", "reason": "missing_audio",
+                              "detail": f["detail"], "error_type": None}]  # fmt: skip
+    assert "audio file not found" in f["detail"] and rows[2]["ytid"] in f["detail"]
     lines = (root / "failures.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(x) for x in lines] == m["failures"]
     assert m["source"]["csv_sha256"] == hashlib.sha256(csv_path.read_bytes()).hexdigest()

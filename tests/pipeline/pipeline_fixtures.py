@@ -47,6 +47,9 @@ def make_corpus(
 ) -> tuple[Path, Path, list[dict[str, str]]]:
     """First `n_train`/`n_eval` rows of the real CSV, each with a generated mono wav `{ytid}.wav`.
 
+    Each row's window is shortened to `[start_s, start_s + seconds]` so that the clips pass the
+    duration policy (their lengths differ by a few ms, within `duration_tolerance_s`).
+
     Returns (csv path, audio dir, the raw CSV rows written, in order).
     """
     with MUSICCAPS_CSV.open(newline="", encoding="utf-8") as f:
@@ -58,6 +61,8 @@ def make_corpus(
             if len(train) >= n_train and len(evals) >= n_eval:
                 break
     rows = _merge(train[:n_train], evals[:n_eval])
+    for r in rows:  # windows as long as the generated clips (a real download is the window's length)
+        r["end_s"] = f"{float(r['start_s']) + seconds:g}"
     audio_dir = out / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out / "subset.csv"

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenizer_pipeline.musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
+from tokenizer_pipeline.errors import UserError
+from tokenizer_pipeline.musiccaps import ClipRow, CsvError, CsvRowError, read_musiccaps_csv
 
 from pipeline_fixtures import MUSICCAPS_CSV
 
@@ -38,7 +39,7 @@ def test_configurable_split_names_and_column() -> None:
     rows = list(read_musiccaps_csv(MUSICCAPS_CSV, train_name="tr", eval_name="te", eval_column="is_balanced_subset"))
     assert {r.split for r in rows} == {"tr", "te"}
     assert all((r.split == "te") == r.is_balanced_subset for r in rows)
-    with pytest.raises(ValueError, match="is_audioset_eval"):
+    with pytest.raises(UserError, match="is_audioset_eval"):
         list(read_musiccaps_csv(MUSICCAPS_CSV, eval_column="caption"))
 
 
@@ -66,5 +67,50 @@ def test_too_few_fields_and_missing_file(tmp_path: Path) -> None:
     p.write_text(HEADER + "abcdefghijk,30,40\n", encoding="utf-8")
     with pytest.raises(CsvRowError, match=r"short.csv:2: column 'audioset_positive_labels' is missing"):
         list(read_musiccaps_csv(p))
-    with pytest.raises(FileNotFoundError, match="csv="):
+    with pytest.raises(CsvError, match="csv="):
         list(read_musiccaps_csv(tmp_path / "nope.csv"))
+
+
+def test_every_malformed_row_is_listed_before_any_work(tmp_path: Path) -> None:
+    """Policy: refuse the whole CSV up front, listing every bad row (line, column) and the fix."""
+    good = 'goodgoodgoo,0,10,"/m/1","[\'x\']",cap,1,True,False\n'
+    bad1 = 'abcdefghijk,thirty,40,"/m/1","[\'a\']",cap,4,False,True\n'
+    bad2 = 'bcdefghijkl,30,40,"/m/1","[\'a\']",cap,four,False,True\n'
+    p = tmp_path / "bad.csv"
+    p.write_text(HEADER + good + bad1 + good.replace("goodgoodgoo", "goodgoodgo2") + bad2, encoding="utf-8")
+    with pytest.raises(CsvRowError) as ei:
+        read_musiccaps_csv(p)
+    e = ei.value
+    assert isinstance(e, UserError) and e.csv_row == 3 and [n for n, _ in e.problems] == [3, 5]
+    msg = str(e)
+    assert "line 3: column 'start_s'" in msg and "line 5: column 'author_id'" in msg
+    assert "2 malformed row(s)" in msg and "nothing was encoded" in msg and "Fix or delete these rows" in msg
+
+
+def test_unreadable_csv_is_a_user_error(tmp_path: Path) -> None:
+    p = tmp_path / "latin1.csv"
+    p.write_bytes((HEADER + 'abcdefghijk,30,40,"/m/1","[\'a\']",caf\xe9,4,False,True\n').encode("latin-1"))
+    with pytest.raises(CsvError, match="save the CSV as UTF-8"):
+        read_musiccaps_csv(p)
+    d = tmp_path / "a_directory.csv"
+    d.mkdir()
+    with pytest.raises(CsvError, match="not found"):
+        read_musiccaps_csv(d)
+
+
+def test_cli_prints_csv_errors_without_traceback(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    csv_path, audio_dir, _ = corpus
+    bad = tmp_path / "bad.csv"
+    lines = csv_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    bad.write_text(lines[0] + lines[1].replace(",False,", ",Maybe,", 1), encoding="utf-8")
+    r = subprocess.run(
+        [sys.executable, "-m", "tokenizer_pipeline", f"csv={bad}", f"audio_dir={audio_dir}", f"out_dir={tmp_path / 'o'}",
+         f"codec.name_or_path={tiny_codec}", "codec.device=cpu"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: {bad}:2: column 'is_balanced_subset'") and "Fix or delete" in r.stderr
+    assert not (tmp_path / "o").exists()  # refused before anything was written

@@ -119,7 +119,7 @@ def test_failures_are_recorded_and_counted(corpus, tiny_codec: Path, tmp_path: P
     csv_path, audio_dir, rows = corpus
     ids = [r["ytid"] for r in rows]
     (audio_dir / f"{ids[0]}.wav").unlink()  # missing
-    sf.write(audio_dir / f"{ids[1]}.wav", np.zeros(1000, np.float32), 16000)  # too short
+    sf.write(audio_dir / f"{ids[1]}.wav", np.zeros(1000, np.float32), 16000)  # 0.06 s of a 1-s window
     x = np.zeros(16000, np.float32)
     x[5] = np.inf
     sf.write(audio_dir / f"{ids[2]}.wav", x, 16000, subtype="FLOAT")  # non-finite
@@ -131,9 +131,8 @@ def test_failures_are_recorded_and_counted(corpus, tiny_codec: Path, tmp_path: P
     lines = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines()]
     assert lines == m["failures"]
     assert [f["ytid"] for f in lines] == ids[:3] and [f["csv_row"] for f in lines] == [2, 3, 4]
-    reasons = [f["reason"] for f in lines]
-    assert reasons[0].startswith("missing: audio file not found") and reasons[1].startswith("too_short")
-    assert reasons[2].startswith("non_finite")
+    assert [f["reason"] for f in lines] == ["missing_audio", "duration_mismatch", "decode_error"]
+    assert lines[0]["detail"].startswith("audio file not found") and "1 non-finite" in lines[2]["detail"]
     assert verify(out)[0] == []
 
 
@@ -170,12 +169,12 @@ def test_crop_to_window_cuts_full_length_audio(corpus, tiny_codec: Path, tmp_pat
     csv_path, audio_dir, rows = corpus
     full = tmp_path / "full"
     full.mkdir()
-    for r in rows[:2]:  # 45-s "source videos"; windows are [30, 40] s
+    for r in rows[:2]:  # 45-s "source videos"; windows are [30, 31] s (make_corpus: 1-s windows)
         sf.write(full / f"{r['ytid']}.flac", 0.1 * np.random.default_rng(0).standard_normal(45 * 8000).astype(np.float32), 8000)
     out = tmp_path / "out"
     res = run_pipeline(pipeline_config(csv_path, full, out, tiny_codec, crop_to_window=True, limit=2), progress=False)
     assert res.exit_code == 0
-    assert res.manifest.totals["n_frames"] == 2 * 500 and res.manifest.totals["audio_seconds"] == 20.0
+    assert res.manifest.totals["n_frames"] == 2 * 50 and res.manifest.totals["audio_seconds"] == 2.0
 
 
 def test_verify_catches_corruption(corpus, tiny_codec: Path, tmp_path: Path) -> None:

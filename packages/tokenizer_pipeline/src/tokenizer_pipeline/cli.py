@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from .conf_dir import find_conf_dir
 from .encode import CodecEncoder
+from .errors import UserError
 from .manifest import (
     FORMAT_VERSION,
     CodecInfo,
@@ -152,7 +153,7 @@ def encode_shard(
                         duration_tolerance_s=cfg.duration_tolerance_s, min_seconds=cfg.min_seconds,
                     )  # [N]  # fmt: skip
                 except ClipFailure as e:
-                    failures.append(FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, reason=str(e)))
+                    failures.append(FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, **e.record_fields()))
                     continue
                 ok.append((row, src))
                 wavs.append(wav)
@@ -200,6 +201,8 @@ def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
         weights_sha256=encoder.weights_sha256,
         dtype=encoder.dtype,
         library_versions=library_versions(),
+        device=encoder.device_type,
+        num_threads=encoder.num_threads,
     )
     csv_sha = sha256_file(csv_path)
     resolved = asdict(cfg)
@@ -287,7 +290,7 @@ def _hydra_main(dcfg: DictConfig) -> None:
         raise SystemExit(2) from e
     try:
         result = run_pipeline(cfg)
-    except PipelineError as e:
+    except UserError as e:  # PipelineError, CsvError, ConfigError: the message names the fix
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(1) from e
     print(result.message, file=sys.stderr if result.exit_code else sys.stdout)

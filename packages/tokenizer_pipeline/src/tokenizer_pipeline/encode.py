@@ -3,15 +3,29 @@
 EnCodec's `encode` returns `audio_codes` as `(nb_chunks, B, K, T)`. We only accept un-chunked,
 un-normalized codecs (`chunk_length_s is None`, `normalize is False`), so `nb_chunks == 1` and
 `audio_scales` is `[None]`; the chunk dim is dropped here and nowhere else.
+
+Numerics: `float32` means IEEE float32 on every device. On CUDA, PyTorch lets cuDNN convolutions use
+TF32 (10-bit mantissa) by default, which can flip near-tie codes; `encode_batch` turns TF32 off for
+matmuls, convolutions and the LSTM while it runs (`ieee_float32`) and restores the caller's settings.
+The manifest records the device type and the intra-op thread count (`device_type`, `num_threads`):
+float results can differ in the last bits between devices and thread counts, so codes are only
+guaranteed identical for the same device, dtype, batch composition and threads.
+
+Raises `ConfigError` (a `UserError`: the CLI prints it without a traceback) for a codec that cannot be
+used: not found locally, unsupported dtype/device/bandwidth, normalizing or chunked.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from .errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -26,22 +40,49 @@ OFFLINE_FIX = (
 def resolve_device(device: str) -> torch.device:
     """'auto' picks cuda > mps > cpu; an explicit device that is not available is an error."""
     if device not in DEVICES:
-        raise ValueError(f"codec.device={device!r} is not one of {DEVICES}")
+        raise ConfigError(f"codec.device={device!r} is not one of {DEVICES}")
     has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("codec.device=cuda but torch sees no CUDA device here; use codec.device=auto or cpu")
+        raise ConfigError("codec.device=cuda but torch sees no CUDA device here; use codec.device=auto or cpu")
     if device == "mps" and not has_mps:
-        raise ValueError("codec.device=mps but MPS is not available here; use codec.device=auto or cpu")
+        raise ConfigError("codec.device=mps but MPS is not available here; use codec.device=auto or cpu")
     return torch.device(device)
+
+
+@contextlib.contextmanager
+def ieee_float32() -> Iterator[None]:
+    """Inside: TF32 off for CUDA matmuls and cuDNN convolutions/RNNs; the previous settings are restored.
+
+    Uses the `fp32_precision` API where torch has it (>= 2.9) and the `allow_tf32` flags before
+    (torch refuses reads of the old flags once the new ones were set, so one API is used, never both).
+    """
+    b = torch.backends
+    if hasattr(getattr(b.cudnn, "conv", None), "fp32_precision"):
+        knobs = [b.cuda.matmul, b.cudnn.conv, b.cudnn.rnn]
+        prev = [k.fp32_precision for k in knobs]
+        for k in knobs:
+            k.fp32_precision = "ieee"
+        try:
+            yield
+        finally:
+            for k, p in zip(knobs, prev):
+                k.fp32_precision = p
+    else:
+        prev_flags = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+        b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = False
+        try:
+            yield
+        finally:
+            b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = prev_flags
 
 
 def hash_weight_files(model_dir: Path) -> str:
     """sha256 over the bytes of the weight files in `model_dir` (sorted by name, hashed back to back)."""
     files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     if not files:
-        raise FileNotFoundError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) in codec directory {model_dir}")
+        raise ConfigError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) in codec directory {model_dir}")
     h = hashlib.sha256()
     for p in files:
         with p.open("rb") as f:
@@ -80,8 +121,8 @@ class CodecEncoder:
             of their own edge padding, which can change the last few frames of the shorter clips.
 
     Raises:
-        FileNotFoundError/OSError: weights not found locally (message says how to get them).
-        ValueError: unsupported dtype/device/bandwidth, or a normalizing/chunked codec.
+        ConfigError: weights not found locally (the message says how to get them), unsupported
+            dtype/device/bandwidth, or a normalizing/chunked/multi-channel codec.
     """
 
     def __init__(
@@ -96,41 +137,41 @@ class CodecEncoder:
         from transformers import EncodecModel
 
         if dtype not in DTYPES:
-            raise ValueError(f"codec.dtype={dtype!r} is not supported; use one of {sorted(DTYPES)} (float32 default)")
+            raise ConfigError(f"codec.dtype={dtype!r} is not supported; use one of {sorted(DTYPES)} (float32 default)")
         self.name_or_path = str(name_or_path)
         self.device = resolve_device(device)
         self.dtype = dtype
         self.pad_batches = pad_batches
         if _looks_like_path(self.name_or_path) and not Path(self.name_or_path).expanduser().is_dir():
-            raise FileNotFoundError(f"codec directory {self.name_or_path} does not exist. {OFFLINE_FIX}")
+            raise ConfigError(f"codec directory {self.name_or_path} does not exist. {OFFLINE_FIX}")
         try:
             model = EncodecModel.from_pretrained(self.name_or_path)
         except OSError as e:
-            raise OSError(f"cannot load EnCodec weights {self.name_or_path!r}: {e}\n{OFFLINE_FIX}") from e
+            raise ConfigError(f"cannot load EnCodec weights {self.name_or_path!r}: {e}\n{OFFLINE_FIX}") from e
         cfg = model.config
         if cfg.normalize:
-            raise ValueError(
+            raise ConfigError(
                 f"codec {self.name_or_path} has normalize=True: it returns per-chunk audio_scales that codes alone "
                 "cannot carry. Scaled codec not supported; use a codec with normalize=False (e.g. facebook/encodec_32khz)."
             )
         if cfg.chunk_length_s is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"codec {self.name_or_path} encodes in chunks (chunk_length_s={cfg.chunk_length_s}); only un-chunked "
                 "codecs (chunk_length_s=None, e.g. facebook/encodec_32khz) give one [T, K] code matrix per clip."
             )
         if cfg.audio_channels != 1:
-            raise ValueError(f"codec {self.name_or_path} expects {cfg.audio_channels} channels; this pipeline encodes mono")
+            raise ConfigError(f"codec {self.name_or_path} expects {cfg.audio_channels} channels; this pipeline encodes mono")
         allowed = [float(b) for b in cfg.target_bandwidths]
         bw = allowed[0] if bandwidth_kbps is None else float(bandwidth_kbps)
         if bw not in allowed:
-            raise ValueError(f"codec.bandwidth_kbps={bandwidth_kbps} is not supported by {self.name_or_path}; allowed: {allowed}")
+            raise ConfigError(f"codec.bandwidth_kbps={bandwidth_kbps} is not supported by {self.name_or_path}; allowed: {allowed}")
         self.bandwidth_kbps = bw
         self._check_feature_extractor(cfg.sampling_rate)
         self.model = model.to(device=self.device, dtype=DTYPES[dtype]).eval()
         self._config = cfg
         self.n_codebooks = int(model.quantizer.get_num_quantizers_for_bandwidth(bw))
         if cfg.codebook_size > np.iinfo(np.int16).max + 1:
-            raise ValueError(f"codebook_size={cfg.codebook_size} does not fit the int16 code layout")
+            raise ConfigError(f"codebook_size={cfg.codebook_size} does not fit the int16 code layout")
         self._weights_sha256: str | None = None
 
     def _check_feature_extractor(self, model_sr: int) -> None:
@@ -142,7 +183,7 @@ class CodecEncoder:
 
         fe = EncodecFeatureExtractor.from_pretrained(str(p))
         if fe.sampling_rate != model_sr or fe.feature_size != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"{p}/preprocessor_config.json says sampling_rate={fe.sampling_rate}, feature_size={fe.feature_size} "
                 f"but the model expects {model_sr} Hz mono; re-save the codec directory"
             )
@@ -162,6 +203,16 @@ class CodecEncoder:
     @property
     def codebook_size(self) -> int:
         return int(self._config.codebook_size)
+
+    @property
+    def device_type(self) -> str:
+        """cpu | cuda | mps: recorded in the manifest (codes can differ in near-ties across devices)."""
+        return self.device.type
+
+    @property
+    def num_threads(self) -> int:
+        """Intra-op CPU threads torch uses now (`torch.get_num_threads()`), recorded in the manifest."""
+        return int(torch.get_num_threads())
 
     @property
     def weights_sha256(self) -> str:
@@ -193,9 +244,10 @@ class CodecEncoder:
             for i, w in enumerate(wavs):
                 by_len.setdefault(int(w.shape[-1]), []).append(i)
             groups = list(by_len.values())
-        for idx in groups:
-            for i, codes in zip(idx, self._encode_padded([wavs[i] for i in idx])):
-                out[i] = codes
+        with ieee_float32():
+            for idx in groups:
+                for i, codes in zip(idx, self._encode_padded([wavs[i] for i in idx])):
+                    out[i] = codes
         return out  # type: ignore[return-value]
 
     def _encode_padded(self, wavs: list[torch.Tensor]) -> list[np.ndarray]:

@@ -68,7 +68,9 @@ class FailureRecord:
     ytid: str
     csv_row: int
     split: str
-    reason: str  # "<kind>: <what> (<file>)", e.g. "missing: no audio file ..."
+    reason: str  # one of read_audio.REASONS: missing_audio | needs_ffmpeg | decode_error | duration_mismatch | ...
+    detail: str = ""  # what happened, naming the file, e.g. "audio file not found (audio/x.wav)"
+    error_type: str | None = None  # type name of the exception behind it (e.g. "LibsndfileError"), if any
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,10 @@ class CodecInfo:
     codebook_size: int  # C: codes are 0..C-1
     bandwidth_kbps: float
     weights_sha256: str  # sha256 over the weight files' bytes (sorted by name)
-    dtype: str  # inference dtype: float32, or bfloat16 by explicit option
+    dtype: str  # inference dtype: float32 (IEEE, TF32 off on CUDA), or bfloat16 by explicit option
     library_versions: dict[str, str]
+    device: str | None = None  # device type that encoded: cpu | cuda | mps (None: set written before it was recorded)
+    num_threads: int | None = None  # torch intra-op threads while encoding (CPU results can depend on it)
 
 
 @dataclass(frozen=True)
@@ -132,12 +136,12 @@ class Manifest:
 
 def library_versions() -> dict[str, str]:
     import numpy
+    import soxr
     import torch
-    import torchaudio
     import transformers
     import webdataset
 
-    mods = {"torch": torch, "torchaudio": torchaudio, "transformers": transformers, "webdataset": webdataset, "numpy": numpy}
+    mods = {"torch": torch, "soxr": soxr, "transformers": transformers, "webdataset": webdataset, "numpy": numpy}
     return {name: str(getattr(m, "__version__", "unknown")) for name, m in mods.items()}
 
 

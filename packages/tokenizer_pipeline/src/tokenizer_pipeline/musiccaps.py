@@ -1,11 +1,20 @@
-"""Stage: read the MusicCaps CSV into typed rows, one `ClipRow` per clip, in file order."""
+"""Stage: read the MusicCaps CSV into typed rows, one `ClipRow` per clip, in file order.
+
+Policy for malformed rows: the whole CSV is parsed before any clip is encoded, and if any row is
+malformed the run is refused up front with one `CsvRowError` listing every bad row's line, column
+and value (first `MAX_REPORTED` shown), and the fix. A malformed row is never silently skipped or
+recorded as a failed clip: its ytid or window cannot be trusted. A CSV that cannot be read at all
+(missing, not UTF-8, broken quoting) raises `CsvError`. Both are `UserError`s: the CLI prints them
+without a traceback.
+"""
 from __future__ import annotations
 
 import ast
 import csv
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import ConfigError, UserError
 
 BOOL_COLUMNS = ("is_audioset_eval", "is_balanced_subset")  # allowed split.eval_column values
 COLUMNS = (
@@ -31,13 +40,32 @@ class ClipRow:
     csv_row: int  # 1-based line number in the CSV (header is line 1)
 
 
-class CsvRowError(ValueError):
-    """A malformed CSV row; the message names the file, the line and the column."""
+MAX_REPORTED = 20  # malformed rows listed in one CsvRowError message
+ROW_FIX = (
+    "Fix or delete these rows and rerun. The published musiccaps-public.csv parses cleanly; a broken row "
+    "usually comes from editing it in a spreadsheet (unquoted comma or newline in a caption, a changed "
+    "True/False, a list column that lost its brackets)."
+)
 
-    def __init__(self, csv_path: Path, csv_row: int, msg: str) -> None:
+
+class CsvError(UserError, ValueError):
+    """The CSV cannot be used (missing, unreadable, wrong header); the message names the file and the fix."""
+
+
+class CsvRowError(CsvError):
+    """Malformed CSV row(s); the message names the file, each line and column, and the fix.
+
+    Attributes:
+        csv_path: the CSV file.
+        csv_row: 1-based line of the first malformed row (header is line 1).
+        problems: `(line, message)` for every malformed row found.
+    """
+
+    def __init__(self, csv_path: Path, csv_row: int, msg: str, problems: list[tuple[int, str]] | None = None) -> None:
         super().__init__(f"{csv_path}:{csv_row}: {msg}")
         self.csv_path = csv_path
         self.csv_row = csv_row
+        self.problems = problems if problems is not None else [(csv_row, msg)]
 
 
 def _parse_bool(s: str) -> bool:
@@ -97,28 +125,56 @@ def parse_row(
 
 def read_musiccaps_csv(
     csv_path: Path, *, train_name: str = "train", eval_name: str = "eval", eval_column: str = "is_audioset_eval"
-) -> Iterator[ClipRow]:
-    """Yield the CSV's rows in file order. Raises `CsvRowError` on the first malformed row.
+) -> list[ClipRow]:
+    """All of the CSV's rows in file order, or an error before any work is done.
 
     `csv_row` is the physical line number where the row starts (captions may contain newlines).
     Split: `eval_name` where the boolean `eval_column` is True, else `train_name`.
+
+    Raises:
+        CsvRowError: one or more malformed rows (all of them listed, see the module docstring).
+        CsvError: the file is missing, not UTF-8, has broken quoting, or lacks columns.
+        ConfigError: unusable split settings.
     """
     if eval_column not in BOOL_COLUMNS:
-        raise ValueError(f"split.eval_column={eval_column!r} is not a boolean MusicCaps column; use one of {BOOL_COLUMNS}")
+        raise ConfigError(f"split.eval_column={eval_column!r} is not a boolean MusicCaps column; use one of {BOOL_COLUMNS}")
     if train_name == eval_name:
-        raise ValueError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")
+        raise ConfigError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")
     csv_path = Path(csv_path)
     if not csv_path.is_file():
-        raise FileNotFoundError(
+        raise CsvError(
             f"MusicCaps CSV not found: {csv_path}. The repo ships it at data/musiccaps/musiccaps-public.csv; "
             f"pass csv=/path/to/musiccaps-public.csv"
         )
-    with csv_path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise CsvRowError(csv_path, 1, f"header lacks columns {missing}; expected {list(COLUMNS)}")
-        line = reader.line_num + 1  # first data row starts after the header's last line
-        for raw in reader:
-            yield parse_row(raw, csv_path, line, train_name=train_name, eval_name=eval_name, eval_column=eval_column)
-            line = reader.line_num + 1
+    rows: list[ClipRow] = []
+    problems: list[tuple[int, str]] = []
+    line = 1
+    try:
+        with csv_path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise CsvRowError(csv_path, 1, f"header lacks columns {missing}; expected {list(COLUMNS)}")
+            line = reader.line_num + 1  # first data row starts after the header's last line
+            for raw in reader:
+                try:
+                    rows.append(parse_row(raw, csv_path, line, train_name=train_name, eval_name=eval_name, eval_column=eval_column))
+                except CsvRowError as e:
+                    problems.extend(e.problems)
+                line = reader.line_num + 1
+    except UnicodeDecodeError as e:
+        raise CsvError(f"{csv_path}: not UTF-8 text near line {line} ({e.reason}); save the CSV as UTF-8") from e
+    except csv.Error as e:
+        raise CsvError(f"{csv_path}:{line}: cannot parse CSV ({e}); check the quoting from that line on") from e
+    except OSError as e:
+        raise CsvError(f"cannot read MusicCaps CSV {csv_path}: {e.strerror or e}; check the path and its permissions") from e
+    if problems:
+        listed = "\n".join(f"  line {n}: {msg}" for n, msg in problems[:MAX_REPORTED])
+        more = f"\n  ... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
+        first, msg = problems[0]
+        raise CsvRowError(
+            csv_path, first,
+            f"{msg}\n{len(problems)} malformed row(s) in {csv_path}; nothing was encoded:\n{listed}{more}\n{ROW_FIX}",
+            problems,
+        )  # fmt: skip
+    return rows

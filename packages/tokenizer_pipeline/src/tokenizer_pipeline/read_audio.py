@@ -18,6 +18,7 @@ Failures: every way a clip can be unusable raises `ClipFailure`, whose `reason` 
 (a closed set; the keys below are what `failures.jsonl` and the manifest record):
     failure = ClipFailure("decode_error", path, "what happened", exc=original_exception)
     failure.reason, failure.path, failure.detail, failure.exc_type    # str(failure) = "<reason>: <detail> (<path>)"
+    FailureRecord(ytid=..., csv_row=..., split=..., **failure.record_fields())   # one failures.jsonl line
 The run loop catches `ClipFailure` per clip and records it; any other exception it sees for one clip
 (e.g. in the encoder) it wraps with `ClipFailure.from_exception("encode_error", path, exc)`.
 """
@@ -86,6 +87,10 @@ class ClipFailure(Exception):
         self.detail = detail
         self.exc_type = None if exc is None else type(exc).__name__
         super().__init__(f"{reason}: {detail} ({self.path})")
+
+    def record_fields(self) -> dict[str, str | None]:
+        """The `reason`, `detail` and `error_type` fields of a `manifest.FailureRecord` for this failure."""
+        return {"reason": self.reason, "detail": f"{self.detail} ({self.path})", "error_type": self.exc_type}
 
     @classmethod
     def from_exception(cls, reason: str, path: Path | str, exc: BaseException) -> ClipFailure:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import webdataset as wds
 
+from .errors import UserError
 from .manifest import CODES_MEMBER, JSON_MEMBER, FailureRecord, SampleRecord, ShardEntry, write_text_atomic
 from .musiccaps import ClipRow
 
@@ -36,7 +37,7 @@ TAR_GROUP = "root"
 TAR_MODE = 0o444
 
 
-class PipelineError(RuntimeError):
+class PipelineError(UserError, RuntimeError):
     """A problem with the inputs or the output directory that the user must fix; the message says how."""
 
 
