@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import pickle
+import sys
 import tracemalloc
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +117,10 @@ def test_clip_failure_interface() -> None:
     f = ClipFailure.from_exception("encode_error", "a.wav", RuntimeError("CUDA out of memory\nmore lines"))
     assert (f.reason, f.exc_type, f.detail) == ("encode_error", "RuntimeError", "RuntimeError: CUDA out of memory")
     assert str(f) == "encode_error: RuntimeError: CUDA out of memory (a.wav)"
+    assert f.record_fields() == {"reason": "encode_error", "detail": "RuntimeError: CUDA out of memory (a.wav)",
+                                 "error_type": "RuntimeError"}  # fmt: skip
+    g = pickle.loads(pickle.dumps(f))  # crosses process boundaries (decode workers)
+    assert (type(g), g.reason, g.path, g.detail, g.exc_type, str(g)) == (ClipFailure, f.reason, f.path, f.detail, f.exc_type, str(f))
     assert {"missing_audio", "needs_ffmpeg", "decode_error", "duration_mismatch", "too_short", "resample_error",
             "encode_error"} == set(REASONS)  # fmt: skip
 
@@ -210,3 +217,43 @@ def test_anti_aliasing_at_least_80_db(tmp_path: Path) -> None:
     passband = spec[990:1011].max()
     alias = spec[14900:15101].max()  # where 17 kHz folds to: 32 - 17 = 15 kHz
     assert 20 * np.log10(alias / passband) <= -80.0
+
+
+# --- the torchcodec path (FFmpeg formats), with a stand-in decoder: this machine has no FFmpeg ---
+
+
+class _FakeAudioDecoder:
+    """Stands in for torchcodec's AudioDecoder: a header duration and a record of the ranges decoded."""
+
+    header_s: float | None = 600.0
+    calls: list[tuple[float, float | None]] = []
+
+    def __init__(self, source: str) -> None:
+        self.metadata = SimpleNamespace(duration_seconds_from_header=self.header_s, sample_rate=48000)
+
+    def get_samples_played_in_range(self, start_seconds: float = 0.0, stop_seconds: float | None = None):
+        type(self).calls.append((start_seconds, stop_seconds))
+        stop = self.header_s if stop_seconds is None else min(stop_seconds, self.header_s or 1e9)
+        n = int(round((stop - start_seconds) * 48000))
+        return SimpleNamespace(data=torch.zeros(2, n), sample_rate=48000)  # [C, N]
+
+
+@pytest.fixture()
+def fake_torchcodec(monkeypatch: pytest.MonkeyPatch):
+    _FakeAudioDecoder.calls = []
+    _FakeAudioDecoder.header_s = 600.0
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", SimpleNamespace(AudioDecoder=_FakeAudioDecoder))
+    return _FakeAudioDecoder
+
+
+def test_torchcodec_path_applies_the_duration_policy(tmp_path: Path, fake_torchcodec) -> None:
+    p = tmp_path / "video.m4a"
+    p.write_bytes(b"not read by the stand-in")
+    y = load_audio(p, 32000, start_s=100.0, end_s=110.0, crop_to_window=True)
+    assert y.shape == (320000,) and fake_torchcodec.calls == [(100.0, 110.0)]  # only the window
+    fake_torchcodec.calls.clear()
+    assert "600.000 s" in _fails("duration_mismatch", p, start_s=100.0, end_s=110.0).detail
+    assert fake_torchcodec.calls == []  # rejected from the header, nothing decoded
+    fake_torchcodec.header_s = None  # no duration in the header: decode at most window + tolerance + 1 s
+    _fails("duration_mismatch", p, start_s=100.0, end_s=110.0)
+    assert fake_torchcodec.calls == [(0.0, 11.5)]

@@ -88,6 +88,10 @@ class ClipFailure(Exception):
         self.exc_type = None if exc is None else type(exc).__name__
         super().__init__(f"{reason}: {detail} ({self.path})")
 
+    def __reduce__(self) -> tuple:
+        """Picklable (decode workers send failures back to the main process): rebuilt from its fields."""
+        return (_rebuild_clip_failure, (self.reason, str(self.path), self.detail, self.exc_type))
+
     def record_fields(self) -> dict[str, str | None]:
         """The `reason`, `detail` and `error_type` fields of a `manifest.FailureRecord` for this failure."""
         return {"reason": self.reason, "detail": f"{self.detail} ({self.path})", "error_type": self.exc_type}
@@ -97,6 +101,12 @@ class ClipFailure(Exception):
         """Wrap an unexpected exception: the detail is "<ExcType>: <first line of its message>"."""
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         return cls(reason, path, f"{type(exc).__name__}: {first}", exc=exc)
+
+
+def _rebuild_clip_failure(reason: str, path: str, detail: str, exc_type: str | None) -> ClipFailure:
+    failure = ClipFailure(reason, path, detail)
+    failure.exc_type = exc_type
+    return failure
 
 
 # Old names, kept so existing callers (`except AudioDecodeError`) keep working.
