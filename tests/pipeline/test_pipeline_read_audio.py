@@ -120,7 +120,8 @@ def test_clip_failure_interface() -> None:
     assert f.record_fields() == {"reason": "encode_error", "detail": "RuntimeError: CUDA out of memory (a.wav)",
                                  "error_type": "RuntimeError"}  # fmt: skip
     g = pickle.loads(pickle.dumps(f))  # crosses process boundaries (decode workers)
-    assert (type(g), g.reason, g.path, g.detail, g.exc_type, str(g)) == (ClipFailure, f.reason, f.path, f.detail, f.exc_type, str(f))
+    assert type(g) is ClipFailure and str(g) == str(f)
+    assert (g.reason, g.path, g.detail, g.exc_type) == (f.reason, f.path, f.detail, f.exc_type)
     assert {"missing_audio", "needs_ffmpeg", "decode_error", "duration_mismatch", "too_short", "resample_error",
             "encode_error"} == set(REASONS)  # fmt: skip
 

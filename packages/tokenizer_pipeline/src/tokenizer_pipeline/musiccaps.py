@@ -158,7 +158,8 @@ def read_musiccaps_csv(
             line = reader.line_num + 1  # first data row starts after the header's last line
             for raw in reader:
                 try:
-                    rows.append(parse_row(raw, csv_path, line, train_name=train_name, eval_name=eval_name, eval_column=eval_column))
+                    split_kw = {"train_name": train_name, "eval_name": eval_name, "eval_column": eval_column}
+                    rows.append(parse_row(raw, csv_path, line, **split_kw))
                 except CsvRowError as e:
                     problems.extend(e.problems)
                 line = reader.line_num + 1

@@ -257,7 +257,8 @@ def load_audio(
         if abs(got - want) > duration_tolerance_s:
             raise ClipFailure(
                 "duration_mismatch", path,
-                f"decoded {got:.3f} s but the CSV window [{start_s}, {end_s}] is {want:.3f} s (tolerance {duration_tolerance_s} s)",
+                f"decoded {got:.3f} s but the CSV window [{start_s}, {end_s}] is {want:.3f} s "
+                f"(tolerance {duration_tolerance_s} s)",
             )  # fmt: skip
     if n / sr < min_seconds:
         raise ClipFailure("too_short", path, f"{n / sr:.3f} s of audio, need at least {min_seconds} s (min_seconds)")
