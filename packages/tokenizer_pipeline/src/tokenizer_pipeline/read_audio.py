@@ -57,14 +57,15 @@ REASONS: dict[str, str] = {
 # those and still rejects a truncated or uncut file.
 DURATION_TOLERANCE_S = 0.5
 
-# soxr "VHQ" (very high quality, linear phase). Chosen by measurement (44.1 -> 32 kHz, 10-s clip,
-# one core of this 2-core machine, soxr 1.1.0 vs torchaudio 2.11):
+# soxr "VHQ" (very high quality, linear phase). Chosen by measurement (benchmarks/bench_resample.py:
+# 44.1 -> 32 kHz, 10-s mono clips, one process on a shared 2-core CPU, soxr 1.1.0 vs torchaudio 2.11):
 #   alias of a 17 kHz tone vs a 1 kHz tone: soxr VHQ -169 dB, soxr HQ -143 dB,
 #     torchaudio kaiser (width 64, rolloff 0.9476, beta 14.77) -112 dB, torchaudio default -11 dB;
 #   14 kHz passband gain: soxr -0.005 dB, torchaudio default -1.8 dB;
-#   time: soxr VHQ 5 ms, torchaudio kaiser 197 ms, torchaudio default 170 ms;
-#   memory: soxr filters in blocks, so 44,101 or 47,999 Hz cost the same as 44,100 Hz (8 ms, no
-#     extra buffers), while torchaudio builds one kernel per phase: gcd(44101, 32000) = 1 asks for 11 GB.
+#   time per clip: soxr VHQ 5 ms (24 ms with the machine loaded), torchaudio kaiser 197 ms (631 ms),
+#     torchaudio default 170 ms (466 ms); VHQ vs HQ costs about the same, so the better one;
+#   memory, 44,101 Hz: soxr 50 MB peak RSS for the whole process, while torchaudio builds one kernel
+#     per phase and gcd(44101, 32000) = 1 asks for 5.6 GB per mono clip (the issue saw 11 GB).
 # torchaudio would need a rational approximation of odd rates on top; soxr is well kept and does it all.
 SOXR_QUALITY = "VHQ"
 
