@@ -134,3 +134,18 @@ def test_normalizing_codec_is_rejected(tiny_codec: Path, tmp_path: Path) -> None
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="Scaled codec not supported"):
         CodecEncoder(str(d), device="cpu")
+
+
+def test_cli_prints_codec_errors_without_traceback(corpus, tmp_path: Path) -> None:
+    """A codec that is not found stops the run before any work, with the fix and no traceback."""
+    import subprocess
+    import sys
+
+    csv_path, audio_dir, _ = corpus
+    r = subprocess.run(
+        [sys.executable, "-m", "tokenizer_pipeline", f"csv={csv_path}", f"audio_dir={audio_dir}",
+         f"out_dir={tmp_path / 'o'}", f"codec.name_or_path={tmp_path / 'no_codec'}", "codec.device=cpu"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: codec directory {tmp_path / 'no_codec'} does not exist") and "make codec" in r.stderr
