@@ -2,7 +2,8 @@
 
 wav/flac/ogg/mp3 go through soundfile (libsndfile ships inside the wheel, no system libraries).
 Everything else (m4a, opus, webm, aac, ...) goes through torchcodec, which loads the system FFmpeg
-libraries at run time. Every way a clip can be unusable raises a subclass of `AudioDecodeError`;
+libraries at run time, or, when those are missing, through an ffmpeg program (ffmpeg_binary.py: the
+system's or the imageio-ffmpeg wheel's). Every way a clip can be unusable raises a subclass of `AudioDecodeError`;
 the pipeline records those in `failures.jsonl` instead of crashing.
 """
 from __future__ import annotations
@@ -16,13 +17,15 @@ import soundfile as sf
 import torch
 import torchaudio
 
+from .ffmpeg_binary import FFmpegError, FFmpegNotFoundError, decode_window
+
 # Formats libsndfile decodes by itself (mp3 needs libsndfile >= 1.1, which the soundfile wheel bundles).
 SOUNDFILE_EXTS = frozenset({".wav", ".flac", ".ogg", ".mp3"})
 
 FFMPEG_FIX = (
     "install FFmpeg shared libraries (e.g. `apt-get install ffmpeg` or `brew install ffmpeg`) "
     "so torchcodec can load them, or convert the audio to wav/flac first "
-    "(e.g. `ffmpeg -i in.m4a out.wav` on a machine that has FFmpeg)"
+    "(e.g. `ffmpeg -i in.m4a out.wav` on a machine that has FFmpeg); or `pip install imageio-ffmpeg` (an ffmpeg program in a wheel)"
 )
 
 
@@ -110,6 +113,16 @@ def _decode_torchcodec(path: Path, start_s: float | None, end_s: float | None) -
     return samples.data.to(torch.float32), int(samples.sample_rate)  # [C, N]
 
 
+def _decode_ffmpeg_binary(path: Path, start_s: float | None, end_s: float | None) -> tuple[torch.Tensor, int]:
+    """Returns ([C, N] float32, sample rate) piped out of an ffmpeg program (system or the imageio-ffmpeg wheel's)."""
+    start = start_s or 0.0
+    try:
+        data, sr = decode_window(path, start_s=start, duration_s=None if end_s is None else end_s - start, mono=False)
+    except FFmpegError as e:
+        raise AudioDecodeError(path, str(e)) from e
+    return torch.from_numpy(data), sr  # [C, N]
+
+
 def load_audio(
     path: Path,
     target_sr: int,
@@ -145,7 +158,13 @@ def load_audio(
     if path.suffix.lower() in SOUNDFILE_EXTS:
         wav, sr = _decode_soundfile(path, start_s, end_s)  # [C, N]
     else:
-        wav, sr = _decode_torchcodec(path, start_s, end_s)  # [C, N]
+        try:
+            wav, sr = _decode_torchcodec(path, start_s, end_s)  # [C, N]
+        except FFmpegUnavailableError as e:  # no FFmpeg libraries for torchcodec: use an ffmpeg program if there is one
+            try:
+                wav, sr = _decode_ffmpeg_binary(path, start_s, end_s)  # [C, N]
+            except FFmpegNotFoundError:  # no ffmpeg program either: the torchcodec error says how to get FFmpeg
+                raise e from None
 
     if wav.numel() == 0:
         window = "" if start_s is None and end_s is None else f" in window [{start_s}, {end_s}] s"
