@@ -37,7 +37,6 @@ from .conf_dir import find_conf_dir
 from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg
 from .manifest import write_text_atomic
 from .musiccaps import ClipRow, read_musiccaps_csv
-from .write_shards import PipelineError, check_keys
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
@@ -111,6 +110,22 @@ class ClipResult:
     bytes: int = 0  # size of the flac written (fetched) or found (present)
     download_bytes: int = 0  # size of the full source file yt-dlp fetched
     failure: DownloadFailure | None = None
+
+
+class DownloadConfigError(ValueError):
+    """A problem to fix before anything is downloaded (bad option, bad CSV row); the message says the fix."""
+
+
+def check_ytids(rows: list[ClipRow], csv_path: Path) -> None:
+    """ytids become file names: no '/', '.', or repeats (the same rule as write_shards.check_keys, which is
+    not imported here because write_shards pulls in webdataset -> torch, seconds of start-up the downloader does not need)."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        if "/" in r.ytid or "." in r.ytid:
+            raise DownloadConfigError(f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains '/' or '.'; fix the CSV row")
+        if r.ytid in seen:
+            raise DownloadConfigError(f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} repeats row {seen[r.ytid]}; remove the duplicate row")
+        seen[r.ytid] = r.csv_row
 
 
 class ClipError(Exception):
@@ -261,29 +276,29 @@ class DownloadResult:
 
 
 def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResult:
-    """Fetch every row's window. Raises PipelineError for problems to fix before anything runs."""
+    """Fetch every row's window. Raises DownloadConfigError for problems to fix before anything runs."""
     if cfg.workers < 1:
-        raise PipelineError(f"workers={cfg.workers} must be >= 1")
+        raise DownloadConfigError(f"workers={cfg.workers} must be >= 1")
     if cfg.retries < 0 or cfg.backoff_s < 0:
-        raise PipelineError(f"retries={cfg.retries} and backoff_s={cfg.backoff_s} must be >= 0")
+        raise DownloadConfigError(f"retries={cfg.retries} and backoff_s={cfg.backoff_s} must be >= 0")
     if "{ytid}" not in cfg.url_template:
-        raise PipelineError(f"url_template={cfg.url_template!r} has no {{ytid}} placeholder, every row would fetch the same URL")
+        raise DownloadConfigError(f"url_template={cfg.url_template!r} has no {{ytid}} placeholder, every row would fetch the same URL")
     if cfg.cookies_file and not Path(cfg.cookies_file).is_file():
-        raise PipelineError(f"cookies_file={cfg.cookies_file} does not exist; export cookies.txt from a browser or drop the option")
+        raise DownloadConfigError(f"cookies_file={cfg.cookies_file} does not exist; export cookies.txt from a browser or drop the option")
     if cfg.rate_limit:
         from yt_dlp.utils import parse_bytes
 
         if parse_bytes(cfg.rate_limit) is None:
-            raise PipelineError(f"rate_limit={cfg.rate_limit!r} is not a byte rate; use e.g. 500K or 2M (bytes per second)")
+            raise DownloadConfigError(f"rate_limit={cfg.rate_limit!r} is not a byte rate; use e.g. 500K or 2M (bytes per second)")
     try:
         find_ffmpeg()
     except FileNotFoundError as e:
-        raise PipelineError(str(e)) from e
+        raise DownloadConfigError(str(e)) from e
     csv_path, out_dir = Path(cfg.csv), Path(cfg.out_dir)
     rows = list(read_musiccaps_csv(csv_path))
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
-    check_keys(rows, csv_path)  # ytids become file names, as they become shard keys later
+    check_ytids(rows, csv_path)
     (out_dir / PARTIAL_DIR).mkdir(parents=True, exist_ok=True)
 
     results: list[ClipResult] = []
@@ -335,7 +350,7 @@ def _hydra_main(dcfg: DictConfig) -> None:
         raise SystemExit(2) from e
     try:
         result = run_download(cfg)
-    except (PipelineError, ValueError, FileNotFoundError) as e:  # config / CSV problems, before any download
+    except (ValueError, FileNotFoundError) as e:  # config / CSV problems, before any download
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(1) from e
     print(result.message, file=sys.stderr if result.exit_code else sys.stdout)

@@ -133,7 +133,7 @@ def decode_window(
         duration_s: window length in seconds; None = to the end of the file. A file that ends early
             gives fewer samples (the caller decides whether that is an error).
         sample_rate: output rate in Hz (ffmpeg's resampler); None keeps the source rate.
-        mono: True averages the channels (`-ac 1`); False keeps the source channels.
+        mono: True averages the channels; False keeps the source channels.
 
     Returns:
         (`[C, N]` float32 array, its sample rate), C = 1 when `mono`.
@@ -142,16 +142,17 @@ def decode_window(
         FFmpegError: ffmpeg failed (unreadable, truncated headers, no audio stream).
     """
     path = Path(path)
-    info = None if (mono and sample_rate is not None) else probe(path)  # channel count / source rate
-    channels = 1 if mono else info.channels
+    info = probe(path)  # channel count (and the source rate when sample_rate is None)
     rate = sample_rate if sample_rate is not None else info.sample_rate
-    args = ["-i", str(path), *_window_args(start_s, duration_s), "-map", "0:a:0", "-vn", "-ac", str(channels), "-ar", str(rate), "-f", "f32le", "-"]
+    args = ["-i", str(path), *_window_args(start_s, duration_s), "-map", "0:a:0", "-vn", "-ac", str(info.channels), "-ar", str(rate), "-f", "f32le", "-"]
     r = _run(["-loglevel", "error", *args], path)
     if r.returncode != 0:
         raise FFmpegError(path, f"ffmpeg could not decode (exit {r.returncode})", r.stderr.decode("utf-8", "replace"))
     pcm = np.frombuffer(r.stdout, dtype="<f4")  # interleaved [N * C]
-    n = pcm.size // channels
-    return np.ascontiguousarray(pcm[: n * channels].reshape(n, channels).T), rate  # [N, C] -> [C, N]
+    n = pcm.size // info.channels
+    x = pcm[: n * info.channels].reshape(n, info.channels).T  # [N, C] -> [C, N]
+    # mono: the channel mean, as read_audio does; ffmpeg's own `-ac 1` scales stereo by 1/sqrt(2) instead
+    return (x.mean(axis=0, keepdims=True) if mono else np.ascontiguousarray(x)), rate  # [1, N] or [C, N]
 
 
 def cut_to_flac(src: Path | str, dst: Path | str, *, start_s: float, duration_s: float) -> Path:
