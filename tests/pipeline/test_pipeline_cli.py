@@ -21,7 +21,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_explain_and_missing_audio_dir_exit_2(tmp_path: Path) -> None:
     r = _run(["-m", "tokenizer_pipeline", "--explain"], tmp_path)
     assert r.returncode == 2 and "make shards DATA=" in r.stdout and "make demo-shards" in r.stdout
-    assert "{ytid}" in r.stdout
+    assert "{ytid}" in r.stdout and "make audio OUT=" in r.stdout
     r = _run(["-m", "tokenizer_pipeline", "out_dir=x"], tmp_path)
     assert r.returncode == 2 and "audio_dir is required" in r.stderr and "make demo-shards" in r.stderr
 
