@@ -224,6 +224,7 @@ def test_download_local_server_rerun_then_shards(tmp_path: Path, tiny_codec: Pat
             (out / f"{ytids[CASES.index(c)]}.flac").stat().st_size for c in fetched
         )
         assert not [p for p in out.rglob("*") if p.suffix == ".tmp"]  # atomic writes left nothing behind
+        assert {p.suffix for p in (out / ".partial").iterdir()} == {".part"}  # only the resumable download of the cut-short body
         assert sum(srv.hits.values()) <= 40  # bounded: ~2 requests a clip, a few retries
 
         # 3. rerun: complete files are skipped without a request, failed rows are tried again

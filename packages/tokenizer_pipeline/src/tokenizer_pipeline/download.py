@@ -14,6 +14,7 @@ Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema b
 """
 from __future__ import annotations
 
+import glob
 import json
 import random
 import re
@@ -234,18 +235,19 @@ def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Worke
         attempt += 1
         try:
             src = _download_source(workers.ydl(), cfg.url_template.format(ytid=row.ytid), row.ytid)
+            cut = partial / f"{row.ytid}.window.flac"  # checked before it gets its final name
             try:
-                cut_to_flac(src, dst, start_s=row.start_s, duration_s=window_s)
+                cut_to_flac(src, cut, start_s=row.start_s, duration_s=window_s)
             except FFmpegError as e:
                 raise ClipError("decode", str(e)) from e
-            info = sf.info(str(dst))
+            info = sf.info(str(cut))
             if info.frames / info.samplerate < window_s - SHORT_TOLERANCE_S:
-                dst.unlink()
                 raise ClipError(
                     "short_source",
                     f"the source ends before the window: got {info.frames / info.samplerate:.3f} s of "
                     f"[{row.start_s}, {row.end_s}] s from {src.name}",
                 )
+            cut.replace(dst)  # same file system: atomic, so an existing <ytid>.flac is always complete
             size = src.stat().st_size
             if cfg.keep_source:
                 (out_dir / "source").mkdir(exist_ok=True)
@@ -257,7 +259,7 @@ def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Worke
             if e.reason in TRANSIENT and attempt <= cfg.retries:
                 time.sleep(cfg.backoff_s * 2 ** (attempt - 1) * random.uniform(0.75, 1.25))
                 continue
-            for stale in partial.glob(f"{row.ytid}.*"):  # a bad source must not be reused by the next run
+            for stale in partial.glob(f"{glob.escape(row.ytid)}.*"):  # a bad source or cut must not be reused by the next run
                 if not stale.name.endswith(".part"):
                     stale.unlink()
             return ClipResult(row.ytid, "failed", failure=DownloadFailure(row.ytid, row.csv_row, e.reason, str(e), attempt))
