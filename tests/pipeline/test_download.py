@@ -74,6 +74,24 @@ def test_probe_and_decode_window_are_sample_exact_on_pcm(tmp_path: Path) -> None
     assert tail.shape == (2, int(0.5 * SR))
 
 
+@pytest.mark.parametrize(
+    "line, expect",
+    [
+        ("  Duration: 00:04:05.12, start: 0.000000, bitrate: 130 kb/s\n  Stream #0:0(eng): Audio: opus, 48000 Hz, stereo, fltp (default)",
+         fb.MediaInfo(245.12, 48000, 2)),
+        ("  Duration: 01:00:00.00, bitrate: 1411 kb/s\n  Stream #0:0: Audio: pcm_s16le ([1][0][0][0] / 0x0001), 22050 Hz, 3 channels, s16",
+         fb.MediaInfo(3600.0, 22050, 3)),
+        ("  Duration: N/A, bitrate: N/A\n  Stream #0:1[0x2](und): Audio: aac (LC) (mp4a / 0x6134706D), 44100 Hz, 5.1(side), fltp, 384 kb/s",
+         fb.MediaInfo(None, 44100, 6)),
+        ("  Stream #0:0: Audio: mp3 (mp3float), 32000 Hz, mono, fltp, 64 kb/s", fb.MediaInfo(None, 32000, 1)),
+    ],
+)  # fmt: skip
+def test_parse_stream_info(line: str, expect: fb.MediaInfo) -> None:
+    assert fb.parse_stream_info(line, "x") == expect
+    with pytest.raises(fb.FFmpegError, match="no audio stream"):
+        fb.parse_stream_info("  Stream #0:0: Video: h264, yuv420p, 640x360", "x.mp4")
+
+
 @pytest.mark.parametrize("ext, rate", [("m4a", SR), ("webm", 48000)])
 def test_lossy_windows_start_where_asked(tmp_path: Path, ext: str, rate: int) -> None:
     """Input-side seeking shifted an AAC window by 410 samples; the window must land within a few samples."""

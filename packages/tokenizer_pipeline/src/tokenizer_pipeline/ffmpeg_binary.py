@@ -72,8 +72,8 @@ _AUDIO = re.compile(r"Stream #\d+:\d+.*?: Audio: (?P<rest>.*)")
 _LAYOUT_CHANNELS = {"mono": 1, "stereo": 2, "2.1": 3, "3.0": 3, "quad": 4, "4.0": 4, "5.0": 5, "5.1": 6, "6.1": 7, "7.1": 8}
 
 
-def _run(args: list[str], path: Path, *, input_check: bool = True) -> subprocess.CompletedProcess:
-    if input_check and not Path(path).is_file():
+def _run(args: list[str], path: Path) -> subprocess.CompletedProcess:
+    if not Path(path).is_file():
         raise FFmpegError(path, "input file not found")
     return subprocess.run([find_ffmpeg(), "-nostdin", "-hide_banner", *args], capture_output=True, check=False)
 
@@ -86,22 +86,26 @@ def probe(path: Path | str) -> MediaInfo:
     """
     path = Path(path)
     r = _run(["-i", str(path)], path)  # exits 1 ("At least one output file must be specified"); stderr has the info
-    err = r.stderr.decode("utf-8", "replace")
-    m = _AUDIO.search(err)
+    return parse_stream_info(r.stderr.decode("utf-8", "replace"), path)
+
+
+def parse_stream_info(stderr: str, path: Path | str) -> MediaInfo:
+    """MediaInfo from `ffmpeg -i` output, e.g. `Stream #0:0(und): Audio: aac (LC), 44100 Hz, stereo, fltp`."""
+    m = _AUDIO.search(stderr)
     if m is None:
-        raise FFmpegError(path, "ffmpeg found no audio stream (not a media file, or truncated)", err)
-    rest = m.group("rest")
-    rate = re.search(r"(\d+) Hz", rest)
-    if rate is None:
-        raise FFmpegError(path, f"ffmpeg printed no sample rate for the audio stream: {rest!r}")
-    n = re.search(r"(\d+) channels", rest)
-    layout = rest.split(",")[2].strip().split("(")[0].strip() if rest.count(",") >= 2 else ""
-    channels = int(n.group(1)) if n else _LAYOUT_CHANNELS.get(layout)
+        raise FFmpegError(path, "ffmpeg found no audio stream (not a media file, or truncated)", stderr)
+    fields = [f.strip() for f in m.group("rest").split(",")]  # [codec, rate, layout, sample format, ...]
+    hz = [i for i, f in enumerate(fields) if re.fullmatch(r"\d+ Hz", f)]
+    if not hz or hz[0] + 1 >= len(fields):
+        raise FFmpegError(path, f"ffmpeg printed no sample rate and layout for the audio stream: {m.group('rest')!r}")
+    layout = fields[hz[0] + 1]  # "mono", "stereo", "5.1(side)", "3 channels"
+    n = re.fullmatch(r"(\d+) channels", layout)
+    channels = int(n.group(1)) if n else _LAYOUT_CHANNELS.get(layout.split("(")[0])
     if channels is None:
-        raise FFmpegError(path, f"cannot tell the channel count from ffmpeg's stream line {rest!r}")
-    d = _DURATION.search(err)
+        raise FFmpegError(path, f"cannot tell the channel count of layout {layout!r}; convert the file to stereo first")
+    d = _DURATION.search(stderr)
     duration = int(d.group(1)) * 3600 + int(d.group(2)) * 60 + float(d.group(3)) if d else None
-    return MediaInfo(duration_s=duration, sample_rate=int(rate.group(1)), channels=channels)
+    return MediaInfo(duration_s=duration, sample_rate=int(fields[hz[0]].split()[0]), channels=channels)
 
 
 def _window_args(start_s: float, duration_s: float | None) -> list[str]:
