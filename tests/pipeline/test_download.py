@@ -85,6 +85,7 @@ def test_probe_and_decode_window_are_sample_exact_on_pcm(tmp_path: Path) -> None
          fb.MediaInfo(None, 44100, 6)),
         ("  Stream #0:0: Audio: mp3 (mp3float), 32000 Hz, mono, fltp, 64 kb/s", fb.MediaInfo(None, 32000, 1)),
     ],
+    ids=["opus-stereo", "pcm-3ch", "aac-5.1-no-duration", "mp3-mono"],
 )  # fmt: skip
 def test_parse_stream_info(line: str, expect: fb.MediaInfo) -> None:
     assert fb.parse_stream_info(line, "x") == expect
