@@ -16,7 +16,7 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup demo corpus codec demo-shards demo-models shards train verify test test-slow bench clean
+.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow bench clean
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,13 @@ demo: demo-shards demo-models
 	$(PY) -m adapter_trainer +experiment=demo $(ARGS)
 
 # ---- real data
+# make audio OUT=dir: every CSV row's window from YouTube -> dir/{ytid}.flac (yt-dlp + the wheel's ffmpeg);
+# then make shards DATA=dir. OUT must be given: its default is the shard directory.
+audio: | setup
+	@if [ "$(origin OUT)" = "file" ]; then \
+		echo "make audio needs OUT=/path/to/musiccaps_audio (then: make shards DATA=/path/to/musiccaps_audio)" >&2; exit 2; fi
+	$(PY) -m tokenizer_pipeline.download out_dir=$(OUT) $(ARGS)
+
 shards: | setup
 	@if [ -z "$(DATA)" ]; then $(PY) -m tokenizer_pipeline --explain; exit 2; fi
 	$(PY) -m tokenizer_pipeline audio_dir=$(DATA) out_dir=$(OUT) $(ARGS)

@@ -21,7 +21,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_explain_and_missing_audio_dir_exit_2(tmp_path: Path) -> None:
     r = _run(["-m", "tokenizer_pipeline", "--explain"], tmp_path)
     assert r.returncode == 2 and "make shards DATA=" in r.stdout and "make demo-shards" in r.stdout
-    assert "{ytid}" in r.stdout
+    assert "{ytid}" in r.stdout and "make audio OUT=" in r.stdout
     r = _run(["-m", "tokenizer_pipeline", "out_dir=x"], tmp_path)
     assert r.returncode == 2 and "audio_dir is required" in r.stderr and "make demo-shards" in r.stderr
 
@@ -63,7 +63,7 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
     else:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
-    assert yamls == ["preset/demo.yaml", "shards.yaml"]  # a new YAML must be added to this test
+    assert yamls == ["download.yaml", "preset/demo.yaml", "shards.yaml"]  # a new YAML must be added to a test (download.yaml: test_download.py)
     assert find_conf_dir() == REPO / "conf" / "tokenizer_pipeline"
 
 

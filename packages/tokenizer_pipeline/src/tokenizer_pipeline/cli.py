@@ -39,9 +39,9 @@ EXPLAIN = """\
 tokenizer_pipeline needs audio: set audio_dir (nothing is downloaded at run time).
 
 Real MusicCaps audio
-  Download the clips yourself (e.g. with yt-dlp), one file per CSV row named {ytid}.<ext>
-  (wav, flac, mp3, ogg; m4a/opus/webm need FFmpeg), already cut to the row's [start_s, end_s]
-  window, as yt-dlp --download-sections writes them. Then:
+  One file per CSV row named {ytid}.<ext> (wav, flac, mp3, ogg, m4a, opus, webm), already cut to the
+  row's [start_s, end_s] window. `make audio OUT=/path/to/musiccaps_audio` downloads them that way
+  (python -m tokenizer_pipeline.download out_dir=...; yt-dlp + an ffmpeg program). Then:
       make shards DATA=/path/to/musiccaps_audio [OUT=build/shards]
       python -m tokenizer_pipeline audio_dir=/path/to/musiccaps_audio out_dir=build/shards
   Full-length source audio instead of 10-s cuts: add crop_to_window=true.

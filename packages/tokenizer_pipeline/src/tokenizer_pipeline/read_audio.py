@@ -2,7 +2,8 @@
 
 wav/flac/ogg/mp3 go through soundfile (libsndfile ships inside the wheel, no system libraries).
 Everything else (m4a, opus, webm, aac, ...) goes through torchcodec, which loads the system FFmpeg
-libraries at run time.
+libraries at run time, or, when those are missing, through an ffmpeg program (`ffmpeg_binary.py`:
+the system's or the imageio-ffmpeg wheel's).
 
 Duration policy (the CSV window is `[start_s, end_s]`, its length `end_s - start_s`):
 the file's duration is read from its header before any sample is decoded.
@@ -31,13 +32,15 @@ import soundfile as sf
 import soxr
 import torch
 
+from .ffmpeg_binary import FFmpegError, FFmpegNotFoundError, decode_window, probe
+
 # Formats libsndfile decodes by itself (mp3 needs libsndfile >= 1.1, which the soundfile wheel bundles).
 SOUNDFILE_EXTS = frozenset({".wav", ".flac", ".ogg", ".mp3"})
 
 FFMPEG_FIX = (
     "install FFmpeg shared libraries (e.g. `apt-get install ffmpeg` or `brew install ffmpeg`) "
     "so torchcodec can load them, or convert the audio to wav/flac first "
-    "(e.g. `ffmpeg -i in.m4a out.wav` on a machine that has FFmpeg)"
+    "(e.g. `ffmpeg -i in.m4a out.wav` on a machine that has FFmpeg); or `pip install imageio-ffmpeg` (an ffmpeg program in a wheel)"
 )
 
 # The closed set of failure reasons, with what each means (and what to do about it).
@@ -202,6 +205,29 @@ def _decode_torchcodec(
     return data, int(samples.sample_rate)
 
 
+def _decode_ffmpeg_binary(
+    path: Path, start_s: float | None, end_s: float | None, crop: bool, tol: float
+) -> tuple[np.ndarray, int]:
+    """Returns ([N, C] float32, sample rate) piped out of an ffmpeg program (system or the imageio-ffmpeg wheel's).
+
+    The same duration policy as the other decoders: the container's duration (`ffmpeg -i`, no ffprobe) is
+    checked before any sample is decoded, and only the window (or window + tolerance) is decoded.
+    """
+    try:
+        info = probe(path)
+        _check_header_duration(path, info.duration_s, start_s, end_s, crop, tol)
+        if crop and start_s is not None and end_s is not None:
+            begin, length = start_s, end_s - start_s
+        elif start_s is not None and end_s is not None:  # decode at most window + tolerance (+1 s) of a cut file
+            begin, length = 0.0, (end_s - start_s) + tol + 1.0
+        else:
+            begin, length = 0.0, None
+        data, sr = decode_window(path, start_s=begin, duration_s=length, mono=False)  # [C, N]
+    except FFmpegError as e:
+        raise ClipFailure("decode_error", path, f"ffmpeg program cannot decode '{path.suffix.lstrip('.')}' file: {e}", exc=e) from e
+    return np.ascontiguousarray(data.T), sr  # [C, N] -> [N, C]
+
+
 def load_audio(
     path: Path,
     target_sr: int,
@@ -246,8 +272,18 @@ def load_audio(
     if path.stat().st_size == 0:
         raise ClipFailure("decode_error", path, "audio file is 0 bytes (an interrupted download?)")
 
-    decode = _decode_soundfile if path.suffix.lower() in SOUNDFILE_EXTS else _decode_torchcodec
-    data, sr = decode(path, start_s, end_s, crop_to_window, duration_tolerance_s)  # [N, C]
+    if path.suffix.lower() in SOUNDFILE_EXTS:
+        data, sr = _decode_soundfile(path, start_s, end_s, crop_to_window, duration_tolerance_s)  # [N, C]
+    else:
+        try:
+            data, sr = _decode_torchcodec(path, start_s, end_s, crop_to_window, duration_tolerance_s)  # [N, C]
+        except ClipFailure as e:
+            if e.reason != "needs_ffmpeg":
+                raise
+            try:  # no FFmpeg libraries for torchcodec: use an ffmpeg program if there is one
+                data, sr = _decode_ffmpeg_binary(path, start_s, end_s, crop_to_window, duration_tolerance_s)  # [N, C]
+            except FFmpegNotFoundError:  # no ffmpeg program either: the torchcodec error says how to get FFmpeg
+                raise e from None
 
     n = data.shape[0]
     if n == 0:

@@ -1,0 +1,66 @@
+"""Downloader throughput and disk size, offline: the real yt-dlp + ffmpeg path against the tests' local
+HTTP server (127.0.0.1 only), with YouTube-like sources (Opus in webm, 48 kHz stereo, 96 kbps).
+
+    python benchmarks/bench_download.py [--clips 8] [--source-s 60] [--workers 1 2]
+
+Prints one row per worker count: clips/s, clips/s per worker, flac bytes per 10-s clip, bytes
+downloaded per clip. Network time is ~0 here, so this is the local cost (yt-dlp + decode + flac
+encode) per clip; from YouTube the download itself adds source size / bandwidth per clip.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "pipeline"))  # the tests' media server and media writer
+
+from download_fixtures import MediaServer, write_csv_rows, write_media  # noqa: E402
+
+from tokenizer_pipeline.download import DownloadConfig, run_download  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clips", type=int, default=8)
+    ap.add_argument("--source-s", type=float, default=60.0, help="length of each source file (the window is [20, 30] s)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
+    args = ap.parse_args()
+    rows_out = []
+    with tempfile.TemporaryDirectory() as tmp, MediaServer() as srv:
+        tmp = Path(tmp)
+        csv_path, rows = write_csv_rows(tmp / "subset.csv", args.clips, [(20.0, 30.0)] * args.clips)
+        write_media(tmp / "media" / "src.webm", args.source_s, 48000, channels=2)
+        for r in rows:
+            srv.serve_file(r["ytid"], tmp / "media" / "src.webm")
+        warm = DownloadConfig(csv=str(csv_path), out_dir=str(tmp / "warm"), url_template=srv.url_template, workers=1, limit=1)
+        run_download(warm, progress=False)  # yt-dlp's first extraction in a process imports its networking stack (~2 s)
+        for w in args.workers:
+            out = tmp / f"out{w}"
+            cfg = DownloadConfig(csv=str(csv_path), out_dir=str(out), url_template=srv.url_template, workers=w)
+            res = run_download(cfg, progress=False)
+            assert res.counts["fetched"] == args.clips, res.message
+            row = {
+                "workers": w,
+                "clips": args.clips,
+                "clips_per_s": res.counts["fetched"] / res.elapsed_s,
+                "clips_per_s_per_worker": res.counts["fetched"] / res.elapsed_s / w,
+                "flac_bytes_per_clip": res.flac_bytes / args.clips,
+                "download_bytes_per_clip": res.download_bytes / args.clips,
+            }
+            rows_out.append(row)
+            print(f"workers={w}: {row['clips_per_s']:.2f} clips/s ({row['clips_per_s_per_worker']:.2f} per worker), "
+                  f"{row['flac_bytes_per_clip'] / 1e6:.2f} MB flac per 10-s clip, "
+                  f"{row['download_bytes_per_clip'] / 1e6:.2f} MB downloaded per clip ({args.source_s:.0f}-s source)")  # fmt: skip
+            shutil.rmtree(out)
+    if args.out:
+        args.out.write_text(json.dumps(rows_out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
