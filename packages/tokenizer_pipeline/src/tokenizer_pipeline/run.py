@@ -225,7 +225,7 @@ def decoded_clips(rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int, 
         return
     loader = torch.utils.data.DataLoader(
         source, batch_size=None, shuffle=False, num_workers=workers, prefetch_factor=cfg.prefetch,
-        collate_fn=_as_is, worker_init_fn=_worker_init, in_order=True,
+        collate_fn=_as_is, worker_init_fn=_worker_init,  # yields in index order (in_order defaults to True)
     )  # fmt: skip
     yield from loader
 
