@@ -17,7 +17,6 @@ import argparse
 import csv
 import json
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,19 +33,28 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def subset_csv(corpus: Path, out: Path, n: int) -> tuple[Path, Path]:
-    """A CSV of `n` rows and an audio dir of `n` links to the corpus's 10-s wavs (reused round-robin)."""
+def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) -> tuple[Path, Path]:
+    """A CSV of `n` rows and an audio dir of `n` links to the corpus's 10-s wavs (reused round-robin);
+    with `seconds`, links to the first `seconds` of each wav instead."""
     with (corpus / "musiccaps-subset.csv").open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields, base = reader.fieldnames, list(reader)
     with (Path(__file__).resolve().parents[1] / "data/musiccaps/musiccaps-public.csv").open(newline="", encoding="utf-8") as f:
         real = list(csv.DictReader(f))
-    audio = out / "audio"
+    audio, src_dir = out / "audio", corpus
     audio.mkdir(parents=True, exist_ok=True)
+    if seconds is not None:
+        import soundfile as sf
+
+        src_dir = out / "cropped"
+        src_dir.mkdir()
+        for b in base:
+            x, sr = sf.read(corpus / f"{b['ytid']}.wav", frames=int(seconds * 44100), dtype="int16")
+            sf.write(src_dir / f"{b['ytid']}.wav", x, sr)
     rows = []
     for i in range(n):  # real rows for real ids; every clip links to a corpus wav
         row = dict(real[i]) if n > len(base) else dict(base[i])
-        (audio / f"{row['ytid']}.wav").symlink_to((corpus / f"{base[i % len(base)]['ytid']}.wav").resolve())
+        (audio / f"{row['ytid']}.wav").symlink_to((src_dir / f"{base[i % len(base)]['ytid']}.wav").resolve())
         rows.append(row)
     path = out / "rows.csv"
     with path.open("w", newline="", encoding="utf-8") as f:
@@ -153,12 +161,13 @@ def case_rss(args: argparse.Namespace, work: Path) -> dict:
     from tokenizer_pipeline.run import run_pipeline
 
     codec = small_codec(work / "codec")
-    csv_path, audio = subset_csv(Path(args.corpus), work, args.clips)
+    # 1-s clips: what grows with the number of clips is per-clip bookkeeping, not audio (bounded per batch)
+    csv_path, audio = subset_csv(Path(args.corpus), work, args.clips, seconds=1.0)
     t0 = time.perf_counter()
-    res = run_pipeline(_pipeline_cfg(csv_path, audio, work / "out", str(codec), args, min_seconds=1.0), progress=False)
+    res = run_pipeline(_pipeline_cfg(csv_path, audio, work / "out", str(codec), args, min_seconds=0.5), progress=False)
     secs = time.perf_counter() - t0
     assert res.manifest.totals["encoded"] == args.clips, res.message
-    return {"case": f"rss_{args.clips}", "clips": args.clips, "seconds": secs, "clips_per_s": args.clips / secs,
+    return {"case": f"rss_{args.clips}", "clip_seconds": 1.0, "clips": args.clips, "seconds": secs, "clips_per_s": args.clips / secs,
             "workers_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
@@ -188,15 +197,16 @@ CASES = {"encoder_bound": case_encoder_bound, "pipeline": case_pipeline, "first_
 
 
 def run_case(name: str, args: argparse.Namespace, **overrides: object) -> dict:
-    """One case in a fresh interpreter; its dict comes back through a JSON file."""
-    with tempfile.TemporaryDirectory(prefix=f"bench_{name}_") as tmp:
-        out = Path(tmp) / "result.json"
-        opts = vars(args) | overrides
-        cmd = [sys.executable, str(HERE), "--case", name, "--result", str(out)]
-        for k in ("codec", "corpus", "clips", "batch_size", "threads", "device", "workers"):
-            cmd += [f"--{k.replace('_', '-')}", str(opts[k])]
-        subprocess.run(cmd, check=True)
-        return json.loads(out.read_text())
+    """One case in a fresh interpreter; its dict comes back through a JSON file (also kept next to --out)."""
+    opts = vars(args) | overrides
+    out = Path(args.out).with_suffix("") / f"{name}_{opts['clips']}_{opts['workers']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(HERE), "--case", name, "--result", str(out)]
+    for k in ("codec", "corpus", "clips", "batch_size", "threads", "device", "workers"):
+        cmd += [f"--{k.replace('_', '-')}", str(opts[k])]
+    subprocess.run(cmd, check=True)
+    print(out.read_text(), flush=True)
+    return json.loads(out.read_text())
 
 
 def main() -> None:
