@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 import filelock

@@ -1,15 +1,14 @@
 """The stage-1 run: MusicCaps CSV + audio -> EnCodec code shards + manifest, on one process or N torchrun ranks.
 
 `run_pipeline` reads top to bottom:
-  1. check the configuration and load the codec; anything a user must fix stops the run here, before
-     any encoding, as a `PipelineError` whose message names the fix
-  2. join the torchrun group when there is one (gloo on CPU, nccl with one GPU per rank)
-  3. rank 0 locks `out_dir` and prepares `.progress/` (refuses a different config unless overwrite)
-  4. plan every shard (CSV order, `shard.max_samples` rows each); this rank owns a contiguous range
-  5. of its shards, (re)do the ones that are new, damaged, or whose audio appeared or changed
-  6. decode + resample in DataLoader worker processes while this process encodes batches of
-     equal-length clips and writes each shard's tar; one bad clip is one `FailureRecord`
-  7. barrier; rank 0 writes failures.jsonl and manifest.json (last) from the `.progress/` records
+  1. join the torchrun group when there is one (gloo on CPU, nccl with one GPU per rank); check the
+     configuration, read the CSV, plan every shard, load the codec. Anything a user must fix stops every
+     rank here, before any encoding, as a `PipelineError` whose message names the fix
+  2. rank 0 locks `out_dir` and prepares `.progress/` (a different config is refused unless overwrite)
+  3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or
+     whose audio appeared or changed: DataLoader worker processes decode + resample while this process
+     encodes batches of equal-length clips and writes each tar; one bad clip is one `FailureRecord`
+  4. all ranks done; rank 0 writes failures.jsonl and manifest.json (last) from the `.progress/` records
 
 The set is byte-identical for any worker count and any number of ranks (same per-process `threads`):
 a clip's shard and its batch companions depend only on the plan, never on timing.
@@ -467,7 +466,7 @@ def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
     """
     out_dir = Path(cfg.out_dir)
 
-    # 1. configuration, CSV and codec: problems stop every rank here
+    # 1. ranks, configuration, CSV, plan and codec: problems stop every rank here
     ranks = join_ranks(cfg.codec.device)
     error, plans, encoder = None, [], None
     try:
