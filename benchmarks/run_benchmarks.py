@@ -1,6 +1,8 @@
 """`make bench`: speed and memory figures for both stages, each measured in its own process.
 
 Writes build/bench/results.json and build/bench/results.md (the README's benchmark table comes from it).
+A bench script writes either a list of rows or `{"rows": [...], "summary": {...}}`; the summaries of all
+scripts are merged into results.json's top-level `summary` (each script owns its keys).
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N.
 """
@@ -19,15 +21,27 @@ HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
 
 
-def run(script: str, out: Path, *args: str) -> list[dict]:
-    """Run one benchmark script in a fresh interpreter; its rows come back through a JSON file."""
+def run(script: str, out: Path, *args: str, summary: dict | None = None) -> list[dict]:
+    """Run one benchmark script in a fresh interpreter; its rows (and summary keys) come back through a JSON file."""
     subprocess.run([sys.executable, str(HERE / script), "--out", str(out), *args], check=True)
-    return json.loads(out.read_text())
+    got = json.loads(out.read_text())
+    if isinstance(got, dict):
+        if summary is not None:
+            clash = set(summary) & set(got["summary"])
+            assert not clash, f"{script} repeats summary keys {sorted(clash)}"
+            summary.update(got["summary"])
+        return got["rows"]
+    return got
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| stage | setting | device | throughput | peak RSS |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
+        if r["stage"] == "pipeline":
+            setting = f"{r['case']}, batch {r['batch_size']}, {r['threads']} threads, {r['clips']} × 10-s clips"
+            thr = (f"{r['audio_s_per_s']:.2f} audio-s/s" if "audio_s_per_s" in r else f"{r['clips_per_s']:.1f} clips/s")
+            lines.append(f"| {r['stage']} | {setting} | {r['device']} | {thr} | {r['peak_rss_mb']:.0f} MB |")
+            continue
         if r["stage"] == "encode":
             setting = f"{r['dtype']}, batch {r['batch_size']}, {r['clips']} × 10-s clips"
             if "code_agreement_vs_fp32" in r:
@@ -45,15 +59,19 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--train-steps", type=int, default=20)
     ap.add_argument("--encode-clips", type=int, default=8)
+    ap.add_argument("--pipeline-clips", type=int, default=8)  # full-size codec: ~1.7 s per clip on 2 idle cores
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    summary: dict = {}
     rows = run("bench_encode.py", OUT / "encode.json", "--device", args.device, "--n-clips", str(args.encode_clips))
     for pattern in ("delay", "flatten"):
         rows += run("bench_train.py", OUT / f"train_{pattern}.json", "--pattern", pattern,
                     "--steps", str(args.train_steps), f"trainer.device={args.device}")
+    rows += run("bench_pipeline.py", OUT / "pipeline.json", "--device", args.device,
+                "--clips", str(args.pipeline_clips), summary=summary)
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    md = f"Machine: {machine}\n\n{table(rows)}\n"
-    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+    md = f"Machine: {machine}\n\n{table(rows)}\n\nSummary: {json.dumps(summary, indent=1)}\n"
+    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows, "summary": summary}, indent=2))
     (OUT / "results.md").write_text(md)
     print(md)
 

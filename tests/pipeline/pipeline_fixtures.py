@@ -91,6 +91,7 @@ def _merge(train: list[dict], evals: list[dict]) -> list[dict]:
 def pipeline_config(csv_path: Path, audio_dir: Path, out_dir: Path, codec_dir: Path, **overrides) -> PipelineConfig:
     cfg = PipelineConfig(
         csv=str(csv_path), audio_dir=str(audio_dir), out_dir=str(out_dir), min_seconds=0.5,
+        workers=0,  # decode in-process: forking workers costs more than these 1-s clips (test_pipeline_run covers 1 and 2)
         codec=CodecConfig(name_or_path=str(codec_dir), device="cpu", batch_size=3),
         shard=ShardConfig(max_samples=2),
     )  # fmt: skip

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import tokenizer_pipeline.cli as cli
+import tokenizer_pipeline.run as run
 from tokenizer_pipeline.cli import ShardConfig, run_pipeline
 from tokenizer_pipeline.manifest import Manifest
 from tokenizer_pipeline.verify import verify
@@ -20,8 +20,12 @@ from pipeline_fixtures import pipeline_config
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
-    """Every shard-set file (not .progress) by relative path."""
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and ".progress" not in p.parts}
+    """Every shard-set file (not the run's own state: .progress/ and the .lock file) by relative path."""
+    return {
+        p.relative_to(d).as_posix(): p.read_bytes()
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and ".progress" not in p.parts and p.name != ".lock"
+    }
 
 
 def test_shard_layout_and_manifest(corpus, tiny_codec: Path, tmp_path: Path) -> None:
@@ -63,7 +67,7 @@ def test_resume_after_interruption_is_byte_identical(corpus, tiny_codec: Path, t
     reference = _snapshot(out)
     shutil.rmtree(out)
 
-    real_encode_shard = cli.encode_shard
+    real_encode_shard = run.encode_shard
     calls = []
 
     def crash_on_third(plan, *args, **kwargs):
@@ -72,14 +76,14 @@ def test_resume_after_interruption_is_byte_identical(corpus, tiny_codec: Path, t
             raise KeyboardInterrupt("simulated interruption")
         return real_encode_shard(plan, *args, **kwargs)
 
-    monkeypatch.setattr(cli, "encode_shard", crash_on_third)
+    monkeypatch.setattr(run, "encode_shard", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(cfg, progress=False)
     assert not (out / "manifest.json").exists()  # incomplete set
     assert (out / "train/shard-000001.tar").exists() and not (out / "eval/shard-000000.tar").exists()
 
     calls.clear()
-    monkeypatch.setattr(cli, "encode_shard", lambda plan, *a, **k: (calls.append(plan.relpath), real_encode_shard(plan, *a, **k))[1])
+    monkeypatch.setattr(run, "encode_shard", lambda plan, *a, **k: (calls.append(plan.relpath), real_encode_shard(plan, *a, **k))[1])
     run_pipeline(cfg, progress=False)
     assert calls == ["eval/shard-000000.tar", "eval/shard-000001.tar"]  # completed shards were skipped
     assert _snapshot(out) == reference

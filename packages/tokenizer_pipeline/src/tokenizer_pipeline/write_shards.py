@@ -4,8 +4,11 @@ Layout (docs/shard-format.md): `<out>/<split>/shard-%06d.tar`, each sample = `<y
 Shards are planned up front: the rows of each split in CSV order, chunked by `max_samples`, so a
 clip's shard never depends on what happened to other clips. Each tar is written to a temp name in
 the same directory and renamed when complete; a per-shard record in `<out>/.progress/` lets a
-rerun skip shards whose tar still matches its recorded sha256. Keys must be free of '.' because
-WebDataset splits member names at the first dot (`base_plus_ext`).
+rerun skip shards whose tar still matches its recorded sha256 and whose inputs did not change
+(`ShardRecord.inputs`). `.progress/` stays after the set is complete (about 1 KB per shard): it is
+what lets a later rerun heal only the shards whose audio changed; readers ignore it. Keys must match
+the contract's character set `[A-Za-z0-9_-]` (no '.': WebDataset splits member names at the first dot,
+`base_plus_ext`).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -29,9 +33,12 @@ from .musiccaps import ClipRow
 PROGRESS_DIR = ".progress"
 FINGERPRINT_FILE = "config.json"
 SHARD_PATTERN = "shard-%06d.tar"
+LOCK_FILE = ".lock"
 # Fixed tar member metadata for byte-identical output. TarWriter takes mtime/user/group/mode
 # (webdataset>=0.2.x); uid/gid stay tarfile's default 0. mtime 0 = 1970-01-01, chosen as "no time".
-TAR_MTIME = 0.0
+# An int: tarfile writes a float mtime as a PAX header (+2 x 512 bytes per member).
+TAR_MTIME = 0
+KEY_RE = re.compile(r"[A-Za-z0-9_-]+")  # docs/shard-format.md: YouTube-id characters only
 TAR_USER = "root"
 TAR_GROUP = "root"
 TAR_MODE = 0o444
@@ -66,6 +73,7 @@ class ShardRecord:
     audio_seconds: float  # sum of the samples' duration_s
     n_frames: int  # sum of the samples' n_frames
     failures: list[FailureRecord]  # rows of this shard that produced no sample
+    inputs: dict[str, list[str | None]]  # ytid -> [source file relative to audio_dir, sha256]; [None, None] = no file
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"
@@ -78,17 +86,19 @@ class ShardRecord:
             audio_seconds=d["audio_seconds"],
             n_frames=d["n_frames"],
             failures=[FailureRecord(**f) for f in d["failures"]],
+            inputs=d["inputs"],
         )
 
 
 def check_keys(rows: Sequence[ClipRow], csv_path: Path) -> None:
-    """Keys become tar member prefixes: no '.', no '/', no repeats. Raises PipelineError naming the rows."""
+    """Keys become tar member prefixes: only `[A-Za-z0-9_-]`, no repeats. Raises PipelineError naming the rows."""
     seen: dict[str, int] = {}
     for r in rows:
-        if "." in r.ytid or "/" in r.ytid:
+        if not KEY_RE.fullmatch(r.ytid):
+            bad = sorted({c for c in r.ytid if not KEY_RE.fullmatch(c)})
             raise PipelineError(
-                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains '.' or '/', which WebDataset would split into "
-                "a different key; fix the CSV row"
+                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains {''.join(bad)!r}; sample keys may only use "
+                "A-Z a-z 0-9 _ - (docs/shard-format.md; WebDataset splits member names at '.'); fix the CSV row"
             )
         if r.ytid in seen:
             raise PipelineError(
@@ -196,7 +206,7 @@ class ProgressStore:
         Raises PipelineError when `out_dir` holds a different (or unknown) run and overwrite is False.
         """
         fp_path = self.dir / FINGERPRINT_FILE
-        entries = [p for p in self.out_dir.iterdir()] if self.out_dir.is_dir() else []
+        entries = [p for p in self.out_dir.iterdir() if p.name != LOCK_FILE] if self.out_dir.is_dir() else []
         if entries and not overwrite:
             if not fp_path.is_file():
                 raise PipelineError(
@@ -241,7 +251,10 @@ class ProgressStore:
         tar = self.out_dir / plan.relpath
         if not (rec_path.is_file() and tar.is_file()):
             return None
-        rec = ShardRecord.from_json(rec_path.read_text())
+        try:
+            rec = ShardRecord.from_json(rec_path.read_text())
+        except (KeyError, TypeError, json.JSONDecodeError):  # a record from an older version: redo the shard
+            return None
         if rec.entry.bytes != tar.stat().st_size or rec.entry.sha256 != sha256_file(tar):
             return None
         return rec

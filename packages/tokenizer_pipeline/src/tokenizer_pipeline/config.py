@@ -1,0 +1,59 @@
+"""The stage-1 config schema: typed dataclasses that Hydra composes `conf/tokenizer_pipeline/*.yaml` onto.
+
+`cli.py` registers `PipelineConfig` in Hydra's ConfigStore; `run.py` takes it, typed, and nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from .read_audio import DURATION_TOLERANCE_S
+
+
+@dataclass
+class CodecConfig:
+    name_or_path: str = "facebook/encodec_32khz"  # hub id (must be in the local HF cache offline) or a save_pretrained dir
+    device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps; under torchrun each rank uses cuda:LOCAL_RANK
+    dtype: str = "float32"  # float32 | bfloat16 (explicit opt-in: faster on GPU, may change codes)
+    batch_size: int = 8  # clips per forward pass; higher = faster on GPU, more memory
+    bandwidth_kbps: float | None = None  # null = smallest supported (2.2 kbps = 4 codebooks for encodec_32khz)
+    pad_batches: bool = False  # true pads unequal lengths together (faster; may change the last frames' codes)
+
+
+@dataclass
+class SplitConfig:
+    eval_column: str = "is_audioset_eval"  # boolean CSV column: True -> eval_name, False -> train_name
+    train_name: str = "train"
+    eval_name: str = "eval"
+
+
+@dataclass
+class ShardConfig:
+    max_samples: int = 256  # clips per shard-%06d.tar; ~256 x 10 s x 50 Hz x 4 int16 = ~1 MB per shard
+
+
+@dataclass
+class PipelineConfig:
+    csv: str = "data/musiccaps/musiccaps-public.csv"  # MusicCaps metadata (relative to the launch directory)
+    audio_dir: str = MISSING  # directory with {ytid}.<ext> files; required (see --explain)
+    out_dir: str = "build/shards"  # shard set goes here
+    audio_ext: list[str] = field(default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"])  # lookup order
+    crop_to_window: bool = False  # true: audio files are full-length videos, cut [start_s, end_s] here
+    min_seconds: float = 1.0  # shorter clips are recorded as failures
+    duration_tolerance_s: float = DURATION_TOLERANCE_S  # |file duration - CSV window| allowed, else duration_mismatch
+    max_failure_fraction: float = 0.5  # exit non-zero above this fraction of failed rows
+    overwrite: bool = False  # true: delete shards of a previous, different config in out_dir
+    limit: int | None = None  # first N CSV rows only (null = all); for quick tries
+    workers: int | None = None  # decode+resample processes per rank; null = CPU cores / ranks on this node; 0 = in the main process
+    prefetch: int = 4  # decoded clips each worker may hold ahead of the encoder (memory: workers x prefetch x one clip)
+    threads: int | None = None  # torch intra-op threads of the encoder (torch.set_num_threads); null = torch's default here.
+    #                             Recorded in the manifest: codes are reproducible only with the same thread count
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    shard: ShardConfig = field(default_factory=ShardConfig)
+
+
+# Keys that never change a shard's bytes: left out of the manifest and of the resume fingerprint, so
+# 0, 1 or 8 workers (or another prefetch depth) give the same set and can resume each other.
+OUTPUT_NEUTRAL_KEYS = ("workers", "prefetch")

@@ -1,0 +1,305 @@
+"""run.py: per-clip isolation, config errors before encoding, healing resume, decode workers, lock, tar hygiene."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import filelock
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import tokenizer_pipeline.run as run
+from tokenizer_pipeline.config import ShardConfig
+from tokenizer_pipeline.musiccaps import ClipRow
+from tokenizer_pipeline.run import DecodedClip, LengthBuckets, Ranks, run_pipeline
+from tokenizer_pipeline.write_shards import PipelineError, ShardPlan
+
+from pipeline_fixtures import pipeline_config
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(d).as_posix(): p.read_bytes()
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and ".progress" not in p.parts and p.name != ".lock"
+    }
+
+
+def _failures(out: Path) -> dict[str, dict]:
+    return {f["ytid"]: f for f in map(json.loads, (out / "failures.jsonl").read_text().splitlines())}
+
+
+def _reasons(out: Path) -> dict[str, str]:
+    return {ytid: f["reason"] for ytid, f in _failures(out).items()}
+
+
+def _record_calls(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    real = run.encode_shard
+    monkeypatch.setattr(run, "encode_shard", lambda plan, *a, **k: (calls.append(plan.relpath), real(plan, *a, **k))[1])
+    return calls
+
+
+# ---- 1. per-clip isolation
+
+
+def test_any_decode_exception_is_one_failure(corpus, tiny_codec: Path, tmp_path: Path, monkeypatch) -> None:
+    csv_path, audio_dir, rows = corpus
+    bad = rows[1]["ytid"]
+    real_load = run.load_audio
+
+    def load(path, *a, **k):
+        if Path(path).stem == bad:  # what torchaudio's gcd-1 resampling kernel raised for a 44,101 Hz file
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 11294464000 bytes")
+        return real_load(path, *a, **k)
+
+    monkeypatch.setattr(run, "load_audio", load)
+    res = run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec), progress=False)
+    assert res.exit_code == 0 and res.manifest.totals["encoded"] == 6
+    assert _reasons(tmp_path / "out") == {bad: "decode_error"}
+    f = _failures(tmp_path / "out")[bad]
+    assert f["error_type"] == "RuntimeError" and "you tried to allocate 11294464000 bytes" in f["detail"] and bad in f["detail"]
+
+
+def test_failed_batch_is_retried_clip_by_clip(corpus, tiny_codec: Path, tmp_path: Path, monkeypatch) -> None:
+    """All clips 1 s long, batches of 3: a clip whose forward fails alone fails, its batch-mates are encoded."""
+    csv_path, audio_dir, rows = corpus
+    for i, r in enumerate(rows):
+        sf.write(audio_dir / f"{r['ytid']}.wav", (0.1 * np.sin(np.arange(16000) * 0.01 * (i + 1))).astype(np.float32), 16000)
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, shard=ShardConfig(max_samples=4))
+    first_train = next(r for r in run.load_rows(cfg) if r.split == "train")  # in the first batch encoded
+    poisoned = run.ClipSource([first_train], cfg, 32000)[0].wav  # exactly as the pipeline decodes it
+    real_encode = run.CodecEncoder.encode_batch
+    batch_sizes: list[int] = []
+
+    def encode_batch(self, wavs):
+        batch_sizes.append(len(wavs))
+        if any(torch.equal(w, poisoned) for w in wavs):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_encode(self, wavs)
+
+    monkeypatch.setattr(run.CodecEncoder, "encode_batch", encode_batch)
+    res = run_pipeline(cfg, progress=False)
+    assert res.exit_code == 0 and res.manifest.totals["encoded"] == 6
+    assert _reasons(tmp_path / "out") == {first_train.ytid: "encode_error"}
+    f = _failures(tmp_path / "out")[first_train.ytid]
+    assert f["error_type"] == "OutOfMemoryError" and "CUDA out of memory (simulated)" in f["detail"]
+    assert batch_sizes[:4] == [3, 1, 1, 1]  # the failed batch of 3, then its clips alone
+
+
+def test_config_errors_stop_before_encoding_without_traceback(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    lines = csv_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    bad_csv = tmp_path / "bad.csv"
+    fields = lines[2].split(",")  # ytid,start_s,end_s,...: no quoted commas before the caption
+    bad_csv.write_text("".join([lines[0], lines[1], ",".join([*fields[:2], "ten", *fields[3:]]), *lines[3:]]), encoding="utf-8")
+    assert ",ten," in bad_csv.read_text()
+    with pytest.raises(PipelineError, match=r"(?s)bad.csv:3: column .end_s.*Fix or delete that CSV row"):
+        run_pipeline(pipeline_config(bad_csv, audio_dir, tmp_path / "o1", tiny_codec), progress=False)
+    assert not (tmp_path / "o1").exists()  # refused before anything was written
+    with pytest.raises(PipelineError, match=r"codec .*does not exist.*make codec"):
+        run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "o2", tmp_path / "no_codec"), progress=False)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(PipelineError, match=r"out_dir .*a_file/out is not writable"):
+        run_pipeline(pipeline_config(csv_path, audio_dir, blocker / "out", tiny_codec), progress=False)
+    with pytest.raises(PipelineError, match=r"workers=-1 must be >= 0"):
+        run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "o3", tiny_codec, workers=-1), progress=False)
+    # as users see it: exit 1, the line and the fix, no traceback
+    r = subprocess.run(
+        [sys.executable, "-m", "tokenizer_pipeline", f"csv={bad_csv}", f"audio_dir={audio_dir}", f"out_dir={tmp_path / 'o4'}",
+         f"codec.name_or_path={tiny_codec}", "codec.device=cpu"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1 and "bad.csv:3" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ---- 4. resume that heals
+
+
+def test_rerun_heals_exactly_the_changed_shards(corpus, tiny_codec: Path, tmp_path: Path, monkeypatch) -> None:
+    csv_path, audio_dir, rows = corpus
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    run_pipeline(cfg, progress=False)
+    fresh = _snapshot(tmp_path / "out")
+    shutil.rmtree(tmp_path / "out")
+
+    # rows[0] (train shard 0) is missing on the first run, rows[4] (eval shard 0) is a different file
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    shutil.move(audio_dir / f"{rows[0]['ytid']}.wav", stash)
+    shutil.copy(audio_dir / f"{rows[4]['ytid']}.wav", stash)
+    sf.write(audio_dir / f"{rows[4]['ytid']}.wav", np.zeros(16000, np.float32), 16000)
+    run_pipeline(cfg, progress=False)
+    assert _reasons(tmp_path / "out")[rows[0]["ytid"]]== "missing_audio"
+
+    calls = _record_calls(monkeypatch)
+    run_pipeline(cfg, progress=False)
+    assert calls == []  # nothing changed: nothing redone
+    shutil.move(stash / f"{rows[0]['ytid']}.wav", audio_dir)  # the missing audio arrives
+    shutil.copy(stash / f"{rows[4]['ytid']}.wav", audio_dir)  # and a file changes
+    run_pipeline(cfg, progress=False)
+    assert calls == [path for path, ids in _plans(cfg) if rows[0]["ytid"] in ids or rows[4]["ytid"] in ids]
+    assert len(calls) == 2
+    assert _snapshot(tmp_path / "out") == fresh
+
+    # deleting audio after encoding keeps its sample (a rerun never turns samples into failures)
+    (audio_dir / f"{rows[2]['ytid']}.wav").unlink()
+    calls.clear()
+    run_pipeline(cfg, progress=False)
+    assert calls == [] and _snapshot(tmp_path / "out") == fresh
+
+
+def test_ffmpeg_failures_are_counted_and_retried_once_installed(corpus, tiny_codec: Path, tmp_path: Path, monkeypatch) -> None:
+    csv_path, audio_dir, rows = corpus
+    m4a = rows[5]["ytid"]
+    (audio_dir / f"{m4a}.wav").rename(audio_dir / f"{m4a}.m4a")  # a wav under an FFmpeg-only name
+    monkeypatch.setattr(run, "load_audio", _fake_ffmpeg_missing(run.load_audio))
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    res = run_pipeline(cfg, progress=False)
+    assert "1 clips need FFmpeg" in res.message and "apt-get install ffmpeg" in res.message
+    assert _reasons(tmp_path / "out")[m4a]== "needs_ffmpeg"
+
+    calls = _record_calls(monkeypatch)
+    monkeypatch.setattr(run, "ffmpeg_available", lambda: False)
+    run_pipeline(cfg, progress=False)
+    assert calls == []  # still no FFmpeg: nothing to retry
+    monkeypatch.setattr(run, "ffmpeg_available", lambda: True)
+    monkeypatch.setattr(run, "load_audio", _decode_m4a_as_wav(run.load_audio))
+    res = run_pipeline(cfg, progress=False)
+    plan_of_m4a = [p for p, r in _plans(cfg) if m4a in r]
+    assert calls == plan_of_m4a and res.manifest.totals["failed"] == 0
+
+
+def _plans(cfg) -> list[tuple[str, list[str]]]:
+    from tokenizer_pipeline.write_shards import plan_shards
+
+    plans = plan_shards(run.load_rows(cfg), ["train", "eval"], cfg.shard.max_samples)
+    return [(p.relpath, [r.ytid for r in p.rows]) for p in plans]
+
+
+def _fake_ffmpeg_missing(real):
+    from tokenizer_pipeline.read_audio import ClipFailure
+
+    def load(path, *a, **k):
+        if Path(path).suffix == ".m4a":  # what read_audio raises when FFmpeg's libraries (and program) are absent
+            raise ClipFailure("needs_ffmpeg", path, "'m4a' audio needs FFmpeg, whose libraries are not installed here")
+        return real(path, *a, **k)
+
+    return load
+
+
+def _decode_m4a_as_wav(real):
+    def load(path, *a, **k):
+        if Path(path).suffix == ".m4a":
+            tmp = Path(path).with_suffix(".decoded.wav")
+            shutil.copy(path, tmp)
+            try:
+                return real(tmp, *a, **k)
+            finally:
+                tmp.unlink()
+        return real(path, *a, **k)
+
+    return load
+
+
+# ---- 5. decode workers
+
+
+def test_output_is_byte_identical_for_0_1_2_workers(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    snaps = []
+    out = tmp_path / "out"
+    for workers in (0, 1, 2):
+        shutil.rmtree(out, ignore_errors=True)
+        res = run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec, workers=workers, prefetch=1), progress=False)
+        assert res.exit_code == 0 and res.manifest.totals["encoded"] == 7
+        assert "workers" not in res.manifest.config  # output-neutral: not recorded
+        snaps.append(_snapshot(out))
+    assert snaps[0] == snaps[1] == snaps[2]
+
+
+def _clip(n: int, i: int) -> DecodedClip:
+    row = ClipRow(f"id{i}", 0.0, 10.0, (), (), "", 0, False, False, "train", i + 2)
+    return DecodedClip(row, torch.zeros(n), "f", "s", None)
+
+
+def test_length_buckets_batch_equal_lengths_and_bound_what_waits() -> None:
+    b = LengthBuckets(batch_size=2, same_length=True)
+    assert b.add(_clip(10, 0)) == [] and b.add(_clip(11, 1)) == []
+    ready = b.add(_clip(10, 2))
+    assert [[c.row.ytid for c in batch] for batch in ready] == [["id0", "id2"]]
+    assert b.add(_clip(12, 3)) == [] and b.add(_clip(13, 4)) == []  # 3 clips of 3 lengths wait
+    ready = b.add(_clip(14, 5))  # the 4th waiting clip reaches max_pending = 2 x batch_size: all go
+    assert [[c.row.ytid for c in batch] for batch in ready] == [["id1"], ["id3"], ["id4"], ["id5"]]
+    assert b.drain() == []
+    padded = LengthBuckets(batch_size=2, same_length=False)
+    assert padded.add(_clip(10, 0)) == [] and len(padded.add(_clip(11, 1))[0]) == 2
+
+
+# ---- 6. rank ownership (the torchrun run itself: test_pipeline_torchrun.py)
+
+
+@pytest.mark.parametrize("n_plans,world", [(7, 2), (3, 4), (10, 3)])
+def test_ranks_own_disjoint_contiguous_ranges_covering_the_plan(n_plans: int, world: int) -> None:
+    plans = [ShardPlan("train", i, ()) for i in range(n_plans)]
+    owned = [Ranks(r, world, r, world).owned(plans) for r in range(world)]
+    assert [p for o in owned for p in o] == plans  # disjoint, in order, complete
+    assert max(map(len, owned)) - min(map(len, owned)) <= 1
+
+
+# ---- 8. lock, tar headers, keys
+
+
+def test_a_second_run_on_the_same_out_dir_is_refused(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    out = tmp_path / "out"
+    out.mkdir()
+    with filelock.FileLock(out / ".lock", timeout=0):  # another run holds it
+        with pytest.raises(PipelineError, match=r"another tokenizer_pipeline run is writing .*out/\.lock.*delete .*\.lock"):
+            run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False)
+    assert not (out / "manifest.json").exists()
+    assert run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0  # released
+
+
+def test_tar_members_have_integer_mtime_and_no_pax_headers(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    out = tmp_path / "out"
+    run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False)
+    tar_path = out / "train/shard-000000.tar"
+    with tarfile.open(tar_path) as tar:
+        members = tar.getmembers()
+    assert len(members) == 4
+    assert all(m.pax_headers == {} and m.mtime == 0 and m.uid == 0 and m.mode == 0o444 for m in members)
+    # no PAX header blocks: each member is one 512-byte header plus its padded payload, then 2 end blocks (+ record padding)
+    payload = sum(512 + -(-m.size // 512) * 512 for m in members)
+    assert tar_path.stat().st_size == -(-(payload + 1024) // 10240) * 10240
+
+
+@pytest.mark.parametrize("bad", ["ab cd", "ab+cd", "ab/cd", "äbc"])
+def test_keys_outside_the_contract_charset_are_refused(corpus, tiny_codec: Path, tmp_path: Path, bad: str) -> None:
+    csv_path, audio_dir, rows = corpus
+    lines = csv_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    p = tmp_path / "k.csv"
+    p.write_text(lines[0] + lines[1].replace(rows[0]["ytid"], bad), encoding="utf-8")
+    with pytest.raises(PipelineError, match=r"k.csv:2: ytid .* may only use A-Z a-z 0-9 _ -"):
+        run_pipeline(pipeline_config(p, audio_dir, tmp_path / "o", tiny_codec), progress=False)
+
+
+def test_threads_is_a_recorded_setting(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    before = torch.get_num_threads()
+    try:
+        res = run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=1, limit=2), progress=False)
+    finally:
+        torch.set_num_threads(before)
+    assert res.manifest.config["threads"] == 1
+    with pytest.raises(PipelineError, match=r"changed: .*config\.threads"):
+        run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=2, limit=2), progress=False)
+    torch.set_num_threads(before)

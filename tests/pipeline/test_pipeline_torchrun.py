@@ -1,0 +1,71 @@
+"""`torchrun --nproc_per_node=2 -m tokenizer_pipeline` with 2 CPU (gloo) ranks, as users launch it.
+
+The set must be byte-identical to one process with the same per-process settings (threads=1), and a
+rerun after ranks died at different points must redo only what is missing and give the same bytes.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from tokenizer_pipeline.run import run_pipeline
+
+from pipeline_fixtures import pipeline_config
+
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(d).as_posix(): p.read_bytes()
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and ".progress" not in p.parts and p.name != ".lock"
+    }
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    return r
+
+
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "tokenizer_pipeline"]
+
+
+def test_two_cpu_ranks_match_one_process_and_resume(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    s = tmp_path / "shards"
+    # one process, same per-process settings as each rank: 1 intra-op thread, batches of 3, 2 clips per shard
+    threads = torch.get_num_threads()
+    try:
+        run_pipeline(pipeline_config(csv_path, audio_dir, s, tiny_codec, threads=1), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    reference = _snapshot(s)
+    assert sorted(reference) == ["eval/shard-000000.tar", "eval/shard-000001.tar", "failures.jsonl", "manifest.json",
+                                 "train/shard-000000.tar", "train/shard-000001.tar"]  # fmt: skip
+    shutil.rmtree(s)
+
+    args = [f"csv={csv_path}", f"audio_dir={audio_dir}", f"out_dir={s}", f"codec.name_or_path={tiny_codec}",
+            "codec.device=cpu", "codec.batch_size=3", "shard.max_samples=2", "min_seconds=0.5",
+            "threads=1", "workers=0"]  # fmt: skip
+    r = _run([*TORCHRUN, *args], tmp_path)
+    assert r.stdout.count(f"shard set: {s} (4 shards)") == 1  # only rank 0 reports
+    assert "2 rank(s)" in r.stdout
+    assert _snapshot(s) == reference
+
+    # rank 0 (train shards) died before its first shard was renamed; rank 1 (eval shards) died while
+    # writing its second shard: no manifest, a partial tar, no record for it
+    (s / "manifest.json").unlink()
+    (s / "train/shard-000000.tar").unlink()
+    (s / ".progress/train-shard-000000.json").unlink()
+    (s / "eval/shard-000001.tar").rename(s / "eval/shard-000001.tar.partial")
+    (s / ".progress/eval-shard-000001.json").unlink()
+    kept = {p: (s / p).stat().st_mtime_ns for p in ("train/shard-000001.tar", "eval/shard-000000.tar")}
+    _run([*TORCHRUN, *args], tmp_path)
+    assert _snapshot(s) == reference
+    assert {p: (s / p).stat().st_mtime_ns for p in kept} == kept  # completed shards were not rewritten
+    assert not list(s.rglob("*.partial"))
