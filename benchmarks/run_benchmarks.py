@@ -51,9 +51,14 @@ def main() -> None:
     for pattern in ("delay", "flatten"):
         rows += run("bench_train.py", OUT / f"train_{pattern}.json", "--pattern", pattern,
                     "--steps", str(args.train_steps), f"trainer.device={args.device}")
+    # headline figures, one key per benchmark (each benchmark adds its own keys)
+    summary: dict = {}
+    data = run("bench_data.py", OUT / "data.json", f"trainer.device={args.device}")
+    summary.update({k: data[k] for k in ("trainer_data_wait_fraction", "trainer_rss_100x_vs_1x")})
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    md = f"Machine: {machine}\n\n{table(rows)}\n"
-    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+    md = f"Machine: {machine}\n\n{table(rows)}\n\n" + "\n".join(f"- `{k}`: {v:.4g}" for k, v in summary.items()) + "\n"
+    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows, "summary": summary,
+                                                  "details": {"data": data}}, indent=2))
     (OUT / "results.md").write_text(md)
     print(md)
 
