@@ -96,7 +96,7 @@ def test_index_scans_headers_only(two_sets, monkeypatch: pytest.MonkeyPatch) -> 
     sets = _open(*two_sets)
     monkeypatch.setattr(builtins, "open", counting_open)
     monkeypatch.setattr(tarfile, "bltn_open", counting_open)
-    index = build_index(sets, "train")
+    index = build_index(sets, "train", cache=None)
     total = sum(Path(p).stat().st_size for p in index.shard_paths)
     # headers are 512 of each member's >= 1024 bytes (header + padded payload) plus 2 end blocks per tar
     payload = int(index.codes_size.sum() + index.json_size.sum())
@@ -171,3 +171,24 @@ def test_worker_built_batches_equal_in_process_batches_and_resume_mid_stream(two
 def test_default_workers_is_bounded() -> None:
     assert 1 <= default_num_workers() <= 8
     assert default_num_workers(local_world_size=1024) == 1
+
+
+def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapter_trainer.shards as shards_mod
+
+    sets = _open(*two_sets)
+    first = build_index(sets, "train", cache=tmp_path / "c")
+    assert len(list((tmp_path / "c").glob("*.npz"))) == 9  # one entry per shard, named by sha256 + size
+
+    def no_scan(path):
+        raise AssertionError(f"scanned {path} although it is cached")
+
+    monkeypatch.setattr(shards_mod, "scan_shard", no_scan)
+    again = build_index(sets, "train", cache=tmp_path / "c")
+    for name in ("keys", "codes_offset", "codes_size", "json_offset", "json_size", "shard"):
+        assert np.array_equal(getattr(first, name), getattr(again, name)), name
+    with pytest.raises(AssertionError, match="although it is cached"):  # another cache dir: no entry, scans
+        build_index(sets, "train", cache=tmp_path / "other")
+    (tmp_path / "c" / next((tmp_path / "c").glob("*.npz")).name).write_bytes(b"junk")
+    with pytest.raises(ShardFormatError, match="unreadable shard-index cache entry"):
+        build_index(sets, "train", cache=tmp_path / "c")
