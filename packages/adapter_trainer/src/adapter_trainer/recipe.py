@@ -150,6 +150,9 @@ class MoTAdapterRecipe:
         random.seed(cfg.trainer.seed)
         self.device = resolve_device(cfg.trainer.device)
         check_precision(cfg.trainer.precision, self.device)
+        # DataLoader workers tokenize captions in forked processes: the Rust tokenizer's thread pool must not be
+        # started in the parent first (HF tokenizers then warns and disables it in every worker anyway).
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # torchrun: join the job (gloo on CPU, NCCL on cuda:LOCAL_RANK); one process: a no-op DistInfo.
         self.dist: DistInfo = init_distributed(self.device)
         self.device = device_for_rank(self.device, self.dist)
