@@ -84,7 +84,7 @@ class DistInfo:
             return
         flat = torch.cat([p.detach().reshape(-1) for p in params])  # [P]
         dist.broadcast(flat, src=0)
-        _unflatten_into(flat, params, grads=False)
+        _unflatten_into(flat, params)
 
     def all_reduce_grads(self, params: list[torch.Tensor]) -> None:
         """SUM the gradients of `params` over ranks with one flattened all-reduce (None grads count as zero).
@@ -100,10 +100,11 @@ class DistInfo:
         for p, g in zip(params, grads):
             if p.grad is None:
                 p.grad = g
-        _unflatten_into(flat, [p.grad for p in params], grads=True)
+        _unflatten_into(flat, [p.grad for p in params])
 
 
-def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor], *, grads: bool) -> None:
+def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy consecutive slices of flat [P] back into `tensors` (their shapes, in order)."""
     offset = 0
     with torch.no_grad():
         for t in tensors:
