@@ -55,10 +55,12 @@ def main() -> None:
     summary: dict = {}
     data = run("bench_data.py", OUT / "data.json", f"trainer.device={args.device}")
     summary.update({k: data[k] for k in ("trainer_data_wait_fraction", "trainer_rss_100x_vs_1x")})
+    ddp = run("bench_ddp.py", OUT / "ddp.json")  # CPU gloo ranks: the order/reduction check, not a speed figure
+    summary["trainer_ddp_vs_one_eval_ce_rel"] = ddp["trainer_ddp_vs_one_eval_ce_rel"]
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     md = f"Machine: {machine}\n\n{table(rows)}\n\n" + "\n".join(f"- `{k}`: {v:.4g}" for k, v in summary.items()) + "\n"
     (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows, "summary": summary,
-                                                  "details": {"data": data}}, indent=2))
+                                                  "details": {"data": data, "ddp": ddp}}, indent=2))
     (OUT / "results.md").write_text(md)
     print(md)
 
