@@ -1,10 +1,23 @@
 """`make bench`: speed and memory figures for both stages, each measured in its own process.
 
-Writes build/bench/results.json and build/bench/results.md (the README's benchmark table comes from it).
-A bench script writes either a list of rows or `{"rows": [...], "summary": {...}}`; the summaries of all
-scripts are merged into results.json's top-level `summary` (each script owns its keys).
+Writes build/bench/results.json and build/bench/results.md (the README's benchmark table comes from them).
+A bench script writes a list of rows, or `{"rows": [...], "summary": {...}}`, or a flat dict of figures;
+each script owns its summary keys, and all of them are merged into results.json's top-level `summary`.
+`--only GROUP` measures one group and merges it into an existing results.json (the other groups' rows and
+keys are kept), so a slow group can be re-measured alone.
+
+Groups:
+  core      encode + train throughput (bench_encode.py, bench_train.py)
+  pipeline  pipeline_vs_encoder_bound, pipeline_vs_first_version, pipeline_rss_1000_vs_100,
+            decode_workers_speedup_2v1 (bench_pipeline.py)
+  data      trainer_data_wait_fraction, trainer_rss_100x_vs_1x (bench_data.py),
+            trainer_ddp_vs_one_eval_ce_rel (bench_ddp.py: 1 process x 8 vs 2 gloo ranks x 4)
+  onthefly  shards_vs_onthefly_step_speedup (bench_onthefly.py; the codec exists only inside the benchmark)
+  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes)
+  download  downloader clips/s per worker against a local server (bench_download.py)
+  resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
-Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N.
+Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N, --pipeline-clips N.
 """
 from __future__ import annotations
 
@@ -19,37 +32,47 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
+GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample")
+SUMMARY_ONLY_STAGES = ("shards_vs_onthefly", "realsize")  # rows whose figures live in the summary table
 
 
-def run(script: str, out: Path, *args: str, summary: dict | None = None) -> list[dict]:
-    """Run one benchmark script in a fresh interpreter; its rows (and summary keys) come back through a JSON file."""
+def run(script: str, out: Path, *args: str) -> tuple[list[dict], dict]:
+    """Run one benchmark script in a fresh interpreter; returns (rows, summary keys) from its JSON file."""
     subprocess.run([sys.executable, str(HERE / script), "--out", str(out), *args], check=True)
     got = json.loads(out.read_text())
-    if isinstance(got, dict):
-        if summary is not None:
-            clash = set(summary) & set(got["summary"])
-            assert not clash, f"{script} repeats summary keys {sorted(clash)}"
-            summary.update(got["summary"])
-        return got["rows"]
-    return got
+    if isinstance(got, list):
+        return [{"stage": Path(script).stem, **r} for r in got], {}
+    if "rows" in got or "summary" in got:
+        return [{"stage": Path(script).stem, **r} for r in got.get("rows", [])], got.get("summary", {})
+    return [], {k: v for k, v in got.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def merge_results(path: Path, machine: str, rows: list[dict], summary: dict) -> dict:
+    """Rows of the stages just measured replace the old ones; summary keys update."""
+    old = json.loads(path.read_text()) if path.exists() else {}
+    stages = {r["stage"] for r in rows}
+    merged_rows = [r for r in old.get("rows", []) if r["stage"] not in stages] + rows
+    return {"machine": machine, "rows": merged_rows, "summary": {**old.get("summary", {}), **summary}}
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| stage | setting | device | throughput | peak RSS |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
+        if r.get("stage") in SUMMARY_ONLY_STAGES or "peak_rss_mb" not in r:
+            continue
         if r["stage"] == "pipeline":
             setting = f"{r['case']}, batch {r['batch_size']}, {r['threads']} threads, {r['clips']} × 10-s clips"
-            thr = (f"{r['audio_s_per_s']:.2f} audio-s/s" if "audio_s_per_s" in r else f"{r['clips_per_s']:.1f} clips/s")
-            lines.append(f"| {r['stage']} | {setting} | {r['device']} | {thr} | {r['peak_rss_mb']:.0f} MB |")
-            continue
-        if r["stage"] == "encode":
+            thr = f"{r['audio_s_per_s']:.2f} audio-s/s" if "audio_s_per_s" in r else f"{r['clips_per_s']:.1f} clips/s"
+        elif r["stage"] == "encode":
             setting = f"{r['dtype']}, batch {r['batch_size']}, {r['clips']} × 10-s clips"
             if "code_agreement_vs_fp32" in r:
                 setting += f" (codes equal to fp32: {100 * r['code_agreement_vs_fp32']:.1f}%)"
             thr = f"{r['clips_per_s']:.2f} clips/s = {r['x_realtime']:.1f}× real time"
-        else:
+        elif r["stage"] == "train":
             setting = f"{r['experiment']}, {r['pattern']}, batch {r['batch_size']}, seq ≤ {r['max_seq_len']}, {r['precision']}"
             thr = f"{r['tokens_per_s']:.0f} positions/s ({r['s_per_step']:.2f} s/step)"
+        else:
+            continue
         lines.append(f"| {r['stage']} | {setting} | {r['device']} | {thr} | {r['peak_rss_mb']:.0f} MB |")
     return "\n".join(lines)
 
@@ -60,18 +83,46 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=20)
     ap.add_argument("--encode-clips", type=int, default=8)
     ap.add_argument("--pipeline-clips", type=int, default=8)  # full-size codec: ~1.7 s per clip on 2 idle cores
+    ap.add_argument("--only", choices=["all", *GROUPS], default="all",
+                    help="measure one group and merge it into an existing results.json")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    want = set(GROUPS) - {"download", "resample"} if args.only == "all" else {args.only}  # those two are opt-in
+    rows: list[dict] = []
     summary: dict = {}
-    rows = run("bench_encode.py", OUT / "encode.json", "--device", args.device, "--n-clips", str(args.encode_clips))
-    for pattern in ("delay", "flatten"):
-        rows += run("bench_train.py", OUT / f"train_{pattern}.json", "--pattern", pattern,
-                    "--steps", str(args.train_steps), f"trainer.device={args.device}")
-    rows += run("bench_pipeline.py", OUT / "pipeline.json", "--device", args.device,
-                "--clips", str(args.pipeline_clips), summary=summary)
+
+    def add(script: str, name: str, *script_args: str) -> None:
+        r, s = run(script, OUT / name, *script_args)
+        clash = set(summary) & set(s)
+        assert not clash, f"{script} repeats summary keys {sorted(clash)}"
+        rows.extend(r)
+        summary.update(s)
+
+    if "core" in want:
+        add("bench_encode.py", "encode.json", "--device", args.device, "--n-clips", str(args.encode_clips))
+        for pattern in ("delay", "flatten"):
+            add("bench_train.py", f"train_{pattern}.json", "--pattern", pattern, "--steps", str(args.train_steps),
+                f"trainer.device={args.device}")
+    if "pipeline" in want:
+        add("bench_pipeline.py", "pipeline.json", "--device", args.device, "--clips", str(args.pipeline_clips))
+    if "data" in want:
+        add("bench_data.py", "data.json", f"trainer.device={args.device}")
+        add("bench_ddp.py", "ddp.json")  # CPU gloo ranks: the order/reduction check, not a speed figure
+    if "onthefly" in want:
+        add("bench_onthefly.py", "onthefly.json", f"trainer.device={args.device}")
+    if "realsize" in want:
+        add("bench_realsize.py", "realsize.json")  # CPU by design (the closest this machine gets to mps_small)
+    if "download" in want:
+        add("bench_download.py", "download.json")
+    if "resample" in want:
+        add("bench_resample.py", "resample.json")
+
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    md = f"Machine: {machine}\n\n{table(rows)}\n\nSummary: {json.dumps(summary, indent=1)}\n"
-    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows, "summary": summary}, indent=2))
+    results = merge_results(OUT / "results.json", machine, rows, summary)
+    summary_md = "\n".join(["| summary key | value |", "| --- | --- |",
+                            *(f"| `{k}` | {v:.3g} |" for k, v in sorted(results["summary"].items()))])
+    md = f"Machine: {machine}\n\n{table(results['rows'])}\n\n{summary_md}\n"
+    (OUT / "results.json").write_text(json.dumps(results, indent=2))
     (OUT / "results.md").write_text(md)
     print(md)
 

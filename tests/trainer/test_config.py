@@ -92,7 +92,7 @@ def test_unknown_key_and_wrong_type_are_rejected_by_the_schema() -> None:
         ("trainer.batch_size=0", "trainer.batch_size=0 must be > 0"),
         ("data.max_caption_tokens=300", "raise data.max_seq_len"),
         ("optimizer.betas=[0.9]", "optimizer.betas"),
-        ("trainer.num_workers=2", "trainer.num_workers=0"),
+        ("trainer.num_workers=-2", "trainer.num_workers=-2 must be -1 (auto)"),
     ],
 )
 def test_bad_values_name_key_and_fix(override: str, needle: str) -> None:

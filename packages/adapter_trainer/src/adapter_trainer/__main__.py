@@ -7,6 +7,7 @@ process with their message and exit code 2, no stack trace.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
@@ -22,7 +23,7 @@ USER_ERRORS = (ConfigError, ShardFormatError, ResumeError)
 
 
 @hydra.main(config_path=str(find_conf_dir()), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     """Compose -> typed config -> recipe (setup, train, cleanup)."""
     try:
         typed = to_train_config(cfg)
@@ -35,6 +36,14 @@ def main(cfg: DictConfig) -> None:
     except USER_ERRORS as e:
         print(f"adapter_trainer: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def main() -> None:
+    """Console entry point. Under torchrun, ranks > 0 ask Hydra not to write .hydra/ or its log file: rank 0
+    alone writes into the run directory (the recipe does the same for metrics, checkpoints and plots)."""
+    if int(os.environ.get("RANK", "0")) > 0:
+        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ class DataConfig:
     text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
+    # --- streaming (adapter_trainer/data.py)
+    unigram_max_clips: int = 4096  # train clips (evenly spaced) read at startup for the unigram baseline; 0 = all
 
 
 @dataclass
@@ -86,7 +88,9 @@ class TrainerConfig:
     resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
     eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
-    num_workers: int = 0  # must be 0: data is loaded into memory at startup, batches are built in-process
+    # --- data loading + distributed (see adapter_trainer/data.py, distributed.py)
+    num_workers: int = -1  # DataLoader workers per rank building batches; -1 = auto (half the rank's CPUs, 1..8)
+    prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
     debug_dump_modules: Optional[str] = None  # test hook: write sys.modules + batch facts to this JSON at exit
@@ -136,15 +140,14 @@ def validate_config(cfg: TrainConfig) -> None:
                 "trainer.eval_caption_shuffles"):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name))
-    for key in ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "trainer.num_workers",
+    for key in ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "data.unigram_max_clips",
                 "optimizer.warmup_steps", "optimizer.weight_decay", "optimizer.grad_clip"):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name), zero_ok=True)
-    if cfg.trainer.num_workers != 0:
-        raise ConfigError(
-            f"trainer.num_workers={cfg.trainer.num_workers}: worker processes are not used; the codes live in memory "
-            f"and a batch is built in-process in milliseconds (exact resume stays simple). Set trainer.num_workers=0"
-        )
+    if cfg.trainer.num_workers < -1:
+        raise ConfigError(f"trainer.num_workers={cfg.trainer.num_workers} must be -1 (auto), 0 (build batches in the "
+                          f"training process) or a number of worker processes, e.g. trainer.num_workers=2")
+    _check_positive("trainer.prefetch_factor", cfg.trainer.prefetch_factor)
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

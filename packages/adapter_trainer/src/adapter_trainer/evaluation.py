@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -58,7 +58,33 @@ class CEAccumulator:
         self.n_b.append(_np(n_b, np.int64))
 
     def result(self) -> TargetCE:
-        return TargetCE(self.sum_k.copy(), self.n_k.copy(), np.concatenate(self.sum_b), np.concatenate(self.n_b))
+        """The sums so far (a rank with no eval clips has empty per-example arrays)."""
+        sum_b = np.concatenate(self.sum_b) if self.sum_b else np.zeros(0, np.float64)
+        n_b = np.concatenate(self.n_b) if self.n_b else np.zeros(0, np.int64)
+        return TargetCE(self.sum_k.copy(), self.n_k.copy(), sum_b, n_b)
+
+
+def gather_target_ce(part: TargetCE, clip_ids: np.ndarray, n_clips: int,
+                     all_gather: Callable[[Any], list[Any]]) -> TargetCE:
+    """Every rank's TargetCE over its eval clips -> the whole eval set's, per-example parts in clip order.
+
+    Args:
+        part: this rank's sums; part.sum_per_example[j] belongs to clip clip_ids[j].
+        clip_ids: [b] this rank's clip ids.
+        n_clips: size of the eval set; every clip must be scored by exactly one rank.
+        all_gather: DistInfo.all_gather_object (returns [obj] for one process).
+    The result equals one process's up to float summation order, so the bootstrap over clips is the same.
+    """
+    parts = all_gather((np.asarray(clip_ids, dtype=np.int64), part))
+    ids = np.concatenate([p[0] for p in parts])  # [N]
+    if not np.array_equal(np.sort(ids), np.arange(n_clips)):
+        raise RuntimeError(f"eval gather: ranks scored clips {np.sort(ids).tolist()}, expected each of 0..{n_clips - 1} "
+                           f"exactly once")
+    sum_b, n_b = np.zeros(n_clips, np.float64), np.zeros(n_clips, np.int64)
+    sum_b[ids] = np.concatenate([p[1].sum_per_example for p in parts])
+    n_b[ids] = np.concatenate([p[1].count_per_example for p in parts])
+    return TargetCE(np.sum([p[1].sum_per_codebook for p in parts], axis=0),
+                    np.sum([p[1].count_per_codebook for p in parts], axis=0).astype(np.int64), sum_b, n_b)
 
 
 def _np(x: torch.Tensor | np.ndarray, dtype: type) -> np.ndarray:

@@ -14,6 +14,10 @@ Features:
       with a bootstrap interval; a "learning check" block + final_metrics.json at the end.
     - Checkpoints with exact resume (data position, RNG, optimizer, scheduler); resume refuses a different
       architecture or different data.
+    - Streaming input: a header-only index of the shards (~40 bytes per clip), DataLoader workers that read,
+      crop, tokenize and collate (adapter_trainer/data.py).
+    - torchrun DDP (adapter_trainer/distributed.py): trainer.batch_size per rank, the global example order of one
+      process, only trainable gradients all-reduced, eval split across ranks and gathered, rank 0 writes.
 
 Raises:
     ConfigError: a config value cannot work here (missing device, fp16 off CUDA, missing model dir); names the fix.
@@ -26,6 +30,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -46,18 +51,21 @@ from adapter_trainer.checkpoint import (
     save_checkpoint,
 )
 from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, mot_fields
+from adapter_trainer.data import ExampleSpec, TrainBatches, caption_ids, default_num_workers, train_loader
+from adapter_trainer.distributed import DistInfo, device_for_rank, init_distributed, teardown_distributed
 from adapter_trainer.evaluation import (
     CEAccumulator,
     average_runs,
     EvalReport,
     derangement,
+    gather_target_ce,
     learning_check_text,
     make_report,
     unigram_ce,
     unigram_log_probs,
 )
 from adapter_trainer.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger, read_jsonl
-from adapter_trainer.shards import Clip, load_split, open_shard_sets
+from adapter_trainer.shards import ClipReader, SplitIndex, build_index, open_shard_sets
 from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
 
 TARGET_REL_PCT = 10.0  # learning-check target: eval CE at least this % under the unigram baseline
@@ -130,7 +138,8 @@ class MoTAdapterRecipe:
         self.progress = TrainingProgress()
         self.last_eval: EvalReport | None = None
         self.last_batch_facts: dict[str, dict[str, Any]] = {}
-        self._perm_cache: tuple[int, np.ndarray] | None = None
+        self.keys_seen: list[list[str]] = []  # per micro-batch, only with trainer.debug_dump_modules (test hook)
+        self.data_wait_s = 0.0  # time the loop waited for its next batch (since the last log)
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -141,7 +150,16 @@ class MoTAdapterRecipe:
         random.seed(cfg.trainer.seed)
         self.device = resolve_device(cfg.trainer.device)
         check_precision(cfg.trainer.precision, self.device)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        # DataLoader workers tokenize captions in forked processes: the Rust tokenizer's thread pool must not be
+        # started in the parent first (HF tokenizers then warns and disables it in every worker anyway).
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # torchrun: join the job (gloo on CPU, NCCL on cuda:LOCAL_RANK); one process: a no-op DistInfo.
+        self.dist: DistInfo = init_distributed(self.device)
+        self.device = device_for_rank(self.device, self.dist)
+        # Hydra's ${now:...} output_dir may resolve differently per rank: rank 0's wins.
+        self.output_dir = Path(self.dist.broadcast_object(str(self.output_dir)))
+        if self.dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
 
         # Imported here, not at module top: model_builders/mot pull in transformers; config/shard errors come first.
         from adapter_trainer.model_builders import (
@@ -159,13 +177,14 @@ class MoTAdapterRecipe:
             raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
         self.shard_sets = open_shard_sets(cfg.data.shards, model_n_codebooks=dec_cfg.num_codebooks,
                                           model_codebook_size=dec_cfg.vocab_size, audio_lm=cfg.model.audio_lm)
-        self.train_clips: list[Clip] = load_split(self.shard_sets, cfg.data.train_split, sha256=cfg.data.verify_sha256)
-        self.eval_clips: list[Clip] = load_split(self.shard_sets, cfg.data.eval_split,
-                                                 max_clips=cfg.data.eval_max_clips, sha256=cfg.data.verify_sha256)
-        if not self.train_clips:
+        # Header-only index (~40 bytes per clip); codes are read per batch by DataLoader workers / per eval batch.
+        self.train_index: SplitIndex = build_index(self.shard_sets, cfg.data.train_split, sha256=cfg.data.verify_sha256)
+        self.eval_index: SplitIndex = build_index(self.shard_sets, cfg.data.eval_split,
+                                                  max_clips=cfg.data.eval_max_clips, sha256=cfg.data.verify_sha256)
+        if not len(self.train_index):
             raise ConfigError(f"split data.train_split={cfg.data.train_split!r} is empty in {cfg.data.shards}")
-        if len(self.eval_clips) < 2:
-            raise ConfigError(f"split data.eval_split={cfg.data.eval_split!r} has {len(self.eval_clips)} clip(s) in "
+        if len(self.eval_index) < 2:
+            raise ConfigError(f"split data.eval_split={cfg.data.eval_split!r} has {len(self.eval_index)} clip(s) in "
                               f"{cfg.data.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)")
 
         try:
@@ -182,21 +201,30 @@ class MoTAdapterRecipe:
         self.model = MoTAdapterModel(llm, audio_lm, self.vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
         self.model.to(self.device)
 
-        # Captions tokenized once (without BOS; encode_example adds it).
-        mct = cfg.data.max_caption_tokens
-        self.train_caps = [self._caption_ids(self._text_of(c))[:mct] for c in self.train_clips]
-        self.eval_caps = [self._caption_ids(self._text_of(c))[:mct] for c in self.eval_clips]
-        # Unigram baseline from the train split; deranged captions for the caption-gain check (fixed per run).
-        self.unigram_logp = unigram_log_probs((c.codes for c in self.train_clips), K, C)  # [K, C]
+        d = cfg.data
+        self.spec = ExampleSpec(vocab=self.vocab, pattern=d.pattern, text=d.text, bos_id=self.bos_id, pad_id=self.pad_id,
+                                max_seq_len=d.max_seq_len, max_caption_tokens=d.max_caption_tokens)
+        # Train captions are tokenized in the DataLoader workers; eval captions once here (every derangement needs
+        # all of them), as small int arrays. Eval codes are read per eval batch.
+        self.eval_reader = ClipReader(self.eval_index)
+        self.eval_caps = [np.asarray(caption_ids(self.tokenizer, self.eval_reader.read(i), self.spec), dtype=np.int64)
+                          for i in range(len(self.eval_index))]
+        # Unigram baseline from the train split (rank 0 reads, all ranks get it); deranged captions for the
+        # caption-gain check (fixed per run).
+        self.unigram_logp = self.dist.broadcast_object(self._unigram_baseline() if self.dist.is_main else None)  # [K, C]
+        self.train_data = TrainBatches(self.train_index, self.tokenizer, self.spec, seed=cfg.trainer.seed,
+                                       batch_size=cfg.trainer.batch_size, rank=self.dist.rank,
+                                       world_size=self.dist.world_size)
         # Several derangements, averaged: one shuffle alone makes the per-clip gain depend on which caption a clip
         # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
         shuffle_rng = np.random.default_rng([cfg.trainer.seed, 7])
-        self.eval_perms = [derangement(len(self.eval_clips), shuffle_rng)
+        self.eval_perms = [derangement(len(self.eval_index), shuffle_rng)
                            for _ in range(cfg.trainer.eval_caption_shuffles)]
 
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         if not self.trainable:
             raise ConfigError("the MoT adapter has no trainable parameters; check model.mot.*")
+        self.dist.broadcast_params(self.trainable)  # every rank starts from rank 0's trainable weights (frozen: untouched)
         decay = [p for p in self.trainable if p.ndim >= 2]
         no_decay = [p for p in self.trainable if p.ndim < 2]
         self.optimizer = torch.optim.AdamW(
@@ -227,22 +255,32 @@ class MoTAdapterRecipe:
             print(f"resumed from {ckpt_dir} at step {self.progress.step} (epoch {self.progress.epoch}, "
                   f"index {self.progress.index})")
 
-        loggers: list[MetricLogger] = [JsonlLogger(self.output_dir / "metrics.jsonl", truncate_after_step=resume_step)]
-        if cfg.trainer.tensorboard:
-            loggers.append(TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None))
+        loggers: list[MetricLogger] = []  # rank 0 alone writes metrics (and checkpoints, plots, reports)
+        if self.dist.is_main:
+            loggers.append(JsonlLogger(self.output_dir / "metrics.jsonl", truncate_after_step=resume_step))
+            if cfg.trainer.tensorboard:
+                loggers.append(TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None))
+            (self.output_dir / "config.yaml").write_text(config_to_yaml(cfg))
         self.logger: MetricLogger = FanOutLogger(loggers)
-        (self.output_dir / "config.yaml").write_text(config_to_yaml(cfg))
+        self.num_workers = cfg.trainer.num_workers if cfg.trainer.num_workers >= 0 else default_num_workers(
+            int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         n_train = sum(p.numel() for p in self.trainable)
-        print(f"device={self.device} precision={cfg.trainer.precision} pattern={cfg.data.pattern} "
-              f"train clips={len(self.train_clips)} eval clips={len(self.eval_clips)} trainable params={n_train:,} "
-              f"output_dir={self.output_dir}")
+        if self.dist.is_main:
+            print(f"device={self.device} precision={cfg.trainer.precision} pattern={cfg.data.pattern} "
+                  f"train clips={len(self.train_index)} eval clips={len(self.eval_index)} trainable params={n_train:,} "
+                  f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
+                  f"output_dir={self.output_dir}")
 
-    def _text_of(self, clip: Clip) -> str:
-        """The conditioning text: the caption, or the aspect list joined with ", " (data.text)."""
-        return clip.caption if self.cfg.data.text == "caption" else ", ".join(clip.aspects)
-
-    def _caption_ids(self, caption: str) -> list[int]:
-        return list(self.tokenizer(caption, add_special_tokens=False)["input_ids"])
+    def _unigram_baseline(self) -> np.ndarray:
+        """[K, C] unigram log-probs from up to data.unigram_max_clips train clips, evenly spaced (0 = all)."""
+        n, m = len(self.train_index), self.cfg.data.unigram_max_clips
+        ids = range(n) if m == 0 or m >= n else np.unique(np.linspace(0, n - 1, m).round().astype(np.int64))
+        reader = ClipReader(self.train_index)
+        try:
+            return unigram_log_probs((reader.read(int(i)).codes for i in ids), self.vocab.n_codebooks,
+                                     self.vocab.codebook_size)
+        finally:
+            reader.close()
 
     def _fingerprint(self) -> dict[str, Any]:
         """What a resumed run must share with the checkpoint (architecture + data identity)."""
@@ -262,33 +300,26 @@ class MoTAdapterRecipe:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------------------------------------- data
-    def _epoch_perm(self, epoch: int) -> np.ndarray:
-        """Seeded permutation of the train clips for `epoch` (a pure function of seed and epoch)."""
-        if self._perm_cache is None or self._perm_cache[0] != epoch:
-            rng = np.random.default_rng([self.cfg.trainer.seed, epoch])
-            self._perm_cache = (epoch, rng.permutation(len(self.train_clips)))
-        return self._perm_cache[1]
+    def train_batches(self) -> Iterator[Batch]:
+        """This rank's micro-batches from the saved data position to max_steps, built ahead by DataLoader workers.
 
-    def _next_positions(self, n: int) -> Iterator[tuple[int, int, int]]:
-        """Advance the data position by n examples; yields (epoch, index, clip id). Crosses epochs seamlessly."""
-        for _ in range(n):
-            perm = self._epoch_perm(self.progress.epoch)
-            yield self.progress.epoch, self.progress.index, int(perm[self.progress.index])
-            self.progress.index += 1
-            if self.progress.index >= len(perm):
-                self.progress.epoch, self.progress.index = self.progress.epoch + 1, 0
+        The position is the global example number n = epoch * N + index (adapter_trainer/data.py): the same on
+        every rank, advanced by the GLOBAL micro-batch, so resuming works with another world size too.
+        """
+        start = self.progress.epoch * len(self.train_index) + self.progress.index
+        n_micro = (self.max_steps - self.progress.step) * self.grad_accum
+        return iter(train_loader(self.train_data, start=start, n_micro_batches=n_micro, num_workers=self.num_workers,
+                                 prefetch_factor=self.cfg.trainer.prefetch_factor))
 
-    def next_train_batch(self) -> Batch:
-        """The next micro-batch: random crops, RNG derived from (seed, epoch, index) so resume is exact."""
-        d = self.cfg.data
-        examples = []
-        for epoch, index, i in self._next_positions(self.cfg.trainer.batch_size):
-            rng = np.random.default_rng([self.cfg.trainer.seed, epoch, index])
-            examples.append(encode_example(self.train_caps[i], self.train_clips[i].codes, vocab=self.vocab,
-                                           pattern=d.pattern, bos_id=self.bos_id, max_seq_len=d.max_seq_len,
-                                           max_caption_tokens=d.max_caption_tokens, crop="random", rng=rng,
-                                           key=self.train_clips[i].key))
-        batch = collate(examples, pad_id=self.pad_id)  # tokens/labels [B, S, J] long, masks [B, S] bool
+    def next_train_batch(self, batches: Iterator[Batch]) -> Batch:
+        """The next micro-batch (random crops, RNG derived from (seed, epoch, index) so resume is exact)."""
+        t0 = time.perf_counter()
+        batch = next(batches)  # tokens/labels [B, S, J] long, masks [B, S] bool
+        self.data_wait_s += time.perf_counter() - t0
+        n = self.progress.epoch * len(self.train_index) + self.progress.index + self.train_data.global_batch
+        self.progress.epoch, self.progress.index = divmod(n, len(self.train_index))
+        if self.cfg.trainer.debug_dump_modules:
+            self.keys_seen.append(list(batch.keys))
         self.last_batch_facts = batch_facts(batch)
         if any(f["requires_grad"] or f["has_grad_fn"] or f["is_floating_point"] for f in self.last_batch_facts.values()):
             raise RuntimeError(f"batch tensors must be plain integer tensors without autograd history: {self.last_batch_facts}")
@@ -299,19 +330,26 @@ class MoTAdapterRecipe:
         cfg = self.cfg.trainer
         model, optimizer, scheduler, scaler = self.model, self.optimizer, self.scheduler, self.scaler
         K = self.vocab.n_codebooks
-        pbar = tqdm(total=self.max_steps, initial=self.progress.step, disable=not cfg.progress_bar,
+        pbar = tqdm(total=self.max_steps, initial=self.progress.step, disable=not (cfg.progress_bar and self.dist.is_main),
                     desc="train", dynamic_ncols=True)
-        t_log, tokens_log = time.perf_counter(), 0
+        batches = self.train_batches()  # this rank's share of each global micro-batch, prefetched by workers
+        t_log, tokens_log, step_s = time.perf_counter(), 0, 0.0
         while self.progress.step < self.max_steps:
+            t_step = time.perf_counter()
             model.train()
             optimizer.zero_grad(set_to_none=True)
             loss_acc = 0.0
             ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
+            n_tok_step = 0
             for _ in range(self.grad_accum):
-                batch = self.next_train_batch()
+                batch = self.next_train_batch(batches)
                 with self.autocast():
                     out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over the micro-batch's targets
-                loss = out.loss / self.grad_accum  # mean of micro-batch means
+                # Under DDP each rank weighs its mean by its share of the micro-batch's targets on ALL ranks, and
+                # the gradients are summed: the global micro-batch mean, exactly as one process computes it.
+                n_local = (out.count_per_codebook.sum() + out.end_count).double()  # [] this rank's targets
+                n_global = self.dist.all_reduce_sum(n_local.clone())  # [] all ranks' targets
+                loss = out.loss * (n_local / n_global.clamp(min=1)).to(out.loss.dtype) / self.grad_accum  # mean of micro-batch means
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.progress.step + 1}; lower "
                                              f"optimizer.lr, raise optimizer.warmup_steps or use trainer.precision=fp32")
@@ -322,9 +360,15 @@ class MoTAdapterRecipe:
                 loss_acc += loss.item()
                 ce_k += out.ce_sum_per_codebook.detach().double().cpu()
                 n_k += out.count_per_codebook.detach().cpu()
-                n_tok = int(batch.attention_mask.sum())
-                tokens_log += n_tok
-                self.progress.tokens_seen += n_tok
+                n_tok_step += int(batch.attention_mask.sum())
+            self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
+            if self.dist.enabled:  # logged figures over all ranks (one small all-reduce per step)
+                stats = torch.cat([torch.tensor([loss_acc, n_tok_step], dtype=torch.float64), ce_k, n_k.double()])
+                stats = self.dist.all_reduce_sum(stats.to(self.device)).cpu()  # [2 + 2K]
+                loss_acc, n_tok_step = float(stats[0]), int(stats[1])
+                ce_k, n_k = stats[2:2 + K], stats[2 + K:].long()
+            tokens_log += n_tok_step
+            self.progress.tokens_seen += n_tok_step
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             max_norm = self.cfg.optimizer.grad_clip if self.cfg.optimizer.grad_clip > 0 else float("inf")
@@ -339,6 +383,7 @@ class MoTAdapterRecipe:
             step = self.progress.step
 
             dt = time.perf_counter() - t_log
+            step_s += time.perf_counter() - t_step  # training time only (no eval / checkpoint)
             pbar.update(1)
             pbar.set_postfix(loss=f"{loss_acc:.3f}", tok_s=f"{tokens_log / max(dt, 1e-9):.0f}")
             if step % cfg.log_every == 0 or step == self.max_steps:
@@ -346,16 +391,22 @@ class MoTAdapterRecipe:
                            "train/grad_norm": float(grad_norm), "train/tokens_per_s": tokens_log / max(dt, 1e-9),
                            "train/tokens_seen": self.progress.tokens_seen, "train/epoch": self.progress.epoch}
                 payload.update({f"train/ce_cb{k}": float(ce_k[k] / max(int(n_k[k]), 1)) for k in range(K)})
+                # rank 0's wait for its next batch / its step time, over the steps since the last log
+                payload.update({"train/data_wait_s": self.data_wait_s, "train/step_s": step_s,
+                                "train/data_wait_frac": self.data_wait_s / max(step_s, 1e-9)})
                 self.logger.log_dict(payload, step)
-                t_log, tokens_log = time.perf_counter(), 0
+                t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0
             if cfg.eval_every and step % cfg.eval_every == 0:
-                self.last_eval = self.evaluate()
+                self.last_eval = self.evaluate()  # every rank scores its share; all get the gathered report
                 self.logger.log_dict(self.last_eval.scalars(), step)
-                tqdm.write(f"step {step}: eval CE {self.last_eval.ce:.4f} (unigram {self.last_eval.unigram_ce:.4f}), "
-                           f"caption gain {self.last_eval.caption_gain:+.4f}")
+                if self.dist.is_main:
+                    tqdm.write(f"step {step}: eval CE {self.last_eval.ce:.4f} (unigram {self.last_eval.unigram_ce:.4f}), "
+                               f"caption gain {self.last_eval.caption_gain:+.4f}")
             if cfg.ckpt_every and step % cfg.ckpt_every == 0:
-                path = self.save_checkpoint()
-                tqdm.write(f"step {step}: checkpoint {path}")
+                if self.dist.is_main:
+                    path = self.save_checkpoint()
+                    tqdm.write(f"step {step}: checkpoint {path}")
+                self.dist.barrier()  # no rank runs ahead of a checkpoint being written
         pbar.close()
 
     def save_checkpoint(self) -> Path:
@@ -380,14 +431,17 @@ class MoTAdapterRecipe:
         sums = {name: CEAccumulator(K) for name in [*(n for n, _ in runs), "uni"]}
         end_sum, end_n = 0.0, 0
         bs = self.cfg.trainer.batch_size
-        for start in range(0, len(self.eval_clips), bs):
-            ids = range(start, min(start + bs, len(self.eval_clips)))
+        n_eval = len(self.eval_index)
+        mine = np.array_split(np.arange(n_eval), self.dist.world_size)[self.dist.rank]  # this rank's clips, each once
+        for start in range(0, len(mine), bs):
+            ids = [int(i) for i in mine[start:start + bs]]
+            clips = {i: self.eval_reader.read(i) for i in ids}
             for name, perm in runs:
-                caps = [self.eval_caps[i if perm is None else int(perm[i])] for i in ids]
-                examples = [encode_example(cap, self.eval_clips[i].codes, vocab=self.vocab, pattern=d.pattern,
+                caps = [self.eval_caps[i if perm is None else int(perm[i])].tolist() for i in ids]
+                examples = [encode_example(cap, clips[i].codes, vocab=self.vocab, pattern=d.pattern,
                                            bos_id=self.bos_id, max_seq_len=len(cap) + 2 + audio_budget,
                                            max_caption_tokens=d.max_caption_tokens, crop="start",
-                                           rng=np.random.default_rng(0), key=self.eval_clips[i].key)
+                                           rng=np.random.default_rng(0), key=clips[i].key)
                             for cap, i in zip(caps, ids)]
                 batch = collate(examples, pad_id=self.pad_id).to(self.device)
                 with self.autocast():
@@ -399,7 +453,10 @@ class MoTAdapterRecipe:
                     end_n += int(out.end_count)
                     u = unigram_ce(batch.labels, self.vocab, self.unigram_logp)
                     sums["uni"].add(u.sum_per_codebook, u.count_per_codebook, u.sum_per_example, u.count_per_example)
-        final = {k: v.result() for k, v in sums.items()}
+        # Per-clip values from every rank, in clip order: the bootstrap sees what one process would compute.
+        final = {k: gather_target_ce(v.result(), mine, n_eval, self.dist.all_gather_object) for k, v in sums.items()}
+        end_parts = self.dist.all_gather_object((end_sum, end_n))
+        end_sum, end_n = sum(p[0] for p in end_parts), sum(p[1] for p in end_parts)
         self.model.train()
         shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
         return make_report(step=self.progress.step, model_true=final["true"], model_shuf=shuffled,
@@ -414,8 +471,9 @@ class MoTAdapterRecipe:
             self.last_eval = self.evaluate()
             self.logger.log_dict(self.last_eval.scalars(), step)
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
-        if not ckpt.exists():
+        if self.dist.is_main and not ckpt.exists():
             ckpt = self.save_checkpoint()
+        self.dist.barrier()
         self.logger.close()
         r = self.last_eval
         wall = time.perf_counter() - self._t0
@@ -432,13 +490,16 @@ class MoTAdapterRecipe:
             "wall_time_s": wall,
             "checkpoint": str(ckpt),
         }
+        if self.cfg.trainer.debug_dump_modules:  # test hook: one file per rank (rank r > 0 adds .rank{r})
+            dump = Path(self.cfg.trainer.debug_dump_modules)
+            self.dump_debug(dump if self.dist.is_main else dump.with_name(f"{dump.name}.rank{self.dist.rank}"))
+        if not self.dist.is_main:
+            return final
         (self.output_dir / "final_metrics.json").write_text(json.dumps(_finite_or_none(final), indent=2, allow_nan=False) + "\n")
         plot_path = plot_loss_curve(self.output_dir / "metrics.jsonl", self.output_dir / "loss_curve.png")
         print(learning_check_text(r, target_rel_pct=TARGET_REL_PCT))
         print(f"summary: {step} steps, {self.progress.tokens_seen:,} tokens, {wall:.1f} s wall, epoch "
               f"{self.progress.epoch}; wrote {self.output_dir / 'final_metrics.json'}, {plot_path}, {ckpt}")
-        if self.cfg.trainer.debug_dump_modules:
-            self.dump_debug(Path(self.cfg.trainer.debug_dump_modules))
         return final
 
     def dump_debug(self, path: Path) -> None:
@@ -447,7 +508,8 @@ class MoTAdapterRecipe:
         encodec = sum(1 for o in gc.get_objects() if type(o).__name__ == "EncodecModel")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"modules": sorted(sys.modules), "encodec_instances": encodec,
-                                    "batch": self.last_batch_facts}, indent=2))
+                                    "batch": self.last_batch_facts, "rank": self.dist.rank,
+                                    "world_size": self.dist.world_size, "keys_seen": self.keys_seen}, indent=2))
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -491,6 +553,9 @@ def plot_loss_curve(metrics_path: Path, out_path: Path) -> Path:
 def recipe_main(cfg: TrainConfig) -> dict[str, Any]:
     """setup -> train -> cleanup. Returns final_metrics (also written to <output_dir>/final_metrics.json)."""
     recipe = MoTAdapterRecipe(cfg)
-    recipe.setup()
-    recipe.train()
-    return recipe.cleanup()
+    try:
+        recipe.setup()
+        recipe.train()
+        return recipe.cleanup()
+    finally:
+        teardown_distributed()

@@ -1,0 +1,119 @@
+"""Training batches streamed from shards: a deterministic global example order, split across ranks, built in workers.
+
+The order is a pure function of (seed, position): global example n is clip `perm_e[i]` of epoch e = n // N at
+index i = n % N, where perm_e = default_rng([seed, e]).permutation(N), and its random crop uses
+default_rng([seed, e, i]). A micro-batch is G = batch_size x world_size consecutive examples starting at a
+position n; rank r builds examples [n + r*B, n + (r+1)*B). So 2 ranks x batch 4 see exactly the examples of
+1 process x batch 8, resume is the single integer n (stored as (epoch, index)), and neither the number of
+workers nor of shards changes anything (each item is built from the index by random access).
+
+DataLoader items are whole micro-batches (`batch_size=None`): a worker reads the codes, crops, tokenizes the
+captions and collates; `prefetch_factor` micro-batches per worker are built ahead of the step.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from adapter_trainer.shards import Clip, ClipReader, SplitIndex
+from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
+
+
+@dataclass(frozen=True)
+class ExampleSpec:
+    """How a (caption, codes) pair becomes a training sequence (mirrors data.* and the model's vocab)."""
+
+    vocab: AudioVocab
+    pattern: str  # delay | flatten
+    text: str  # caption | aspects
+    bos_id: int
+    pad_id: int
+    max_seq_len: int
+    max_caption_tokens: int
+
+
+def text_of(clip: Clip, text: str) -> str:
+    """The conditioning text: the caption, or the aspect list joined with ", " (data.text)."""
+    return clip.caption if text == "caption" else ", ".join(clip.aspects)
+
+
+def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec) -> list[int]:
+    """Caption tokens without BOS (encode_example adds it), truncated to max_caption_tokens."""
+    return list(tokenizer(text_of(clip, spec.text), add_special_tokens=False)["input_ids"])[: spec.max_caption_tokens]
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The seeded order of the train clips in `epoch` ([N] int64)."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+class TrainBatches(Dataset):
+    """Item `start` (a global example position) -> this rank's share of the micro-batch that starts there."""
+
+    def __init__(self, index: SplitIndex, tokenizer: Any, spec: ExampleSpec, *, seed: int, batch_size: int,
+                 rank: int = 0, world_size: int = 1) -> None:
+        if len(index) == 0:
+            raise ValueError("TrainBatches needs at least one train clip")
+        self.reader = ClipReader(index)
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
+        self.n_clips = len(index)
+        self._perm: tuple[int, np.ndarray] | None = None
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def position(self, n: int) -> tuple[int, int, int]:
+        """Global example n -> (epoch, index in that epoch's permutation, clip id)."""
+        epoch, index = divmod(n, self.n_clips)
+        if self._perm is None or self._perm[0] != epoch:
+            self._perm = (epoch, epoch_permutation(self.seed, epoch, self.n_clips))
+        return epoch, index, int(self._perm[1][index])
+
+    def rank_positions(self, start: int) -> range:
+        """Global example positions this rank builds for the micro-batch starting at `start`."""
+        first = start + self.rank * self.batch_size
+        return range(first, first + self.batch_size)
+
+    def __getitem__(self, start: int) -> Batch:
+        s = self.spec
+        examples = []
+        for n in self.rank_positions(start):
+            epoch, index, i = self.position(n)
+            clip = self.reader.read(i)
+            rng = np.random.default_rng([self.seed, epoch, index])
+            examples.append(encode_example(caption_ids(self.tokenizer, clip, s), clip.codes, vocab=s.vocab,
+                                           pattern=s.pattern, bos_id=s.bos_id, max_seq_len=s.max_seq_len,
+                                           max_caption_tokens=s.max_caption_tokens, crop="random", rng=rng,
+                                           key=clip.key))
+        return collate(examples, pad_id=s.pad_id)  # tokens/labels [B, S, J] long, masks [B, S] bool
+
+
+def default_num_workers(local_world_size: int = 1) -> int:
+    """Workers per rank when trainer.num_workers=-1: half this rank's share of the CPUs, at least 1, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no sched_getaffinity
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus // max(1, local_world_size) // 2))
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
+
+
+def train_loader(dataset: TrainBatches, *, start: int, n_micro_batches: int, num_workers: int,
+                 prefetch_factor: int, pin_memory: bool = False) -> DataLoader:
+    """Micro-batches starting at global positions start, start + G, ... (G = global batch), in order."""
+    positions = range(start, start + n_micro_batches * dataset.global_batch, dataset.global_batch)
+    return DataLoader(dataset, batch_size=None, sampler=positions, num_workers=num_workers,
+                      prefetch_factor=prefetch_factor if num_workers > 0 else None,
+                      worker_init_fn=_worker_init if num_workers > 0 else None,
+                      pin_memory=pin_memory, persistent_workers=False)

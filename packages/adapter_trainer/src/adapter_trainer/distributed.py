@@ -1,0 +1,143 @@
+"""torch.distributed for the recipe: init/teardown under torchrun, rank helpers, and the few collectives it uses.
+
+    torchrun --nproc_per_node=2 -m adapter_trainer +experiment=demo              # 2 CPU ranks (gloo)
+    torchrun --nproc_per_node=8 -m adapter_trainer +experiment=cuda_1b           # 8 GPUs (NCCL, cuda:LOCAL_RANK)
+    srun torchrun --nnodes=$SLURM_NNODES --nproc_per_node=8 --rdzv_backend=c10d \\
+        --rdzv_endpoint=$MASTER_ADDR:29500 -m adapter_trainer +experiment=cuda_1b  # several nodes (SLURM)
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT; without them (plain `python -m`)
+everything here is a no-op for one process, so the recipe has one code path.
+
+Only the TRAINABLE parameters' gradients are reduced (one flattened all-reduce per optimizer step, after the
+accumulation window), by hand rather than with DistributedDataParallel: DDP would have to wrap the whole MoT
+model (the frozen towers included: it broadcasts every parameter and buffer at construction) and, with
+gradient accumulation, needs `no_sync()` on all but the last micro-batch. A manual all-reduce over the
+trainable list does exactly what the math needs and nothing else (nanoGPT's comment on `no_sync` applies).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def env_world_size() -> int:
+    """WORLD_SIZE as set by torchrun (1 without it)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def env_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in the job. world_size == 1: no process group, every collective is the identity."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes logs, checkpoints, plots and prints the report."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum of `t` over ranks (in place; returns t). Identity for one process."""
+        if self.enabled:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """[obj of rank 0, obj of rank 1, ...] on every rank (pickled; for small eval summaries)."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank (e.g. the output dir, which Hydra's ${now:...} may resolve per rank)."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def broadcast_params(self, params: list[torch.Tensor]) -> None:
+        """Copy rank 0's values of `params` to every rank (the trainable ones: seeded init should agree already,
+        this makes it certain without touching the frozen towers)."""
+        if not self.enabled or not params:
+            return
+        flat = torch.cat([p.detach().reshape(-1) for p in params])  # [P]
+        dist.broadcast(flat, src=0)
+        _unflatten_into(flat, params)
+
+    def all_reduce_grads(self, params: list[torch.Tensor]) -> None:
+        """SUM the gradients of `params` over ranks with one flattened all-reduce (None grads count as zero).
+
+        SUM, not mean: the recipe already divides each rank's loss by the global number of targets, so the sum
+        of the ranks' gradients is the gradient of the global mean loss (exactly the one-process gradient).
+        """
+        if not self.enabled or not params:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])  # [P]
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        for p, g in zip(params, grads):
+            if p.grad is None:
+                p.grad = g
+        _unflatten_into(flat, [p.grad for p in params])
+
+
+def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy consecutive slices of flat [P] back into `tensors` (their shapes, in order)."""
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view_as(t))
+            offset += n
+
+
+def device_for_rank(device: torch.device, info: DistInfo) -> torch.device:
+    """Under torchrun on CUDA every rank takes cuda:LOCAL_RANK (an explicit cuda:N is only for one process)."""
+    if info.enabled and device.type == "cuda":
+        n = torch.cuda.device_count()
+        if info.local_rank >= n:
+            raise RuntimeError(f"LOCAL_RANK={info.local_rank} but this node has {n} CUDA device(s); launch torchrun "
+                               f"with --nproc_per_node={n} or fewer")
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return device
+
+
+def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> DistInfo:
+    """Join the torchrun job (NCCL on CUDA, gloo otherwise) when WORLD_SIZE > 1; else a one-process DistInfo."""
+    world = env_world_size()
+    if world <= 1:
+        return DistInfo()
+    info = DistInfo(rank=env_rank(), world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return info
+
+
+def teardown_distributed() -> None:
+    """Destroy the process group if this process created one (safe to call always)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,108 @@
+"""torchrun with 2 CPU ranks (gloo) against one process: same examples, same losses, same eval and bootstrap,
+rank 0 alone writes, and a checkpoint written by 2 ranks resumes in 1 process (another world size, same global
+batch). The shard set has ONE train shard and each rank 2 workers: fewer shards than ranks x workers must not hang.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+from shard_fixture import write_synthetic_set  # noqa: E402
+
+from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
+from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
+from adapter_trainer.metric_logging import read_jsonl  # noqa: E402
+from adapter_trainer.recipe import recipe_main  # noqa: E402
+
+STEPS, GLOBAL_BATCH = 4, 4
+
+
+def overrides(models: dict[str, Path], shards: Path, out: Path, batch_size: int, *extra: str) -> list[str]:
+    return [
+        "+experiment=demo", f"model.llm={models['llm']}", f"model.audio_lm={models['musicgen']}",
+        f"data.shards=[{shards}]", f"trainer.output_dir={out}", "data.max_seq_len=48", "data.max_caption_tokens=12",
+        f"trainer.batch_size={batch_size}", "trainer.log_every=1", "trainer.eval_every=0", "trainer.ckpt_every=2",
+        f"trainer.max_steps={STEPS}", "trainer.progress_bar=false", "trainer.tensorboard=false",
+        "trainer.eval_bootstrap=200", "trainer.eval_caption_shuffles=2", "optimizer.warmup_steps=2",
+        f"trainer.debug_dump_modules={out / 'dump.json'}", *extra,
+    ]
+
+
+def compose(ov: list[str]) -> TrainConfig:
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
+        return to_train_config(hydra_compose("config", overrides=ov))
+
+
+def losses(out: Path) -> dict[int, float]:
+    return {r["step"]: r["train/loss"] for r in read_jsonl(out / "metrics.jsonl") if "train/loss" in r}
+
+
+@pytest.fixture(scope="module")
+def setup_runs(tmp_path_factory: pytest.TempPathFactory):
+    from adapter_trainer.demo_models import write_demo_models
+
+    root = tmp_path_factory.mktemp("ddp")
+    models = write_demo_models(root / "models", seed=0)
+    # one train shard (32 per shard > 20 clips): 2 ranks x 2 workers > 1 shard; 7 eval clips: 4 + 3 per rank
+    shards = write_synthetic_set(root / "shards", n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=32)
+    ref_out, ddp_out = root / "one", root / "two"
+    ref = recipe_main(compose(overrides(models, shards, ref_out, GLOBAL_BATCH, "trainer.num_workers=0")))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "adapter_trainer",
+           *overrides(models, shards, ddp_out, GLOBAL_BATCH // 2, "trainer.num_workers=2")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return dict(models=models, shards=shards, ref_out=ref_out, ddp_out=ddp_out, ref=ref, stdout=proc.stdout,
+                root=root)
+
+
+def test_two_ranks_see_exactly_the_examples_of_one_process(setup_runs) -> None:
+    ref = json.loads((setup_runs["ref_out"] / "dump.json").read_text())
+    r0 = json.loads((setup_runs["ddp_out"] / "dump.json").read_text())
+    r1 = json.loads((setup_runs["ddp_out"] / "dump.json.rank1").read_text())
+    assert (r0["rank"], r0["world_size"], r1["rank"]) == (0, 2, 1)
+    assert len(ref["keys_seen"]) == STEPS and all(len(k) == GLOBAL_BATCH for k in ref["keys_seen"])
+    assert [a + b for a, b in zip(r0["keys_seen"], r1["keys_seen"])] == ref["keys_seen"]
+    assert r0["keys_seen"] != r1["keys_seen"]  # the ranks really split the batch
+
+
+def test_two_ranks_train_and_evaluate_like_one_process(setup_runs) -> None:
+    """Loss per step and eval within float tolerance (different batch shapes and reduction order: rel 1e-4)."""
+    ref_l, ddp_l = losses(setup_runs["ref_out"]), losses(setup_runs["ddp_out"])
+    assert sorted(ddp_l) == list(range(1, STEPS + 1))  # one record per step: rank 1 wrote nothing
+    for s in ref_l:
+        assert ddp_l[s] == pytest.approx(ref_l[s], rel=1e-4), (s, ddp_l[s], ref_l[s])
+    ref = setup_runs["ref"]
+    got = json.loads((setup_runs["ddp_out"] / "final_metrics.json").read_text())
+    assert got["eval"]["n_clips"] == ref["eval"]["n_clips"] == 7  # each eval clip scored once across the ranks
+    assert got["eval"]["n_code_targets"] == ref["eval"]["n_code_targets"]
+    for key in ("ce", "unigram_ce", "ce_shuffled", "caption_gain", "caption_gain_lo", "caption_gain_hi"):
+        assert got["eval"][key] == pytest.approx(ref["eval"][key], rel=1e-4, abs=1e-5), key
+    assert got["progress"] == ref["progress"]
+    assert (setup_runs["ddp_out"] / "checkpoints" / "step-000004" / "adapter.safetensors").is_file()
+    assert (setup_runs["ddp_out"] / "loss_curve.png").is_file()
+    assert setup_runs["stdout"].count("LEARNING CHECK") == 1  # rank 0 alone reports
+
+
+def test_checkpoint_of_two_ranks_resumes_in_one_process(setup_runs, tmp_path: Path) -> None:
+    """World size 2 x batch 2 -> 1 x batch 4 (same global batch): steps 3-4 continue the one-process run."""
+    out = tmp_path / "resumed"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(setup_runs["ddp_out"] / "checkpoints" / "step-000002", out / "checkpoints" / "step-000002")
+    recipe_main(compose(overrides(setup_runs["models"], setup_runs["shards"], out, GLOBAL_BATCH,
+                                  "trainer.num_workers=0", "trainer.resume=latest")))
+    ref_l, got = losses(setup_runs["ref_out"]), losses(out)
+    assert sorted(got) == [3, 4]
+    for s in (3, 4):
+        assert got[s] == pytest.approx(ref_l[s], rel=1e-4), (s, got[s], ref_l[s])
+    ref_keys = json.loads((setup_runs["ref_out"] / "dump.json").read_text())["keys_seen"]
+    assert json.loads((out / "dump.json").read_text())["keys_seen"] == ref_keys[2:]

@@ -1,0 +1,194 @@
+"""Streaming input: header-only shard index, random-access reads equal to the sequential reader, bounded per-clip
+memory, a deterministic global order split across ranks, and worker-built batches equal to in-process ones."""
+from __future__ import annotations
+
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+from shard_fixture import write_shard_set, synthetic_clips, write_synthetic_set  # noqa: E402
+
+from adapter_trainer.data import ExampleSpec, TrainBatches, default_num_workers, epoch_permutation, train_loader  # noqa: E402
+from adapter_trainer.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets  # noqa: E402
+from adapter_trainer.token_layout import AudioVocab  # noqa: E402
+
+
+def _open(*roots: Path):
+    return open_shard_sets([str(r) for r in roots], model_n_codebooks=4, model_codebook_size=2048)
+
+
+class _WordTokenizer:
+    """A picklable stand-in for the HF tokenizer: one id per word (ids from a stable hash)."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [3 + sum(map(ord, w)) % 90 for w in text.split()]}
+
+
+SPEC = ExampleSpec(vocab=AudioVocab(text_vocab_size=100, n_codebooks=4, codebook_size=2048), pattern="delay",
+                   text="caption", bos_id=1, pad_id=2, max_seq_len=24, max_caption_tokens=6)
+
+
+@pytest.fixture(scope="module")
+def two_sets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("sets")
+    a = write_synthetic_set(root / "a", n_train=21, n_eval=5, frames=(8, 30), samples_per_shard=4)
+    b = write_shard_set(root / "b", {"train": synthetic_clips(7, seed=5, prefix="bb"), "eval": []},
+                        samples_per_shard=3)
+    return [a, b]
+
+
+def test_index_reads_back_exactly_what_the_sequential_reader_yields(two_sets) -> None:
+    sets = _open(*two_sets)
+    ref = load_split(sets, "train")
+    index = build_index(sets, "train")
+    assert len(index) == len(ref) == 28 and len(index.shard_paths) == 6 + 3
+    reader = ClipReader(index)
+    for i in np.random.default_rng(0).permutation(len(ref)):  # random order: true random access
+        got = reader.read(int(i))
+        assert got.key == ref[i].key == index.key(int(i))
+        assert got.caption == ref[i].caption and got.aspects == ref[i].aspects
+        assert got.codes.dtype == np.int16 and np.array_equal(got.codes, ref[i].codes)
+    assert [index.key(i) for i in range(len(index))] == [c.key for c in ref]  # same order as load_split
+    assert len(build_index(sets, "eval", max_clips=3)) == 3
+
+
+def test_index_keeps_under_half_a_kilobyte_per_clip_and_no_codes(two_sets) -> None:
+    index = build_index(_open(*two_sets), "train")
+    per_clip = index.nbytes() / len(index)
+    assert per_clip <= 64, per_clip  # the per-clip arrays: ~40 bytes (target: <= 512)
+    assert not any(isinstance(v, (list, dict)) for v in vars(index).values())  # no per-clip Python objects
+
+
+def test_index_scans_headers_only(two_sets, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the index never reads a payload: the bytes read are a small fraction of the tar sizes."""
+    import builtins
+
+    read = {"n": 0}
+    real_open = builtins.open
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            read["n"] += len(data)
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        return Counting(f) if str(file).endswith(".tar") and "b" in mode else f
+
+    sets = _open(*two_sets)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(tarfile, "bltn_open", counting_open)
+    index = build_index(sets, "train", cache=None)
+    total = sum(Path(p).stat().st_size for p in index.shard_paths)
+    # headers are 512 of each member's >= 1024 bytes (header + padded payload) plus 2 end blocks per tar
+    payload = int(index.codes_size.sum() + index.json_size.sum())
+    assert 0 < read["n"] <= total - payload, (read["n"], total, payload)
+
+
+def test_index_refuses_bad_members_and_wrong_counts(tmp_path: Path) -> None:
+    bad = write_synthetic_set(tmp_path / "bad", n_train=3, n_eval=2, extra_members={"x.pyd": b"\x80\x04"})
+    with pytest.raises(ShardFormatError, match=r"unexpected tar member 'x.pyd'"):
+        build_index(_open(bad), "train")
+    # a key with codes but no json
+    lone = tmp_path / "lone"
+    write_synthetic_set(lone, n_train=3, n_eval=2)
+    tar_path = lone / "train" / "shard-000000.tar"
+    with tarfile.open(tar_path) as t:
+        members = [(m, t.extractfile(m).read()) for m in t.getmembers() if not m.name.endswith("0000002.json")]
+    with tarfile.open(tar_path, "w", format=tarfile.USTAR_FORMAT) as t:
+        import io
+
+        for m, data in members:
+            t.addfile(m, io.BytesIO(data))
+    import hashlib
+    import json
+
+    mpath = lone / "manifest.json"
+    man = json.loads(mpath.read_text())
+    man["splits"]["train"]["shards"][0].update(bytes=tar_path.stat().st_size,
+                                               sha256=hashlib.sha256(tar_path.read_bytes()).hexdigest())
+    mpath.write_text(json.dumps(man))
+    with pytest.raises(ShardFormatError, match=r"sample 'tr0000002' has members \['codes.npy'\]"):
+        build_index(_open(lone), "train")
+
+
+def test_two_ranks_of_four_see_exactly_the_examples_of_one_process_of_eight(two_sets) -> None:
+    """Global order = one-process order; rank r builds its slice of each global batch, across epoch ends too."""
+    index = build_index(_open(*two_sets), "train")  # N = 28: global batch 8 crosses epochs at 24 -> 32
+    one = TrainBatches(index, _WordTokenizer(), SPEC, seed=3, batch_size=8)
+    ranks = [TrainBatches(index, _WordTokenizer(), SPEC, seed=3, batch_size=4, rank=r, world_size=2) for r in (0, 1)]
+    assert one.global_batch == ranks[0].global_batch == 8
+    seen = []
+    for start in range(0, 8 * 9, 8):  # 9 micro-batches = 72 examples, 2+ epochs
+        ref = one[start]
+        parts = [r[start] for r in ranks]
+        assert ref.keys == parts[0].keys + parts[1].keys
+        for name in ("tokens", "labels", "is_audio", "attention_mask"):  # same crops, right-padded per batch
+            for b in range(8):
+                part = parts[b // 4]
+                n = int(part.attention_mask[b % 4].sum())
+                assert n == int(ref.attention_mask[b].sum())
+                assert torch.equal(getattr(part, name)[b % 4, :n], getattr(ref, name)[b, :n])
+        seen += ref.keys
+    # epochs are permutations: every clip once per epoch, in the seeded order
+    assert sorted(seen[:28]) == sorted(index.key(i) for i in range(28))
+    assert seen[:28] == [index.key(int(i)) for i in epoch_permutation(3, 0, 28)]
+    assert seen[28:56] == [index.key(int(i)) for i in epoch_permutation(3, 1, 28)]
+    assert seen[:28] != seen[28:56]
+
+
+@pytest.mark.parametrize("workers", [2])
+def test_worker_built_batches_equal_in_process_batches_and_resume_mid_stream(two_sets, workers: int) -> None:
+    """More workers than the set has shards for this rank (2 ranks x 2 workers, 1-shard set) must neither hang
+    nor change a batch; starting the loader at a later position continues the same stream (exact resume)."""
+    index = build_index(_open(two_sets[1]), "train")  # set b: 7 clips in 3 shards
+    ds = TrainBatches(index, _WordTokenizer(), SPEC, seed=1, batch_size=2, rank=1, world_size=2)
+    inproc = [b.keys for b in train_loader(ds, start=0, n_micro_batches=6, num_workers=0, prefetch_factor=2)]
+    worker = [b.keys for b in train_loader(ds, start=0, n_micro_batches=6, num_workers=workers, prefetch_factor=2)]
+    assert inproc == worker and len(inproc) == 6
+    resumed = [b.keys for b in train_loader(ds, start=3 * 4, n_micro_batches=3, num_workers=workers, prefetch_factor=2)]
+    assert resumed == inproc[3:]
+
+
+def test_default_workers_is_bounded() -> None:
+    assert 1 <= default_num_workers() <= 8
+    assert default_num_workers(local_world_size=1024) == 1
+
+
+def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapter_trainer.shards as shards_mod
+
+    sets = _open(*two_sets)
+    first = build_index(sets, "train", cache=tmp_path / "c")
+    assert len(list((tmp_path / "c").glob("*.npz"))) == 9  # one entry per shard, named by sha256 + size
+
+    def no_scan(path):
+        raise AssertionError(f"scanned {path} although it is cached")
+
+    monkeypatch.setattr(shards_mod, "scan_shard", no_scan)
+    again = build_index(sets, "train", cache=tmp_path / "c")
+    for name in ("keys", "codes_offset", "codes_size", "json_offset", "json_size", "shard"):
+        assert np.array_equal(getattr(first, name), getattr(again, name)), name
+    with pytest.raises(AssertionError, match="although it is cached"):  # another cache dir: no entry, scans
+        build_index(sets, "train", cache=tmp_path / "other")
+    (tmp_path / "c" / next((tmp_path / "c").glob("*.npz")).name).write_bytes(b"junk")
+    with pytest.raises(ShardFormatError, match="unreadable shard-index cache entry"):
+        build_index(sets, "train", cache=tmp_path / "c")
