@@ -38,6 +38,8 @@ class DataConfig:
     text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
+    # true: accept eval clips whose keys are also train clips (the report then says the check is NOT held-out)
+    allow_eval_overlap: bool = False
 
 
 @dataclass
@@ -57,7 +59,9 @@ class MoTSchema:
 class ModelConfig:
     llm: str = MISSING  # hub id or local dir of the text LLM (frozen)
     audio_lm: str = MISSING  # hub id or local dir of the MusicGen model whose decoder is used (frozen)
-    dtype: str = "float32"  # float32 | bfloat16 | float16: dtype the frozen weights are loaded in
+    # float32 | bfloat16 | float16: dtype of the FROZEN towers only (trainable params are always fp32 master
+    # weights); bfloat16 needs trainer.precision=bf16, float16 needs trainer.precision=fp16 (CUDA)
+    dtype: str = "float32"
     mot: MoTSchema = field(default_factory=MoTSchema)
 
 
@@ -84,6 +88,8 @@ class TrainerConfig:
     seed: int = 1234
     output_dir: str = MISSING  # run directory (checkpoints, metrics, plots); Hydra's run dir too
     resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
+    # true: a fresh run (no trainer.resume) deletes output_dir/checkpoints left by an older run; false: it refuses
+    overwrite: bool = False
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
     eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
     num_workers: int = 0  # must be 0: data is loaded into memory at startup, batches are built in-process
@@ -144,6 +150,16 @@ def validate_config(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"trainer.num_workers={cfg.trainer.num_workers}: worker processes are not used; the codes live in memory "
             f"and a batch is built in-process in milliseconds (exact resume stays simple). Set trainer.num_workers=0"
+        )
+    # Frozen towers in bf16/fp16 meet fp32 trainable weights in every layer: only autocast mixes the two dtypes.
+    needed = {"bfloat16": "bf16", "float16": "fp16"}.get(cfg.model.dtype)
+    if needed is not None and cfg.trainer.precision != needed:
+        alt = ("trainer.precision=bf16" if needed == "bf16"
+               else "trainer.precision=fp16 (CUDA only), or model.dtype=bfloat16 trainer.precision=bf16")
+        raise ConfigError(
+            f"model.dtype={cfg.model.dtype} with trainer.precision={cfg.trainer.precision}: the frozen towers are "
+            f"{cfg.model.dtype} and the trainable weights fp32, which only {needed} autocast can mix. Use {alt}, "
+            f"or model.dtype=float32"
         )
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")

@@ -7,7 +7,8 @@ Features:
       weights and never imports tokenizer_pipeline: batches are plain integer tensors with no autograd history,
       which is what cured the original "Trying to backward through the graph a second time" bug (codes used to
       come out of a live codec graph).
-    - Gradient accumulation, global-norm clipping, AdamW on the trainable parameters only, warmup + cosine LR.
+    - Gradient accumulation (loss normalised by the targets of the whole window), global-norm clipping, AdamW on
+      the trainable parameters only (fp32 master weights whatever model.dtype is), warmup + cosine LR.
     - Autocast per device/precision (bf16/fp16); a GradScaler only for fp16 on CUDA.
     - Metrics through `MetricLogger` (metrics.jsonl + TensorBoard), tqdm with loss and tokens/s.
     - Eval: per-codebook CE/perplexity, END CE, unigram baseline on the same targets, caption-conditioning gain
@@ -29,9 +30,9 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -42,6 +43,9 @@ from adapter_trainer.checkpoint import (
     check_fingerprint,
     find_checkpoint,
     load_checkpoint,
+    load_optimizer_with_config,
+    optimizer_changes,
+    prepare_output_dir,
     restore_rng,
     save_checkpoint,
 )
@@ -49,6 +53,7 @@ from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, mot
 from adapter_trainer.evaluation import (
     CEAccumulator,
     average_runs,
+    check_held_out,
     EvalReport,
     derangement,
     learning_check_text,
@@ -58,7 +63,7 @@ from adapter_trainer.evaluation import (
 )
 from adapter_trainer.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger, read_jsonl
 from adapter_trainer.shards import Clip, load_split, open_shard_sets
-from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
+from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 
 TARGET_REL_PCT = 10.0  # learning-check target: eval CE at least this % under the unigram baseline
 _PRECISION_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -91,7 +96,8 @@ def check_precision(precision: str, device: torch.device) -> None:
     """fp16 only on CUDA (needs a GradScaler); bf16 on CUDA only where the GPU supports it."""
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError(f"trainer.precision=fp16 needs CUDA (loss scaling with a GradScaler); on {device.type} use "
-                          f"trainer.precision=fp32 (or bf16)")
+                          f"trainer.precision=bf16 with model.dtype=bfloat16 (or float32), or trainer.precision=fp32 "
+                          f"with model.dtype=float32")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("trainer.precision=bf16 is not supported by this GPU; use trainer.precision=fp16 or fp32")
 
@@ -119,6 +125,56 @@ def batch_facts(batch: Batch) -> dict[str, dict[str, Any]]:
     }
 
 
+def count_targets(batch: Batch) -> int:
+    """Loss targets in a batch (codes + AUDIO_END), counted exactly as `MoTAdapterModel.compute_loss` counts them."""
+    return int(((batch.labels != IGNORE_INDEX) & batch.is_audio[..., None]).sum())  # [B, S, J] -> []
+
+
+@dataclass
+class WindowStats:
+    """One accumulation window (all micro-batches of one optimizer step)."""
+
+    loss: float  # summed CE over the window's targets / their number (token-weighted, not a mean of means)
+    n_targets: int  # targets the loss was normalised by
+    ce_sum_per_codebook: torch.Tensor  # [K] float64, code targets only
+    count_per_codebook: torch.Tensor  # [K] long
+    n_tokens: int  # non-pad input positions
+
+
+def backward_window(model: torch.nn.Module, batches: list[Batch], *,
+                    autocast: Callable[[], contextlib.AbstractContextManager],
+                    scaler: torch.amp.GradScaler | None = None, n_window: int | None = None,
+                    step: int = 0) -> WindowStats:
+    """Forward + backward every micro-batch; the gradients add up to those of ONE batch holding all of them.
+
+    Each micro-batch's loss is its summed CE / `n_window` (default: the targets in `batches`), so a target weighs
+    the same whether its clip is short or long and whichever micro-batch it lands in (a mean of micro-batch means
+    would weigh the targets of short clips more). Pass `n_window` to normalise by a larger count (e.g. all ranks').
+    """
+    n_window = n_window if n_window is not None else sum(count_targets(b) for b in batches)
+    K = model.vocab.n_codebooks
+    loss_sum = 0.0
+    ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
+    n_tok = 0
+    for batch in batches:
+        with autocast():
+            out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over this micro-batch's targets
+        loss = out.loss * (count_targets(batch) / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
+                                     f"optimizer.warmup_steps or use trainer.precision=fp32")
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        loss_sum += loss.item()
+        ce_k += out.ce_sum_per_codebook.detach().double().cpu()
+        n_k += out.count_per_codebook.detach().cpu()
+        n_tok += int(batch.attention_mask.sum())
+    return WindowStats(loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k,
+                       n_tokens=n_tok)
+
+
 class MoTAdapterRecipe:
     """setup() builds everything, train() is the loop, cleanup() evaluates, plots and reports."""
 
@@ -141,6 +197,7 @@ class MoTAdapterRecipe:
         random.seed(cfg.trainer.seed)
         self.device = resolve_device(cfg.trainer.device)
         check_precision(cfg.trainer.precision, self.device)
+        prepare_output_dir(self.output_dir, resume=cfg.trainer.resume, overwrite=cfg.trainer.overwrite)
         self.output_dir.mkdir(parents=True, exist_ok=True)
 
         # Imported here, not at module top: model_builders/mot pull in transformers; config/shard errors come first.
@@ -149,6 +206,7 @@ class MoTAdapterRecipe:
             load_musicgen_decoder,
             load_musicgen_decoder_config,
             load_text_tokenizer,
+            upcast_trainable_to_fp32,
         )
         from adapter_trainer.mot import MoTAdapterModel, MoTConfig
 
@@ -164,6 +222,10 @@ class MoTAdapterRecipe:
                                                  max_clips=cfg.data.eval_max_clips, sha256=cfg.data.verify_sha256)
         if not self.train_clips:
             raise ConfigError(f"split data.train_split={cfg.data.train_split!r} is empty in {cfg.data.shards}")
+        self.n_overlap_clips = check_held_out(
+            (c.key for c in self.train_clips), (c.key for c in self.eval_clips),
+            allow_overlap=cfg.data.allow_eval_overlap,
+            where=f"data.train_split={cfg.data.train_split!r} / data.eval_split={cfg.data.eval_split!r} in {cfg.data.shards}")
         if len(self.eval_clips) < 2:
             raise ConfigError(f"split data.eval_split={cfg.data.eval_split!r} has {len(self.eval_clips)} clip(s) in "
                               f"{cfg.data.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)")
@@ -180,6 +242,7 @@ class MoTAdapterRecipe:
         # Pad positions are masked out and carry no labels; any valid text id works, EOS is the natural one.
         self.pad_id = int(self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.bos_id)
         self.model = MoTAdapterModel(llm, audio_lm, self.vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+        upcast_trainable_to_fp32(self.model)  # fp32 master weights; frozen towers stay in model.dtype
         self.model.to(self.device)
 
         # Captions tokenized once (without BOS; encode_example adds it).
@@ -211,14 +274,18 @@ class MoTAdapterRecipe:
         self.scaler = torch.amp.GradScaler("cuda") if cfg.trainer.precision == "fp16" else None
 
         self.fingerprint = self._fingerprint()
+        self.optimizer_changes: list[str] = []
         resume_step: int | None = None
         if cfg.trainer.resume:
             ckpt_dir = find_checkpoint(cfg.trainer.resume, self.output_dir)
             ckpt = load_checkpoint(ckpt_dir, device=self.device)
             check_fingerprint(ckpt.fingerprint, self.fingerprint, ckpt_dir)
             self.model.load_trainable_state_dict(ckpt.adapter)
-            self.optimizer.load_state_dict(ckpt.optimizer)
-            self.scheduler.load_state_dict(ckpt.scheduler)
+            # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
+            load_optimizer_with_config(self.optimizer, self.scheduler, ckpt.optimizer, ckpt.scheduler, schedule)
+            self.optimizer_changes = optimizer_changes(ckpt_dir, asdict(cfg.optimizer))
+            for line in self.optimizer_changes:
+                print(f"resume: {line} (applied: the config wins for optimizer settings)")
             if self.scaler is not None and ckpt.scaler is not None:
                 self.scaler.load_state_dict(ckpt.scaler)
             restore_rng(ckpt.rng_torch, ckpt.rng)
@@ -245,11 +312,14 @@ class MoTAdapterRecipe:
         return list(self.tokenizer(caption, add_special_tokens=False)["input_ids"])
 
     def _fingerprint(self) -> dict[str, Any]:
-        """What a resumed run must share with the checkpoint (architecture + data identity)."""
+        """What a resumed run must share with the checkpoint (architecture, data identity, example stream)."""
         c = self.cfg
         return {
             "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
             "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
+            # the example order (epoch shuffle, crops) and the sequences themselves:
+            "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
+            "data.max_caption_tokens": c.data.max_caption_tokens,
             "vocab": [self.vocab.text_vocab_size, self.vocab.n_codebooks, self.vocab.codebook_size],
             "trainable_shapes": {k: list(v.shape) for k, v in self.model.trainable_state_dict().items()},
             "data.manifest_sha256": [s.manifest_sha256 for s in self.shard_sets],
@@ -303,28 +373,14 @@ class MoTAdapterRecipe:
                     desc="train", dynamic_ncols=True)
         t_log, tokens_log = time.perf_counter(), 0
         while self.progress.step < self.max_steps:
-            model.train()
+            model.train()  # trainable modules only: the frozen towers stay in eval() (MoTAdapterModel.train)
             optimizer.zero_grad(set_to_none=True)
-            loss_acc = 0.0
-            ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
-            for _ in range(self.grad_accum):
-                batch = self.next_train_batch()
-                with self.autocast():
-                    out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over the micro-batch's targets
-                loss = out.loss / self.grad_accum  # mean of micro-batch means
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.progress.step + 1}; lower "
-                                             f"optimizer.lr, raise optimizer.warmup_steps or use trainer.precision=fp32")
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
-                loss_acc += loss.item()
-                ce_k += out.ce_sum_per_codebook.detach().double().cpu()
-                n_k += out.count_per_codebook.detach().cpu()
-                n_tok = int(batch.attention_mask.sum())
-                tokens_log += n_tok
-                self.progress.tokens_seen += n_tok
+            # The whole accumulation window is fetched first: the loss is normalised by ITS target count.
+            batches = [self.next_train_batch() for _ in range(self.grad_accum)]
+            window = backward_window(model, batches, autocast=self.autocast, scaler=scaler, step=self.progress.step + 1)
+            loss_acc, ce_k, n_k = window.loss, window.ce_sum_per_codebook, window.count_per_codebook
+            tokens_log += window.n_tokens
+            self.progress.tokens_seen += window.n_tokens
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             max_norm = self.cfg.optimizer.grad_clip if self.cfg.optimizer.grad_clip > 0 else float("inf")
@@ -404,7 +460,8 @@ class MoTAdapterRecipe:
         shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
         return make_report(step=self.progress.step, model_true=final["true"], model_shuf=shuffled,
                            unigram=final["uni"], end_ce_sum=end_sum, end_count=end_n,
-                           n_bootstrap=self.cfg.trainer.eval_bootstrap, seed=self.cfg.trainer.seed)
+                           n_bootstrap=self.cfg.trainer.eval_bootstrap, seed=self.cfg.trainer.seed,
+                           n_overlap_clips=self.n_overlap_clips)
 
     # ---------------------------------------------------------------------------------------------- cleanup
     def cleanup(self) -> dict[str, Any]:
@@ -425,7 +482,9 @@ class MoTAdapterRecipe:
                 "eval_ce": r.ce, "unigram_ce": r.unigram_ce, "rel_to_unigram_pct": r.rel_to_unigram_pct,
                 "target_rel_pct": TARGET_REL_PCT, "rel_pass": r.rel_to_unigram_pct >= TARGET_REL_PCT,
                 "caption_gain": r.caption_gain, "caption_gain_ci95": [r.caption_gain_lo, r.caption_gain_hi],
-                "caption_gain_pass": r.caption_gain_lo > 0.0,
+                "caption_gain_pass": r.caption_gain_verdict == "PASS",
+                "caption_gain_verdict": r.caption_gain_verdict, "held_out": r.held_out,
+                "eval_overlap_clips": r.n_overlap_clips,
             },
             "eval": r.to_dict(),
             "progress": asdict(self.progress),
