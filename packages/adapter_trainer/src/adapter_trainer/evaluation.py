@@ -30,8 +30,9 @@ def check_held_out(train_keys: Iterable[str], eval_keys: Iterable[str], *, allow
     Raises:
         EvalOverlapError: the splits overlap and `allow_overlap` is False.
     """
-    overlap = sorted(set(train_keys) & set(eval_keys))
-    eval_n = len(set(eval_keys))
+    eval_set = set(eval_keys)
+    overlap = sorted(set(train_keys) & eval_set)
+    eval_n = len(eval_set)
     if overlap and not allow_overlap:
         raise EvalOverlapError(
             f"train/eval overlap: {len(overlap)} of {eval_n} eval clips are also train clips ({where}; first keys: "
