@@ -9,7 +9,16 @@
     config.yaml           the resolved TrainConfig
 
 Resume refuses (ResumeError) when the fingerprint differs: nanoGPT takes the architecture from the checkpoint;
-here the config must agree, so a silently different model or dataset can never continue a run.
+here the config must agree, so a silently different model or dataset can never continue a run. The fingerprint
+also holds what fixes the example order and the sequences (trainer.seed, data.text, data.max_seq_len,
+data.max_caption_tokens, data.pattern): changing those mid-run would silently train on another stream.
+
+Optimizer settings are the other way round: on resume the CONFIG wins for every optimizer.* value (lr, betas,
+weight_decay, warmup_steps, min_lr_ratio, grad_clip) and for trainer.max_steps; the checkpoint contributes
+AdamW's moments and the step count. Every changed value is printed (`optimizer_changes`), never silent.
+
+A fresh run (no trainer.resume) refuses an output_dir that already holds checkpoints, so `resume=latest` can
+never later pick a stale one; trainer.overwrite=true deletes them first (`prepare_output_dir`).
 """
 from __future__ import annotations
 
@@ -157,3 +166,59 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path
         f"Architecture and data must match to continue (see {ckpt / 'config.yaml'}). Restore those config values "
         f"(or the same shard sets), or start a fresh run without trainer.resume / with a new trainer.output_dir."
     )
+
+
+OPTIMIZER_GROUP_KEYS = ("initial_lr", "betas", "weight_decay", "eps")  # per-group values the config decides
+
+
+def prepare_output_dir(output_dir: str | Path, *, resume: str | None, overwrite: bool) -> None:
+    """A fresh run refuses an output_dir that holds step-* checkpoints; with `overwrite` it deletes them.
+
+    Raises:
+        ResumeError: checkpoints exist, no trainer.resume and no trainer.overwrite; the message names both.
+    """
+    root = Path(output_dir) / CKPT_DIRNAME
+    old = sorted(p.name for p in root.glob("step-*")) if root.is_dir() else []
+    if resume or not old:
+        return
+    if not overwrite:
+        raise ResumeError(
+            f"trainer.output_dir={output_dir} already holds checkpoints from an earlier run ({', '.join(old[-3:])}); "
+            f"a fresh run would mix with them and a later trainer.resume=latest could pick a stale one. Continue that "
+            f"run with trainer.resume=latest, delete its checkpoints with trainer.overwrite=true, or choose a new "
+            f"trainer.output_dir"
+        )
+    shutil.rmtree(root)
+    print(f"trainer.overwrite=true: deleted {len(old)} old checkpoint(s) under {root}")
+
+
+def load_optimizer_with_config(
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    optimizer_state: dict[str, Any],
+    scheduler_state: dict[str, Any],
+    lr_factor: Any,
+) -> None:
+    """Restore AdamW's moments and the scheduler's step count; keep THIS run's hyper-parameters.
+
+    `optimizer` and `scheduler` were just built from the config; `load_state_dict` would put the checkpoint's lr,
+    betas, weight_decay and eps back, so they are read before loading and written again after. The LR is then
+    recomputed as lr * lr_factor(step), exactly what an uninterrupted run with this config would use.
+    """
+    fresh = [{k: g[k] for k in OPTIMIZER_GROUP_KEYS} for g in optimizer.param_groups]
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+    for g, f in zip(optimizer.param_groups, fresh):
+        g.update(f)
+    scheduler.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = g["initial_lr"] * lr_factor(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]  # what get_last_lr() reports (torch keeps no setter)
+
+
+def optimizer_changes(ckpt: Path, current: dict[str, Any]) -> list[str]:
+    """`optimizer.<key>: checkpoint -> run` for each optimizer.* value that differs from the checkpoint's config.yaml."""
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml")).get("optimizer", {})
+    return [f"optimizer.{k}: {saved.get(k)!r} -> {v!r}" for k, v in current.items() if saved.get(k) != v]

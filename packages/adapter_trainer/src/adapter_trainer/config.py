@@ -40,6 +40,8 @@ class DataConfig:
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
     # --- streaming (adapter_trainer/data.py)
     unigram_max_clips: int = 4096  # train clips (evenly spaced) read at startup for the unigram baseline; 0 = all
+    # true: accept eval clips whose keys are also train clips (the report then says the check is NOT held-out)
+    allow_eval_overlap: bool = False
 
 
 @dataclass
@@ -59,7 +61,9 @@ class MoTSchema:
 class ModelConfig:
     llm: str = MISSING  # hub id or local dir of the text LLM (frozen)
     audio_lm: str = MISSING  # hub id or local dir of the MusicGen model whose decoder is used (frozen)
-    dtype: str = "float32"  # float32 | bfloat16 | float16: dtype the frozen weights are loaded in
+    # float32 | bfloat16 | float16: dtype of the FROZEN towers only (trainable params are always fp32 master
+    # weights); bfloat16 needs trainer.precision=bf16, float16 needs trainer.precision=fp16 (CUDA)
+    dtype: str = "float32"
     mot: MoTSchema = field(default_factory=MoTSchema)
 
 
@@ -86,6 +90,8 @@ class TrainerConfig:
     seed: int = 1234
     output_dir: str = MISSING  # run directory (checkpoints, metrics, plots); Hydra's run dir too
     resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
+    # true: a fresh run (no trainer.resume) deletes output_dir/checkpoints left by an older run; false: it refuses
+    overwrite: bool = False
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
     eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
     # --- data loading + distributed (see adapter_trainer/data.py, distributed.py)
@@ -148,6 +154,16 @@ def validate_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"trainer.num_workers={cfg.trainer.num_workers} must be -1 (auto), 0 (build batches in the "
                           f"training process) or a number of worker processes, e.g. trainer.num_workers=2")
     _check_positive("trainer.prefetch_factor", cfg.trainer.prefetch_factor)
+    # Frozen towers in bf16/fp16 meet fp32 trainable weights in every layer: only autocast mixes the two dtypes.
+    needed = {"bfloat16": "bf16", "float16": "fp16"}.get(cfg.model.dtype)
+    if needed is not None and cfg.trainer.precision != needed:
+        alt = ("trainer.precision=bf16" if needed == "bf16"
+               else "trainer.precision=fp16 (CUDA only), or model.dtype=bfloat16 trainer.precision=bf16")
+        raise ConfigError(
+            f"model.dtype={cfg.model.dtype} with trainer.precision={cfg.trainer.precision}: the frozen towers are "
+            f"{cfg.model.dtype} and the trainable weights fp32, which only {needed} autocast can mix. Use {alt}, "
+            f"or model.dtype=float32"
+        )
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

@@ -15,6 +15,42 @@ import torch
 from adapter_trainer.token_layout import AudioVocab
 
 
+MIN_GAIN_CLIPS = 30  # fewer eval clips: the caption-gain bootstrap interval is not trusted, the verdict is INSUFFICIENT
+
+
+class EvalOverlapError(ValueError):
+    """Eval clips are also train clips, so the eval would not be held-out; the message names the fix."""
+
+
+def check_held_out(train_keys: Iterable[str], eval_keys: Iterable[str], *, allow_overlap: bool, where: str) -> int:
+    """Refuse eval clips whose keys are also train keys (unless `allow_overlap`). Returns the overlap count.
+
+    Args:
+        where: the shard sets / splits, for the message (e.g. "data.train_split='train' / data.eval_split='train'").
+    Raises:
+        EvalOverlapError: the splits overlap and `allow_overlap` is False.
+    """
+    eval_set = set(eval_keys)
+    overlap = sorted(set(train_keys) & eval_set)
+    eval_n = len(eval_set)
+    if overlap and not allow_overlap:
+        raise EvalOverlapError(
+            f"train/eval overlap: {len(overlap)} of {eval_n} eval clips are also train clips ({where}; first keys: "
+            f"{overlap[:5]}), so the eval would not be held-out. Fix: point data.eval_split (or the eval shard set) "
+            f"at clips disjoint from training, or pass data.allow_eval_overlap=true to run anyway (the report then "
+            f"says the check is NOT held-out)"
+        )
+    return len(overlap)
+
+
+def caption_gain_verdict(n_clips: int, lo: float) -> str:
+    """PASS when the bootstrap interval's lower end is above 0 over >= MIN_GAIN_CLIPS clips; FAIL when it is not;
+    INSUFFICIENT with fewer clips (a percentile bootstrap over a handful of clips is too narrow to trust)."""
+    if n_clips < MIN_GAIN_CLIPS:
+        return "INSUFFICIENT"
+    return "PASS" if lo > 0.0 else "FAIL"
+
+
 def unigram_log_probs(codes: Iterable[np.ndarray], n_codebooks: int, codebook_size: int) -> np.ndarray:
     """Per-codebook unigram log-probabilities with add-one smoothing, from train-split codes.
 
@@ -170,6 +206,9 @@ class EvalReport:
     caption_gain: float  # mean over clips of (CE_shuffled - CE_true), per-clip token means
     caption_gain_lo: float  # bootstrap interval over clips
     caption_gain_hi: float
+    caption_gain_verdict: str = "INSUFFICIENT"  # PASS | FAIL | INSUFFICIENT (< MIN_GAIN_CLIPS clips)
+    held_out: bool = True  # False when data.allow_eval_overlap let eval clips that are also train clips through
+    n_overlap_clips: int = 0  # eval clips whose keys are also train keys
     extra: dict = field(default_factory=dict)
 
     def scalars(self, prefix: str = "eval/") -> dict[str, float]:
@@ -193,7 +232,7 @@ def safe_div(a: float, b: float) -> float:
 
 
 def make_report(*, step: int, model_true: TargetCE, model_shuf: TargetCE, unigram: TargetCE, end_ce_sum: float,
-                end_count: int, n_bootstrap: int, seed: int) -> EvalReport:
+                end_count: int, n_bootstrap: int, seed: int, n_overlap_clips: int = 0) -> EvalReport:
     """Combine per-target sums into the report. Raises if the three runs did not score the same targets."""
     for name, other in (("shuffled-caption", model_shuf), ("unigram", unigram)):
         if not (np.array_equal(model_true.count_per_codebook, other.count_per_codebook)
@@ -218,16 +257,21 @@ def make_report(*, step: int, model_true: TargetCE, model_shuf: TargetCE, unigra
         end_ce=safe_div(end_ce_sum, end_count), unigram_ce=uni, unigram_ce_per_codebook=uni_k,
         rel_to_unigram_pct=100.0 * (uni - ce) / uni, ce_shuffled=safe_div(float(model_shuf.sum_per_codebook.sum()), n_targets),
         caption_gain=gain, caption_gain_lo=lo, caption_gain_hi=hi,
+        caption_gain_verdict=caption_gain_verdict(len(per_clip_true), lo),
+        held_out=n_overlap_clips == 0, n_overlap_clips=n_overlap_clips,
     )
 
 
 def learning_check_text(r: EvalReport, *, target_rel_pct: float = 10.0) -> str:
     """The human-readable block printed at the end of training (honest: the figures decide PASS/FAIL)."""
     rel_ok = r.rel_to_unigram_pct >= target_rel_pct
-    gain_ok = r.caption_gain_lo > 0.0
+    split = ("held-out split" if r.held_out else
+             f"NOT held-out: {r.n_overlap_clips} eval clips are also train clips (data.allow_eval_overlap=true)")
+    gain_rule = ("interval above 0" if r.caption_gain_verdict != "INSUFFICIENT"
+                 else f"needs >= {MIN_GAIN_CLIPS} eval clips, got {r.n_clips}")
     lines = [
         "=" * 72,
-        f"LEARNING CHECK (held-out split, step {r.step}, {r.n_clips} clips, {r.n_code_targets} code targets)",
+        f"LEARNING CHECK ({split}, step {r.step}, {r.n_clips} clips, {r.n_code_targets} code targets)",
         f"  audio CE      {r.ce:.4f} nats/code   unigram baseline {r.unigram_ce:.4f}   "
         f"-> {r.rel_to_unigram_pct:+.1f}% vs unigram  [{'PASS' if rel_ok else 'FAIL'}: target >= {target_rel_pct:.0f}% under]",
         "  per codebook  " + "  ".join(f"k{k}: {c:.3f} (uni {u:.3f}, ppl {p:.1f})" for k, (c, u, p) in
@@ -235,7 +279,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = 10.0) -> str:
         f"  END CE        {r.end_ce:.4f}" + ("  (no eval clip ends inside the eval window: raise data.max_seq_len)"
                                               if not math.isfinite(r.end_ce) else ""),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
-        f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{'PASS' if gain_ok else 'FAIL'}: interval above 0]",
+        f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{r.caption_gain_verdict}: {gain_rule}]",
         "=" * 72,
     ]
     return "\n".join(lines)

@@ -243,3 +243,48 @@ def load_musicgen_decoder(
     if mismatched:
         raise ValueError(f"MusicGen decoder tensors with the wrong shape in {str(name_or_path)!r}: {list(mismatched)[:8]}")
     return model
+
+
+def musicgen_small_decoder_config() -> MusicgenDecoderConfig:
+    """facebook/musicgen-small's decoder sizes: 4 codebooks x 2048 codes, hidden 1024, 24 layers, 16 heads, ffn 4096.
+
+    For shape documentation and the real-size benchmark (random weights): the weights come from `load_musicgen_decoder`.
+    """
+    return MusicgenDecoderConfig(
+        vocab_size=2048,
+        num_codebooks=4,
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        ffn_dim=4096,
+        max_position_embeddings=2048,
+        activation_function="gelu",
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=2048,
+        bos_token_id=2048,
+        audio_channels=1,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Precision
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def upcast_trainable_to_fp32(model: torch.nn.Module) -> int:
+    """Make every trainable parameter an fp32 master weight in place; frozen ones keep `model.dtype`.
+
+    The MoT builds its new modules (adapters, audio embeddings/heads/norms, LoRA) in the towers' dtype; AdamW on
+    bf16 weights rounds every update below bf16's resolution (~0.4% of the weight) away, and GradScaler refuses to
+    unscale fp16 gradients. Autocast then runs each matmul in the low dtype. Assigning `.data` keeps the Parameter
+    objects (and any optimizer references) alive, as peft's `cast_mixed_precision_params` does. Returns the number
+    of parameters that were cast.
+    """
+    n = 0
+    for p in model.parameters():
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.to(torch.float32)
+            n += p.numel()
+    return n

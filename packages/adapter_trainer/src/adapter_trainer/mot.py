@@ -361,6 +361,22 @@ class MoTAdapterModel(nn.Module):
             end_count=is_end.sum(),
         )
 
+    def train(self, mode: bool = True) -> "MoTAdapterModel":
+        """Train mode for the trainable modules only: frozen modules (the Llama and the referenced MusicGen blocks)
+        stay in eval(), so their dropout never fires, whatever their configs say. A module counts as trainable when
+        it owns a parameter with requires_grad (LoRA A/B inside the frozen attention, adapters, audio norms/heads)."""
+        super().train(mode)
+        if mode:
+            for m in self.modules():
+                own = list(m.parameters(recurse=False))
+                if own and not any(p.requires_grad for p in own):
+                    m.eval()
+            self.llm.eval()  # the towers' parameter-free wrappers (attention, decoder layers) too
+            for m in self.modules():  # ...but trainable modules nested in them (LoRA) train
+                if any(p.requires_grad for p in m.parameters(recurse=False)):
+                    m.training = True
+        return self
+
     # ------------------------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """Only the trainable tensors (adapters, audio norms/embeddings/heads, LoRA), detached, by stable name."""

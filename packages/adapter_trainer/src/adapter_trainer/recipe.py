@@ -7,7 +7,8 @@ Features:
       weights and never imports tokenizer_pipeline: batches are plain integer tensors with no autograd history,
       which is what cured the original "Trying to backward through the graph a second time" bug (codes used to
       come out of a live codec graph).
-    - Gradient accumulation, global-norm clipping, AdamW on the trainable parameters only, warmup + cosine LR.
+    - Gradient accumulation (loss normalised by the targets of the whole window), global-norm clipping, AdamW on
+      the trainable parameters only (fp32 master weights whatever model.dtype is), warmup + cosine LR.
     - Autocast per device/precision (bf16/fp16); a GradScaler only for fp16 on CUDA.
     - Metrics through `MetricLogger` (metrics.jsonl + TensorBoard), tqdm with loss and tokens/s.
     - Eval: per-codebook CE/perplexity, END CE, unigram baseline on the same targets, caption-conditioning gain
@@ -34,19 +35,23 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from adapter_trainer.checkpoint import (
+    ResumeError,
     TrainingProgress,
     check_fingerprint,
     find_checkpoint,
     load_checkpoint,
+    load_optimizer_with_config,
+    optimizer_changes,
+    prepare_output_dir,
     restore_rng,
     save_checkpoint,
 )
@@ -56,6 +61,7 @@ from adapter_trainer.distributed import DistInfo, device_for_rank, init_distribu
 from adapter_trainer.evaluation import (
     CEAccumulator,
     average_runs,
+    check_held_out,
     EvalReport,
     derangement,
     gather_target_ce,
@@ -66,7 +72,7 @@ from adapter_trainer.evaluation import (
 )
 from adapter_trainer.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger, read_jsonl
 from adapter_trainer.shards import ClipReader, SplitIndex, build_index, open_shard_sets
-from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
+from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 
 TARGET_REL_PCT = 10.0  # learning-check target: eval CE at least this % under the unigram baseline
 _PRECISION_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -99,7 +105,8 @@ def check_precision(precision: str, device: torch.device) -> None:
     """fp16 only on CUDA (needs a GradScaler); bf16 on CUDA only where the GPU supports it."""
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError(f"trainer.precision=fp16 needs CUDA (loss scaling with a GradScaler); on {device.type} use "
-                          f"trainer.precision=fp32 (or bf16)")
+                          f"trainer.precision=bf16 with model.dtype=bfloat16 (or float32), or trainer.precision=fp32 "
+                          f"with model.dtype=float32")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("trainer.precision=bf16 is not supported by this GPU; use trainer.precision=fp16 or fp32")
 
@@ -125,6 +132,56 @@ def batch_facts(batch: Batch) -> dict[str, dict[str, Any]]:
         for name, t in (("tokens", batch.tokens), ("is_audio", batch.is_audio), ("labels", batch.labels),
                         ("attention_mask", batch.attention_mask))
     }
+
+
+def count_targets(batch: Batch) -> int:
+    """Loss targets in a batch (codes + AUDIO_END), counted exactly as `MoTAdapterModel.compute_loss` counts them."""
+    return int(((batch.labels != IGNORE_INDEX) & batch.is_audio[..., None]).sum())  # [B, S, J] -> []
+
+
+@dataclass
+class WindowStats:
+    """One accumulation window (all micro-batches of one optimizer step)."""
+
+    loss: float  # summed CE over the window's targets / their number (token-weighted, not a mean of means)
+    n_targets: int  # targets the loss was normalised by
+    ce_sum_per_codebook: torch.Tensor  # [K] float64, code targets only
+    count_per_codebook: torch.Tensor  # [K] long
+    n_tokens: int  # non-pad input positions
+
+
+def backward_window(model: torch.nn.Module, batches: list[Batch], *,
+                    autocast: Callable[[], contextlib.AbstractContextManager],
+                    scaler: torch.amp.GradScaler | None = None, n_window: int | None = None,
+                    step: int = 0) -> WindowStats:
+    """Forward + backward every micro-batch; the gradients add up to those of ONE batch holding all of them.
+
+    Each micro-batch's loss is its summed CE / `n_window` (default: the targets in `batches`), so a target weighs
+    the same whether its clip is short or long and whichever micro-batch it lands in (a mean of micro-batch means
+    would weigh the targets of short clips more). Pass `n_window` to normalise by a larger count (e.g. all ranks').
+    """
+    n_window = n_window if n_window is not None else sum(count_targets(b) for b in batches)
+    K = model.vocab.n_codebooks
+    loss_sum = 0.0
+    ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
+    n_tok = 0
+    for batch in batches:
+        with autocast():
+            out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over this micro-batch's targets
+        loss = out.loss * (count_targets(batch) / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
+                                     f"optimizer.warmup_steps or use trainer.precision=fp32")
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        loss_sum += loss.item()
+        ce_k += out.ce_sum_per_codebook.detach().double().cpu()
+        n_k += out.count_per_codebook.detach().cpu()
+        n_tok += int(batch.attention_mask.sum())
+    return WindowStats(loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k,
+                       n_tokens=n_tok)
 
 
 class MoTAdapterRecipe:
@@ -158,8 +215,17 @@ class MoTAdapterRecipe:
         self.device = device_for_rank(self.device, self.dist)
         # Hydra's ${now:...} output_dir may resolve differently per rank: rank 0's wins.
         self.output_dir = Path(self.dist.broadcast_object(str(self.output_dir)))
+        # Rank 0 checks (and with trainer.overwrite cleans) the run directory; a refusal stops every rank.
+        refusal = None
         if self.dist.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                prepare_output_dir(self.output_dir, resume=cfg.trainer.resume, overwrite=cfg.trainer.overwrite)
+                self.output_dir.mkdir(parents=True, exist_ok=True)
+            except ResumeError as e:
+                refusal = str(e)
+        refusal = self.dist.broadcast_object(refusal)
+        if refusal is not None:
+            raise ResumeError(refusal)
 
         # Imported here, not at module top: model_builders/mot pull in transformers; config/shard errors come first.
         from adapter_trainer.model_builders import (
@@ -167,6 +233,7 @@ class MoTAdapterRecipe:
             load_musicgen_decoder,
             load_musicgen_decoder_config,
             load_text_tokenizer,
+            upcast_trainable_to_fp32,
         )
         from adapter_trainer.mot import MoTAdapterModel, MoTConfig
 
@@ -183,6 +250,11 @@ class MoTAdapterRecipe:
                                                   max_clips=cfg.data.eval_max_clips, sha256=cfg.data.verify_sha256)
         if not len(self.train_index):
             raise ConfigError(f"split data.train_split={cfg.data.train_split!r} is empty in {cfg.data.shards}")
+        self.n_overlap_clips = check_held_out(
+            (self.train_index.key(i) for i in range(len(self.train_index))),
+            (self.eval_index.key(i) for i in range(len(self.eval_index))),
+            allow_overlap=cfg.data.allow_eval_overlap,
+            where=f"data.train_split={cfg.data.train_split!r} / data.eval_split={cfg.data.eval_split!r} in {cfg.data.shards}")
         if len(self.eval_index) < 2:
             raise ConfigError(f"split data.eval_split={cfg.data.eval_split!r} has {len(self.eval_index)} clip(s) in "
                               f"{cfg.data.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)")
@@ -199,6 +271,7 @@ class MoTAdapterRecipe:
         # Pad positions are masked out and carry no labels; any valid text id works, EOS is the natural one.
         self.pad_id = int(self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.bos_id)
         self.model = MoTAdapterModel(llm, audio_lm, self.vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+        upcast_trainable_to_fp32(self.model)  # fp32 master weights; frozen towers stay in model.dtype
         self.model.to(self.device)
 
         d = cfg.data
@@ -239,14 +312,18 @@ class MoTAdapterRecipe:
         self.scaler = torch.amp.GradScaler("cuda") if cfg.trainer.precision == "fp16" else None
 
         self.fingerprint = self._fingerprint()
+        self.optimizer_changes: list[str] = []
         resume_step: int | None = None
         if cfg.trainer.resume:
             ckpt_dir = find_checkpoint(cfg.trainer.resume, self.output_dir)
             ckpt = load_checkpoint(ckpt_dir, device=self.device)
             check_fingerprint(ckpt.fingerprint, self.fingerprint, ckpt_dir)
             self.model.load_trainable_state_dict(ckpt.adapter)
-            self.optimizer.load_state_dict(ckpt.optimizer)
-            self.scheduler.load_state_dict(ckpt.scheduler)
+            # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
+            load_optimizer_with_config(self.optimizer, self.scheduler, ckpt.optimizer, ckpt.scheduler, schedule)
+            self.optimizer_changes = optimizer_changes(ckpt_dir, asdict(cfg.optimizer))
+            for line in self.optimizer_changes:
+                print(f"resume: {line} (applied: the config wins for optimizer settings)")
             if self.scaler is not None and ckpt.scaler is not None:
                 self.scaler.load_state_dict(ckpt.scaler)
             restore_rng(ckpt.rng_torch, ckpt.rng)
@@ -283,11 +360,14 @@ class MoTAdapterRecipe:
             reader.close()
 
     def _fingerprint(self) -> dict[str, Any]:
-        """What a resumed run must share with the checkpoint (architecture + data identity)."""
+        """What a resumed run must share with the checkpoint (architecture, data identity, example stream)."""
         c = self.cfg
         return {
             "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
             "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
+            # the example order (epoch shuffle, crops) and the sequences themselves:
+            "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
+            "data.max_caption_tokens": c.data.max_caption_tokens,
             "vocab": [self.vocab.text_vocab_size, self.vocab.n_codebooks, self.vocab.codebook_size],
             "trainable_shapes": {k: list(v.shape) for k, v in self.model.trainable_state_dict().items()},
             "data.manifest_sha256": [s.manifest_sha256 for s in self.shard_sets],
@@ -336,31 +416,18 @@ class MoTAdapterRecipe:
         t_log, tokens_log, step_s = time.perf_counter(), 0, 0.0
         while self.progress.step < self.max_steps:
             t_step = time.perf_counter()
-            model.train()
+            model.train()  # trainable modules only: the frozen towers stay in eval() (MoTAdapterModel.train)
             optimizer.zero_grad(set_to_none=True)
-            loss_acc = 0.0
-            ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
-            n_tok_step = 0
-            for _ in range(self.grad_accum):
-                batch = self.next_train_batch(batches)
-                with self.autocast():
-                    out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over the micro-batch's targets
-                # Under DDP each rank weighs its mean by its share of the micro-batch's targets on ALL ranks, and
-                # the gradients are summed: the global micro-batch mean, exactly as one process computes it.
-                n_local = (out.count_per_codebook.sum() + out.end_count).double()  # [] this rank's targets
-                n_global = self.dist.all_reduce_sum(n_local.clone())  # [] all ranks' targets
-                loss = out.loss * (n_local / n_global.clamp(min=1)).to(out.loss.dtype) / self.grad_accum  # mean of micro-batch means
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.progress.step + 1}; lower "
-                                             f"optimizer.lr, raise optimizer.warmup_steps or use trainer.precision=fp32")
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
-                loss_acc += loss.item()
-                ce_k += out.ce_sum_per_codebook.detach().double().cpu()
-                n_k += out.count_per_codebook.detach().cpu()
-                n_tok_step += int(batch.attention_mask.sum())
+            # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
+            # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
+            window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
+            n_local = torch.tensor(float(sum(count_targets(b) for b in window_batches)), dtype=torch.float64,
+                                   device=self.device)  # [] this rank's targets in the window
+            n_window = int(self.dist.all_reduce_sum(n_local).item())  # [] all ranks' targets in the window
+            window = backward_window(model, window_batches, autocast=self.autocast, scaler=scaler, n_window=n_window,
+                                     step=self.progress.step + 1)
+            loss_acc, ce_k, n_k, n_tok_step = (window.loss, window.ce_sum_per_codebook, window.count_per_codebook,
+                                               window.n_tokens)
             self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
             if self.dist.enabled:  # logged figures over all ranks (one small all-reduce per step)
                 stats = torch.cat([torch.tensor([loss_acc, n_tok_step], dtype=torch.float64), ce_k, n_k.double()])
@@ -461,7 +528,8 @@ class MoTAdapterRecipe:
         shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
         return make_report(step=self.progress.step, model_true=final["true"], model_shuf=shuffled,
                            unigram=final["uni"], end_ce_sum=end_sum, end_count=end_n,
-                           n_bootstrap=self.cfg.trainer.eval_bootstrap, seed=self.cfg.trainer.seed)
+                           n_bootstrap=self.cfg.trainer.eval_bootstrap, seed=self.cfg.trainer.seed,
+                           n_overlap_clips=self.n_overlap_clips)
 
     # ---------------------------------------------------------------------------------------------- cleanup
     def cleanup(self) -> dict[str, Any]:
@@ -483,7 +551,9 @@ class MoTAdapterRecipe:
                 "eval_ce": r.ce, "unigram_ce": r.unigram_ce, "rel_to_unigram_pct": r.rel_to_unigram_pct,
                 "target_rel_pct": TARGET_REL_PCT, "rel_pass": r.rel_to_unigram_pct >= TARGET_REL_PCT,
                 "caption_gain": r.caption_gain, "caption_gain_ci95": [r.caption_gain_lo, r.caption_gain_hi],
-                "caption_gain_pass": r.caption_gain_lo > 0.0,
+                "caption_gain_pass": r.caption_gain_verdict == "PASS",
+                "caption_gain_verdict": r.caption_gain_verdict, "held_out": r.held_out,
+                "eval_overlap_clips": r.n_overlap_clips,
             },
             "eval": r.to_dict(),
             "progress": asdict(self.progress),

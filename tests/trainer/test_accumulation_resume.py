@@ -1,0 +1,121 @@
+"""Accumulation and resume (issue 7 item 6): window-normalised loss, the resume fingerprint, optimizer changes
+applied on resume, and fresh runs refused in a directory that holds checkpoints."""
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer_helpers import example, make_cfg, tiny_mot
+
+from adapter_trainer.checkpoint import ResumeError, prepare_output_dir
+from adapter_trainer.recipe import MoTAdapterRecipe, WarmupCosine, backward_window, count_targets, recipe_main
+from adapter_trainer.token_layout import collate
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+
+
+def test_accumulated_micro_batches_give_the_big_batch_gradient() -> None:
+    model, vocab = tiny_mot(lora_rank=2)
+    for p in model.parameters():  # non-zero up-projections, so every trainable tensor gets a gradient
+        if p.requires_grad and not p.any():
+            torch.nn.init.normal_(p, std=0.02)
+    exs = [example(vocab, 3, 6, seed=0), example(vocab, 9, 30, seed=1), example(vocab, 5, 14, seed=2)]
+    micro = [collate(exs[:1], pad_id=2), collate(exs[1:], pad_id=2)]  # 1 short clip | 2 longer clips
+    counts = [count_targets(b) for b in micro]
+    assert counts[0] * 3 < counts[1]  # very different target counts per micro-batch
+    nullcast = contextlib.nullcontext
+
+    model.zero_grad(set_to_none=True)
+    big = backward_window(model, [collate(exs, pad_id=2)], autocast=nullcast)
+    g_big = _grads(model)
+    model.zero_grad(set_to_none=True)
+    acc = backward_window(model, micro, autocast=nullcast)
+    g_acc = _grads(model)
+    assert g_big.keys() == g_acc.keys() and len(g_big) > 10
+    assert acc.n_targets == big.n_targets == sum(counts)
+    assert acc.loss == pytest.approx(big.loss, rel=1e-5)
+    for n in g_big:  # float32 sums in another order (and padded rows in the big batch): rtol 1e-4, atol 1e-7
+        torch.testing.assert_close(g_acc[n], g_big[n], rtol=1e-4, atol=1e-7, msg=n)
+
+    # the old rule (mean of the micro-batch means) weighs the short clip's targets more: a different gradient
+    model.zero_grad(set_to_none=True)
+    for b in micro:
+        (model.compute_loss(b).loss / len(micro)).backward()
+    g_old = _grads(model)
+    assert any(not torch.allclose(g_old[n], g_big[n], rtol=1e-2, atol=1e-6) for n in g_big)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from adapter_trainer.demo_models import write_demo_models
+
+    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from shard_fixture import write_synthetic_set
+
+    return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
+
+
+@pytest.fixture(scope="module")
+def ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))
+    return out / "checkpoints" / "step-000002"
+
+
+def test_fingerprint_covers_seed_text_and_sequence_budgets(models, shards, ckpt: Path, tmp_path: Path) -> None:
+    cfg = make_cfg(models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={ckpt}",
+                   "trainer.seed=7", "data.text=aspects", "data.max_seq_len=40", "data.max_caption_tokens=8")
+    with pytest.raises(ResumeError) as e:
+        MoTAdapterRecipe(cfg).setup()
+    msg = str(e.value)
+    for line in ("trainer.seed: checkpoint=1234 run=7", "data.text: checkpoint='caption' run='aspects'",
+                 "data.max_seq_len: checkpoint=48 run=40", "data.max_caption_tokens: checkpoint=12 run=8"):
+        assert line in msg, (line, msg)
+
+
+def test_changed_optimizer_settings_are_applied_on_resume(models, shards, ckpt: Path, tmp_path: Path) -> None:
+    same = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "a", "trainer.max_steps=4", f"trainer.resume={ckpt}"))
+    same.setup()
+    saved = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    assert same.optimizer_changes == []
+    assert same.optimizer.param_groups[0]["lr"] == pytest.approx(saved["param_groups"][0]["lr"], rel=1e-12)
+
+    changed = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "b", "trainer.max_steps=4", f"trainer.resume={ckpt}",
+                                        "optimizer.lr=1e-3", "optimizer.betas=[0.8,0.9]", "optimizer.weight_decay=0.1"))
+    changed.setup()
+    factor = WarmupCosine(3, 4, changed.cfg.optimizer.min_lr_ratio)(2)  # the schedule at step 2 under the new config
+    decay, no_decay = changed.optimizer.param_groups
+    assert decay["initial_lr"] == 1e-3 and decay["lr"] == pytest.approx(1e-3 * factor, rel=1e-12)
+    assert tuple(decay["betas"]) == (0.8, 0.9) and decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert changed.scheduler.get_last_lr()[0] == pytest.approx(1e-3 * factor, rel=1e-12)
+    lr0 = same.cfg.optimizer.lr  # the demo preset's lr, which the checkpoint was trained with
+    assert f"optimizer.lr: {lr0!r} -> 0.001" in changed.optimizer_changes, changed.optimizer_changes
+    assert any(c.startswith("optimizer.betas:") for c in changed.optimizer_changes)
+    # AdamW's moments still come from the checkpoint
+    state = changed.optimizer.state_dict()["state"]
+    assert state.keys() == saved["state"].keys()
+    assert all(torch.equal(state[i]["exp_avg"], saved["state"][i]["exp_avg"]) for i in state)
+    changed.train()  # and training goes on with the new settings
+    assert changed.progress.step == 4
+
+
+def test_fresh_run_into_a_dir_with_checkpoints_is_refused(models, shards, ckpt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "old"
+    shutil.copytree(ckpt, out / "checkpoints" / ckpt.name)
+    with pytest.raises(ResumeError) as e:
+        MoTAdapterRecipe(make_cfg(models, shards, out, "trainer.max_steps=2")).setup()
+    assert "trainer.resume=latest" in str(e.value) and "trainer.overwrite=true" in str(e.value)
+    assert (out / "checkpoints" / ckpt.name / "adapter.safetensors").is_file()  # nothing was touched
+    prepare_output_dir(out, resume="latest", overwrite=False)  # resuming it is fine
+    prepare_output_dir(out, resume=None, overwrite=True)  # an explicit overwrite deletes the old checkpoints
+    assert not (out / "checkpoints").exists()

@@ -1,0 +1,95 @@
+"""Eval honesty (issue 7 item 5): overlapping train/eval clips are refused (or, opted in, reported as NOT held-out),
+and the caption-gain verdict needs >= 30 eval clips; identical captions give a gain of exactly 0, never PASS."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer_helpers import make_cfg
+
+from adapter_trainer.evaluation import (
+    MIN_GAIN_CLIPS,
+    EvalOverlapError,
+    TargetCE,
+    learning_check_text,
+    make_report,
+)
+from adapter_trainer.recipe import MoTAdapterRecipe
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from adapter_trainer.demo_models import write_demo_models
+
+    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from shard_fixture import write_synthetic_set
+
+    return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
+
+
+def test_eval_split_equal_to_train_is_refused(models, shards, tmp_path: Path) -> None:
+    cfg = make_cfg(models, shards, tmp_path / "run", "data.eval_split=train")
+    with pytest.raises(EvalOverlapError) as e:
+        MoTAdapterRecipe(cfg).setup()
+    msg = str(e.value)
+    assert "overlap" in msg and "8 of 8 eval clips" in msg and "data.allow_eval_overlap=true" in msg
+
+
+def test_two_shard_sets_sharing_clips_are_refused(models, shards, tmp_path: Path) -> None:
+    """A second shard set whose eval split holds clips that are train clips of the first (its split column said
+    otherwise): the keys decide, not the split names."""
+    from shard_fixture import synthetic_clips, write_shard_set
+
+    train = synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")  # the same clips as `shards`' train split
+    other = write_shard_set(tmp_path / "other", {"train": synthetic_clips(4, frames=(12, 20), seed=5, prefix="zz"),
+                                                 "eval": train[:3]})
+    cfg = make_cfg(models, shards, tmp_path / "run", f"data.shards=[{shards},{other}]")
+    with pytest.raises(EvalOverlapError, match="3 of 7 eval clips"):
+        MoTAdapterRecipe(cfg).setup()
+
+
+def test_opted_in_overlap_is_reported_as_not_held_out(models, shards, tmp_path: Path) -> None:
+    cfg = make_cfg(models, shards, tmp_path / "run", "data.eval_split=train", "data.allow_eval_overlap=true",
+                   "data.eval_max_clips=3")
+    recipe = MoTAdapterRecipe(cfg)
+    recipe.setup()
+    report = recipe.evaluate()
+    assert not report.held_out and report.n_overlap_clips == 3
+    assert "NOT held-out: 3 eval clips are also train clips" in learning_check_text(report)
+
+
+def _target_ce(per_clip_sum: np.ndarray, per_clip_n: np.ndarray) -> TargetCE:
+    return TargetCE(np.array([per_clip_sum.sum()]), np.array([per_clip_n.sum()]), per_clip_sum, per_clip_n)
+
+
+@pytest.mark.parametrize("n_clips,verdict", [(MIN_GAIN_CLIPS - 1, "INSUFFICIENT"), (MIN_GAIN_CLIPS, "PASS")])
+def test_caption_gain_verdict_needs_30_clips(n_clips: int, verdict: str) -> None:
+    rng = np.random.default_rng(0)
+    n = np.full(n_clips, 50)
+    true = rng.uniform(2.0, 3.0, n_clips) * n
+    shuf = true + 0.5 * n  # every clip gains 0.5 nats/code: the interval is far above 0
+    r = make_report(step=1, model_true=_target_ce(true, n), model_shuf=_target_ce(shuf, n), unigram=_target_ce(true, n),
+                    end_ce_sum=0.0, end_count=0, n_bootstrap=200, seed=0)
+    assert r.caption_gain_lo > 0.4 and r.caption_gain_verdict == verdict
+    assert f"[{verdict}:" in learning_check_text(r)
+
+
+def test_identical_captions_give_exactly_zero_gain_and_no_pass(models, tmp_path: Path) -> None:
+    from shard_fixture import synthetic_clips, write_shard_set
+
+    train = synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")
+    evl = [(k, "the same caption for every clip", c) for k, _, c in synthetic_clips(32, frames=(8, 12), seed=1, prefix="ev")]
+    same = write_shard_set(tmp_path / "same", {"train": train, "eval": evl})
+    cfg = make_cfg(models, same, tmp_path / "run", "trainer.batch_size=8", "trainer.eval_caption_shuffles=2")
+    recipe = MoTAdapterRecipe(cfg)
+    recipe.setup()
+    r = recipe.evaluate()
+    assert r.n_clips == 32 >= MIN_GAIN_CLIPS
+    assert r.caption_gain == 0.0 and r.caption_gain_lo == 0.0 and r.caption_gain_hi == 0.0  # exact: same inputs
+    assert r.caption_gain_verdict == "FAIL"
