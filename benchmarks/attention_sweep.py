@@ -29,9 +29,9 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
-def run_one(name: str, overrides: list[str], seed: int, out: Path) -> dict:
+def run_one(name: str, overrides: list[str], seed: int, out: Path, extra: list[str]) -> dict:
     run_dir = out / f"{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}-s{seed}"
-    cmd = [sys.executable, "-m", "adapter_trainer", "+experiment=demo", *overrides, f"trainer.seed={seed}",
+    cmd = [sys.executable, "-m", "adapter_trainer", "+experiment=demo", *overrides, *extra, f"trainer.seed={seed}",
            f"trainer.output_dir={run_dir}", "trainer.progress_bar=false", "trainer.tensorboard=false"]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     t0 = time.perf_counter()
@@ -74,15 +74,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--parallel", type=int, default=2, help="runs at a time (each uses one thread)")
     p.add_argument("--only", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--set", nargs="*", default=[], help="extra Hydra overrides for every run, e.g. data.shards=[...]")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    jobs = [(name, VARIANTS[name], seed) for name in args.only for seed in args.seeds]
+    jobs = [(name, VARIANTS[name], seed) for seed in args.seeds for name in args.only]  # every variant at seed 1 first
     results_path = args.out / "results.json"
     rows = json.loads(results_path.read_text()) if results_path.exists() else []
     done = {(r["variant"], r["seed"]) for r in rows}
     jobs = [j for j in jobs if (j[0], j[2]) not in done]
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        for row in pool.map(lambda j: run_one(j[0], j[1], j[2], args.out), jobs):
+        for row in pool.map(lambda j: run_one(j[0], j[1], j[2], args.out, args.set), jobs):
             rows.append(row)
             results_path.write_text(json.dumps(rows, indent=2) + "\n")  # after every run: nothing is lost
             print(table([row]).splitlines()[-1], flush=True)
