@@ -38,6 +38,7 @@ class DataConfig:
     text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
+    caption_dropout: float = 0.0  # P(train caption -> empty caption): teaches the unconditioned branch CFG needs
 
 
 @dataclass
@@ -145,6 +146,8 @@ def validate_config(cfg: TrainConfig) -> None:
             f"trainer.num_workers={cfg.trainer.num_workers}: worker processes are not used; the codes live in memory "
             f"and a batch is built in-process in milliseconds (exact resume stays simple). Set trainer.num_workers=0"
         )
+    if not 0.0 <= cfg.data.caption_dropout < 1.0:
+        raise ConfigError(f"data.caption_dropout={cfg.data.caption_dropout} must be in [0, 1), e.g. data.caption_dropout=0.1")
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from adapter_trainer.caption_dropout import drop_caption
 from adapter_trainer.checkpoint import (
     TrainingProgress,
     check_fingerprint,
@@ -284,7 +285,10 @@ class MoTAdapterRecipe:
         examples = []
         for epoch, index, i in self._next_positions(self.cfg.trainer.batch_size):
             rng = np.random.default_rng([self.cfg.trainer.seed, epoch, index])
-            examples.append(encode_example(self.train_caps[i], self.train_clips[i].codes, vocab=self.vocab,
+            # caption dropout draws from its own stream (seed, epoch, index, 1): crops stay as without it, resume exact
+            caption = drop_caption(self.train_caps[i], d.caption_dropout,
+                                   np.random.default_rng([self.cfg.trainer.seed, epoch, index, 1]))
+            examples.append(encode_example(caption, self.train_clips[i].codes, vocab=self.vocab,
                                            pattern=d.pattern, bos_id=self.bos_id, max_seq_len=d.max_seq_len,
                                            max_caption_tokens=d.max_caption_tokens, crop="random", rng=rng,
                                            key=self.train_clips[i].key))
