@@ -102,7 +102,7 @@ def test_bad_values_name_key_and_fix(override: str, needle: str) -> None:
 
 
 def test_every_value_is_overridable_and_hydra_writes_under_output_dir() -> None:
-    overrides = ("+experiment=demo", "optimizer.lr=0.5", "model.mot.lora_rank=4", "data.eval_max_clips=3",
+    overrides = ("+experiment=demo", "optimizer.lr=0.5", "model.mot.audio_attention=lora", "model.mot.lora_rank=4", "data.eval_max_clips=3",
                  "trainer.output_dir=/tmp/somewhere", "model.mot.layer_map=[0,1,2,3]")
     hydra_cfg = _compose(*overrides, return_hydra_config=True).hydra
     assert hydra_cfg.run.dir == "/tmp/somewhere"

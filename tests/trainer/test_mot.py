@@ -60,7 +60,7 @@ def test_default_layer_map_and_validation(model_dirs: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_init_equals_frozen_llm_on_text_and_expert_is_zero(model_dirs: dict[str, Path], lora_rank: int) -> None:
-    mot = make(model_dirs, lora_rank=lora_rank).eval()
+    mot = make(model_dirs, audio_attention="lora" if lora_rank else "shared", lora_rank=lora_rank).eval()
     ref = load_llm(model_dirs["llm"]).eval()
     batch = make_batch("delay")
     with torch.no_grad():
@@ -80,14 +80,14 @@ def _frozen_snapshot(mot: MoTAdapterModel) -> dict[str, torch.Tensor]:
 
 
 def test_training_touches_only_trainable_and_every_one_gets_grad(model_dirs: dict[str, Path]) -> None:
-    mot = make(model_dirs, lora_rank=2)
+    mot = make(model_dirs, audio_attention="lora", lora_rank=2)
     trainable = {n for n, p in mot.named_parameters() if p.requires_grad}
     assert set(mot.trainable_state_dict()) == trainable
     for must in ("layers.0.audio.up.weight", "layers.0.audio.down.weight", "layers.0.audio.norm.weight",
                  "embed_adapter.weight", "special_embed", "out_adapter.weight", "end_head",
                  # audio embeddings / heads / output norm: initialised from MusicGen's, trained as copies
                  "code_embed", "lm_heads.0.weight", "audio_out_norm.weight",
-                 "llm.model.layers.0.self_attn.q_proj.lora_A.weight", "llm.model.layers.0.self_attn.v_proj.lora_B.weight"):
+                 "layers.0.audio_lora.q_proj.lora_A.weight", "layers.0.audio_lora.v_proj.lora_B.weight"):
         assert must in trainable, must
     assert not any(".mlp." in n or "fc1" in n or "embed_tokens" in n for n in trainable)
     frozen = _frozen_snapshot(mot)
@@ -175,7 +175,7 @@ def test_local_targets() -> None:
 @pytest.mark.parametrize(("pattern", "init"), [("delay", "random"), ("flatten", "musicgen")])
 def test_fifty_steps_and_overfit(model_dirs: dict[str, Path], pattern: str, init: str) -> None:
     """50 optimizer steps on the same module (no autograd error) and the loss falls on one tiny batch."""
-    mot = make(model_dirs, pattern=pattern, audio_embed_init=init, audio_head_init=init, lora_rank=2)
+    mot = make(model_dirs, pattern=pattern, audio_embed_init=init, audio_head_init=init, audio_attention="lora", lora_rank=2)
     batch = make_batch(pattern, n=2, frames=4)
     opt = torch.optim.AdamW([p for p in mot.parameters() if p.requires_grad], lr=1e-2)
     losses = []
@@ -194,13 +194,13 @@ def test_fifty_steps_and_overfit(model_dirs: dict[str, Path], pattern: str, init
 
 
 def test_trainable_state_dict_round_trip(model_dirs: dict[str, Path]) -> None:
-    a = make(model_dirs, lora_rank=2)
+    a = make(model_dirs, audio_attention="lora", lora_rank=2)
     with torch.no_grad():
         for p in a.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.01)
     state = a.trainable_state_dict()
-    b = make(model_dirs, lora_rank=2)
+    b = make(model_dirs, audio_attention="lora", lora_rank=2)
     b.load_trainable_state_dict(state)
     batch = make_batch("delay")
     with torch.no_grad():

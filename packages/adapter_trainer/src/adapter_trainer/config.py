@@ -21,6 +21,7 @@ TEXT_FIELDS = ("caption", "aspects")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
+AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.mot)
 
 
 class ConfigError(ValueError):
@@ -47,7 +48,10 @@ class MoTSchema:
 
     layer_map: Optional[List[int]] = None  # llm layer l -> musicgen layer m(l); None = evenly spaced
     freeze_audio_ffn: bool = True  # True: only attention-side adapters train; False: audio FFNs train too
-    lora_rank: int = 0  # 0 = no LoRA on the shared attention
+    # shared | lora | separate: audio positions use the Llama's attention projections (frozen), add LoRA on q/v,
+    # or get their own trainable norm + q/k/v/o (copies of the Llama's); text positions always stay the frozen LLM's
+    audio_attention: str = "shared"
+    lora_rank: int = 0  # LoRA rank on audio rows' q/v; > 0 exactly when audio_attention=lora
     lora_alpha: float = 16.0
     audio_embed_init: str = "musicgen"  # musicgen | random
     audio_head_init: str = "musicgen"  # musicgen | random
@@ -130,6 +134,13 @@ def validate_config(cfg: TrainConfig) -> None:
     _check_choice("model.dtype", cfg.model.dtype, DTYPES)
     _check_choice("model.mot.audio_embed_init", cfg.model.mot.audio_embed_init, EMBED_INITS)
     _check_choice("model.mot.audio_head_init", cfg.model.mot.audio_head_init, EMBED_INITS)
+    _check_choice("model.mot.audio_attention", cfg.model.mot.audio_attention, AUDIO_ATTENTION)
+    if (cfg.model.mot.lora_rank > 0) != (cfg.model.mot.audio_attention == "lora"):
+        raise ConfigError(
+            f"model.mot.lora_rank={cfg.model.mot.lora_rank} with model.mot.audio_attention="
+            f"{cfg.model.mot.audio_attention}: LoRA is the 'lora' variant; pass model.mot.audio_attention=lora "
+            f"model.mot.lora_rank=16, or model.mot.lora_rank=0"
+        )
     if not cfg.data.shards:
         raise ConfigError("data.shards is empty; give at least one shard-set dir, e.g. data.shards=[build/demo/shards]")
     for key in ("data.max_seq_len", "data.max_caption_tokens", "trainer.batch_size", "trainer.grad_accum_steps",

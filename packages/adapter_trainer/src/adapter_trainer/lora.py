@@ -1,4 +1,8 @@
-"""Minimal LoRA for the shared (frozen) Llama attention projections."""
+"""Minimal LoRA delta for the audio rows of the frozen Llama attention projections.
+
+Hand-written (about 20 lines) rather than peft: peft wraps a whole `nn.Linear`, so its delta would also reach text
+positions; here the delta is a separate module the MoT layer adds to audio rows only.
+"""
 from __future__ import annotations
 
 import math
@@ -7,40 +11,23 @@ import torch
 from torch import nn
 
 
-class LoRALinear(nn.Module):
-    """y = base(x) + (alpha / r) * B(A(x)); base frozen, B zero-initialised (starts exactly as `base`).
+class LoRADelta(nn.Module):
+    """delta(x) = (alpha / r) * B(A(x)); B zero-initialised, so the delta is exactly 0 at init.
 
-    The frozen `base` keeps its name (`<proj>.base.weight`), so the LLM's own weights stay addressable.
+    The frozen base projection is not held here: `MoTLayer` computes `base(x)` for every row and adds the delta
+    to audio rows only, which keeps text rows exactly the frozen LLM's.
     """
 
-    def __init__(self, base: nn.Linear, rank: int, alpha: float) -> None:
+    def __init__(self, in_features: int, out_features: int, rank: int, alpha: float, like: torch.Tensor) -> None:
         super().__init__()
         if rank <= 0:
-            raise ValueError(f"LoRA rank must be > 0 (got {rank}); set lora_rank=0 to disable LoRA")
-        self.base = base
-        self.base.requires_grad_(False)
+            raise ValueError(f"LoRA rank must be > 0 (got {rank}); set model.mot.lora_rank>=1 with audio_attention=lora")
         self.rank, self.scaling = rank, alpha / rank
-        w = base.weight
-        self.lora_A = nn.Linear(base.in_features, rank, bias=False, device=w.device, dtype=w.dtype)
-        self.lora_B = nn.Linear(rank, base.out_features, bias=False, device=w.device, dtype=w.dtype)
+        self.lora_A = nn.Linear(in_features, rank, bias=False, device=like.device, dtype=like.dtype)
+        self.lora_B = nn.Linear(rank, out_features, bias=False, device=like.device, dtype=like.dtype)
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B.weight)
 
-    @property
-    def weight(self) -> torch.Tensor:
-        """The frozen base weight (for code that inspects `proj.weight`)."""
-        return self.base.weight
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + self.lora_B(self.lora_A(x)) * self.scaling  # [..., out]
-
-
-def add_lora(module: nn.Module, names: tuple[str, ...], rank: int, alpha: float) -> None:
-    """Replace the nn.Linear children `names` of `module` (e.g. q_proj, v_proj) by LoRALinear wrappers."""
-    for name in names:
-        base = getattr(module, name)
-        if isinstance(base, LoRALinear):
-            raise ValueError(f"{name} already has LoRA; build the MoT model from a fresh LLM")
-        if not isinstance(base, nn.Linear):
-            raise TypeError(f"LoRA expects nn.Linear at {name}, got {type(base).__name__}")
-        setattr(module, name, LoRALinear(base, rank, alpha))
+        """x [N, in] -> delta [N, out]."""
+        return self.lora_B(self.lora_A(x)) * self.scaling  # [N, out]

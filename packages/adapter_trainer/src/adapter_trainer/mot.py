@@ -2,14 +2,26 @@
 
 Per Llama layer l (names/shapes here are the contract with recipe.py):
 
-    x ─ input_layernorm ─ self_attn (Llama's own, shared by text and audio; frozen, optional LoRA on q/v) ─ + ─┐
+    x ─ input_layernorm ─ q/k/v ─ RoPE ─ ONE attention over all positions ─ o ─────────────────────────────── + ─┐
     ┌───────────────────────────────────────────────────────────────────────────────────────────────────────┘
     ├ text positions : post_attention_layernorm ─ Llama MLP (frozen) ─────────────────────────────────────── +
     └ audio positions: RMSNorm(d_llm) ─ down d_llm→d_audio ─ MusicGen layer m(l) FFN block
                        (final_layer_norm, fc1, act, fc2; frozen by default) ─ up d_audio→d_llm (ZERO init) ───── +
 
+Attention (`MoTConfig.audio_attention`; text rows always use the frozen Llama's norm and q/k/v/o):
+    shared   : audio rows use the Llama's norm and projections too (frozen).
+    lora     : audio rows add a LoRA delta to q and v (trainable); text rows get none.
+    separate : audio rows use their own input norm and q/k/v/o, copies of the Llama layer's, trainable.
+Every position's key/value comes from its own modality's projections; one scaled_dot_product_attention runs over
+all positions with an explicit mask (causal AND key padding), so the attention implementation the Llama was
+loaded with (eager/sdpa/...) does not matter and left or right padding both work. Positions (RoPE) are
+cumsum(attention_mask) - 1, as in HF generation.
+
 Routing is index_select / index_copy over the flattened [B*S] positions: each MLP runs only on its own rows.
-At init the up adapters are zero, so the model equals the frozen LLM at every text position.
+At init the up adapters are zero (and LoRA / separate projections start equal to the Llama's), so the model
+equals the frozen LLM at every text position; text positions never depend on audio-side parameters.
+
+Generation: `forward_step` runs new positions against a `MoTKVCache` (per-layer keys/values of past positions).
 
 Inputs: tokens [B, S, J] combined-vocab ids (token_layout), is_audio [B, S]. Audio positions embed through one
 table over the audio range (K*C codes + START/END/PAD), summing the J slot embeddings (delay: J = K).
@@ -26,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
-from adapter_trainer.lora import add_lora
+from adapter_trainer.lora import LoRADelta
 from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, n_slots
 
 
@@ -36,7 +48,8 @@ from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, n_slots
 class MoTConfig:
     layer_map: list[int] | None = None  # llm layer l -> musicgen layer m(l); None = evenly spaced
     freeze_audio_ffn: bool = True
-    lora_rank: int = 0  # 0 = no LoRA on the shared attention
+    audio_attention: Literal["shared", "lora", "separate"] = "shared"  # attention projections of audio positions
+    lora_rank: int = 0  # LoRA rank on q/v of audio rows; > 0 exactly when audio_attention="lora"
     lora_alpha: float = 16.0
     audio_embed_init: Literal["musicgen", "random"] = "musicgen"
     audio_head_init: Literal["musicgen", "random"] = "musicgen"
@@ -89,30 +102,137 @@ class AudioExpert(nn.Module):
         return self.up(a)  # [N, d_llm]
 
 
-class MoTLayer(nn.Module):
-    """One Llama decoder layer with a second (audio) FFN path."""
+AUDIO_ATTENTION = ("shared", "lora", "separate")
 
-    def __init__(self, llm_layer: nn.Module, expert: AudioExpert) -> None:
+
+@dataclass
+class MoTKVCache:
+    """Keys and values of every MoT layer for the positions seen so far (what `forward_step` returns and takes).
+
+    keys[l], values[l]: [B, n_kv_heads, S_total, head_dim], layer l's keys after RoPE and values, before the GQA
+    repeat. S_total is the length of the attention_mask passed to the last `forward_step` (pads included: they
+    stay masked). Each position's key/value comes from its own modality's projections.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0
+
+    def select(self, batch_idx: torch.Tensor) -> MoTKVCache:
+        """Rows batch_idx [B'] of the batch (reorder, repeat for sampling several continuations, drop finished)."""
+        return MoTKVCache(
+            keys=[k.index_select(0, batch_idx) for k in self.keys],  # [B', n_kv, S_total, hd]
+            values=[v.index_select(0, batch_idx) for v in self.values],
+        )
+
+
+def attention_mask_4d(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
+    """attention_mask [B, S_k] bool (True = real token) -> allowed [B, 1, S_new, S_k] for the last n_new queries.
+
+    Query i (absolute position S_k - n_new + i) sees key j when j <= i (causal) and key j is real (padding).
+    Each query also sees itself, so a pad query is never fully masked (a fully masked row would make sdpa return
+    NaN, and NaN values leak through zero attention weights). Hand-written: transformers' create_causal_mask needs
+    a model config and cache objects; this is four lines.
+    """
+    S_k = attention_mask.shape[1]
+    q_pos = torch.arange(S_k - n_new, S_k, device=attention_mask.device)[:, None]  # [S_new, 1]
+    k_pos = torch.arange(S_k, device=attention_mask.device)[None]  # [1, S_k]
+    allowed = (k_pos <= q_pos)[None] & attention_mask[:, None, :].bool()  # [B, S_new, S_k]
+    return (allowed | (k_pos == q_pos)[None])[:, None]  # [B, 1, S_new, S_k]
+
+
+class MoTLayer(nn.Module):
+    """One Llama decoder layer with a second (audio) FFN path and modality-routed attention projections.
+
+    Args:
+        llm_layer: LlamaDecoderLayer (frozen); its input_layernorm, q/k/v/o, post_attention_layernorm and MLP serve
+            text rows (and audio rows under audio_attention="shared"/"lora").
+        expert: the audio FFN path.
+        audio_attention: "shared" | "lora" | "separate" (module docstring).
+    """
+
+    def __init__(self, llm_layer: nn.Module, expert: AudioExpert, audio_attention: str, lora_rank: int, lora_alpha: float) -> None:
         super().__init__()
-        self.llm_layer = llm_layer  # LlamaDecoderLayer (frozen; attention may carry LoRA)
+        self.llm_layer = llm_layer
         self.audio = expert
+        self.audio_attention = audio_attention
+        attn = llm_layer.self_attn
+        self.head_dim, self.scaling = attn.head_dim, attn.scaling
+        w = attn.q_proj.weight
+        if audio_attention == "lora":
+            self.audio_lora = nn.ModuleDict(
+                {name: LoRADelta(getattr(attn, name).in_features, getattr(attn, name).out_features, lora_rank, lora_alpha, w)
+                 for name in ("q_proj", "v_proj")}
+            )
+        elif audio_attention == "separate":
+            # Copies of the Llama layer's norm and projections: the audio rows start exactly as under "shared".
+            self.audio_attn = nn.ModuleDict(
+                {"input_layernorm": copy.deepcopy(llm_layer.input_layernorm),
+                 **{name: copy.deepcopy(getattr(attn, name)) for name in ("q_proj", "k_proj", "v_proj", "o_proj")}}
+            ).requires_grad_(True)
+
+    def _qkv(self, flat: torch.Tensor, idx_text: torch.Tensor, idx_audio: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """flat [B*S, D] residual stream -> q [B*S, H*hd], k, v [B*S, KV*hd], each row from its modality's weights."""
+        layer, attn = self.llm_layer, self.llm_layer.self_attn
+        if self.audio_attention != "separate":
+            x = layer.input_layernorm(flat)  # [B*S, D]
+            q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)  # [B*S, H*hd], [B*S, KV*hd] x2
+            if self.audio_attention == "lora" and idx_audio.numel():
+                xa = x.index_select(0, idx_audio)  # [N_audio, D]
+                q = q.index_add(0, idx_audio, self.audio_lora["q_proj"](xa).to(q.dtype))  # audio rows only
+                v = v.index_add(0, idx_audio, self.audio_lora["v_proj"](xa).to(v.dtype))
+            return q, k, v
+        a = self.audio_attn
+        xt = layer.input_layernorm(flat.index_select(0, idx_text))  # [N_text, D]
+        xa = a["input_layernorm"](flat.index_select(0, idx_audio))  # [N_audio, D]
+        return tuple(
+            self._route(getattr(attn, name)(xt), a[name](xa), flat.shape[0], idx_text, idx_audio)
+            for name in ("q_proj", "k_proj", "v_proj")
+        )
+
+    @staticmethod
+    def _route(yt: torch.Tensor, ya: torch.Tensor, n: int, idx_text: torch.Tensor, idx_audio: torch.Tensor) -> torch.Tensor:
+        """Text rows yt [N_text, F] and audio rows ya [N_audio, F] -> [n, F] in position order."""
+        out = yt.new_zeros(n, yt.shape[1])  # [B*S, F]
+        return out.index_copy(0, idx_text, yt).index_copy(0, idx_audio, ya.to(yt.dtype))  # [B*S, F]
 
     def forward(
         self,
         h: torch.Tensor,  # [B, S, D]
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [1, S, head_dim]
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [B, S, head_dim]
         idx_text: torch.Tensor,  # [N_text] rows of the flattened [B*S]
         idx_audio: torch.Tensor,  # [N_audio]
-    ) -> torch.Tensor:
-        layer = self.llm_layer
+        allowed: torch.Tensor,  # [B, 1, S, S_past + S] bool (attention_mask_4d)
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,  # keys, values [B, KV, S_past, hd]
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """-> (h [B, S, D], (keys, values) [B, KV, S_past + S, hd] for the cache)."""
+        layer, attn = self.llm_layer, self.llm_layer.self_attn
         B, S, D = h.shape
-        # Causal sdpa with no mask: batches are right-padded, so pads only follow real tokens and no real
-        # token attends to a pad. (A pad position's own output is garbage and never gets a label.)
-        attn, _ = layer.self_attn(
-            hidden_states=layer.input_layernorm(h), position_embeddings=position_embeddings, attention_mask=None
-        )  # [B, S, D]
-        h = h + attn  # [B, S, D]
+        hd = self.head_dim
         flat = h.reshape(B * S, D)  # [B, S, D] -> [B*S, D]
+        q, k, v = self._qkv(flat, idx_text, idx_audio)  # [B*S, H*hd], [B*S, KV*hd], [B*S, KV*hd]
+        q = q.view(B, S, -1, hd).transpose(1, 2)  # [B*S, H*hd] -> [B, H, S, hd]
+        k = k.view(B, S, -1, hd).transpose(1, 2)  # [B*S, KV*hd] -> [B, KV, S, hd]
+        v = v.view(B, S, -1, hd).transpose(1, 2)  # [B, KV, S, hd]
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [B, H, S, hd], [B, KV, S, hd]
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)  # [B, KV, S_past + S, hd]
+            v = torch.cat([past[1], v], dim=2)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, scale=self.scaling, enable_gqa=True,
+            dropout_p=attn.attention_dropout if self.training else 0.0,
+        )  # [B, H, S, hd]
+        o = o.transpose(1, 2).reshape(B * S, -1)  # [B, H, S, hd] -> [B*S, H*hd]
+        if self.audio_attention == "separate":
+            o = self._route(attn.o_proj(o.index_select(0, idx_text)), self.audio_attn["o_proj"](o.index_select(0, idx_audio)),
+                            B * S, idx_text, idx_audio)  # [B*S, D]
+        else:
+            o = attn.o_proj(o)  # [B*S, D]
+        flat = flat + o.to(flat.dtype)  # [B*S, D]
         delta = torch.zeros_like(flat)  # [B*S, D]
         if idx_text.numel():
             t = flat.index_select(0, idx_text)  # [N_text, D]
@@ -120,14 +240,14 @@ class MoTLayer(nn.Module):
         if idx_audio.numel():
             a = flat.index_select(0, idx_audio)  # [N_audio, D]
             delta = delta.index_copy(0, idx_audio, self.audio(a).to(flat.dtype))
-        return (flat + delta).reshape(B, S, D)  # [B*S, D] -> [B, S, D]
+        return (flat + delta).reshape(B, S, D), (k, v)  # [B*S, D] -> [B, S, D]
 
 
 class MoTAdapterModel(nn.Module):
     """forward(tokens [B,S,J], is_audio [B,S]) -> logits; compute_loss(batch) -> LossOutput.
 
     Args:
-        llm: LlamaForCausalLM (frozen; LoRA is added in place on q_proj/v_proj when cfg.lora_rank > 0).
+        llm: LlamaForCausalLM (frozen, left untouched; any attn_implementation: the MoT layers run their own attention).
         audio_lm: MusicgenForCausalLM decoder; its FFN blocks, lm_heads and final layer_norm are referenced.
         vocab: the combined vocabulary (token_layout.AudioVocab).
         pattern: "delay" or "flatten".
@@ -155,6 +275,13 @@ class MoTAdapterModel(nn.Module):
         for name in ("audio_embed_init", "audio_head_init"):
             if getattr(cfg, name) not in ("musicgen", "random"):
                 raise ValueError(f"MoTConfig.{name}={getattr(cfg, name)!r}; allowed: ['musicgen', 'random']")
+        if cfg.audio_attention not in AUDIO_ATTENTION:
+            raise ValueError(f"MoTConfig.audio_attention={cfg.audio_attention!r}; allowed: {list(AUDIO_ATTENTION)}")
+        if (cfg.lora_rank > 0) != (cfg.audio_attention == "lora"):
+            raise ValueError(
+                f"model.mot.lora_rank={cfg.lora_rank} with audio_attention={cfg.audio_attention!r}: LoRA is the "
+                f"'lora' variant; set model.mot.audio_attention=lora model.mot.lora_rank=16 (or lora_rank=0)"
+            )
         self.vocab, self.pattern, self.cfg = vocab, pattern, cfg
         L, M = lcfg.num_hidden_layers, acfg.num_hidden_layers
         layer_map = list(cfg.layer_map) if cfg.layer_map is not None else default_layer_map(L, M)
@@ -174,14 +301,12 @@ class MoTAdapterModel(nn.Module):
         audio_lm.requires_grad_(False)
         audio_lm.to(device=dev, dtype=dt)
         self.llm = llm
-        if cfg.lora_rank > 0:
-            for layer in llm.model.layers:
-                add_lora(layer.self_attn, ("q_proj", "v_proj"), cfg.lora_rank, cfg.lora_alpha)
         mg_layers = audio_lm.model.decoder.layers
         self.layers = nn.ModuleList(
             MoTLayer(
                 llm.model.layers[l],
                 AudioExpert(d_llm, d_audio, lcfg.rms_norm_eps, mg_layers[layer_map[l]], llm.model.layers[l].post_attention_layernorm.weight.detach()),
+                cfg.audio_attention, cfg.lora_rank, cfg.lora_alpha,
             )
             for l in range(L)
         )
@@ -256,19 +381,65 @@ class MoTAdapterModel(nn.Module):
             )
 
     # -------------------------------------------------------------------------------------------- trunk
-    def hidden_states(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
-        """tokens [B, S, J], is_audio [B, S] -> final-normed hidden states [B, S, D]."""
+    def _trunk(
+        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor, cache: MoTKVCache | None
+    ) -> tuple[torch.Tensor, MoTKVCache]:
+        """tokens [B, S, J], is_audio [B, S], attention_mask [B, S_past + S] -> (final-normed h [B, S, D], cache)."""
         self._check_ids(tokens, is_audio)
         B, S, _ = tokens.shape
+        S_past = cache.seq_len if cache is not None else 0
+        if attention_mask.shape != (B, S_past + S):
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)} but needs [B, S_past + S_new] = "
+                f"[{B}, {S_past} + {S}]: pass the mask of every position so far (cache + new tokens)"
+            )
+        attention_mask = attention_mask.bool()
         h = self.embed(tokens, is_audio)  # [B, S, D]
-        position_ids = torch.arange(S, device=h.device)[None]  # [1, S]
-        position_embeddings = self.llm.model.rotary_emb(h, position_ids=position_ids)  # cos, sin [1, S, head_dim]
+        # HF-style positions: pads take no position, so left- and right-padded rows get the same real positions.
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, S_past:]  # [B, S]
+        position_embeddings = self.llm.model.rotary_emb(h, position_ids=position_ids)  # cos, sin [B, S, head_dim]
+        allowed = attention_mask_4d(attention_mask, S)  # [B, 1, S, S_past + S]
         flat_audio = is_audio.reshape(-1)  # [B*S]
         idx_audio = flat_audio.nonzero().squeeze(1)  # [N_audio]
         idx_text = (~flat_audio).nonzero().squeeze(1)  # [N_text]
-        for layer in self.layers:
-            h = layer(h, position_embeddings, idx_text, idx_audio)  # [B, S, D]
-        return self.llm.model.norm(h)  # [B, S, D]
+        keys, values = [], []
+        for l, layer in enumerate(self.layers):
+            past = (cache.keys[l], cache.values[l]) if cache is not None else None
+            h, (k, v) = layer(h, position_embeddings, idx_text, idx_audio, allowed, past)  # [B, S, D]
+            keys.append(k)
+            values.append(v)
+        return self.llm.model.norm(h), MoTKVCache(keys, values)  # [B, S, D]
+
+    def hidden_states(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, S, J], is_audio [B, S], attention_mask [B, S] (True = real; None = all real) -> h [B, S, D].
+
+        h is final-normed. Left or right padding: real positions get the same values either way.
+        """
+        if attention_mask is None:
+            attention_mask = torch.ones(is_audio.shape, dtype=torch.bool, device=is_audio.device)  # [B, S]
+        return self._trunk(tokens, is_audio, attention_mask, None)[0]
+
+    def forward_step(
+        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor, cache: MoTKVCache | None = None
+    ) -> tuple[torch.Tensor, MoTKVCache]:
+        """Incremental forward for generation: new positions against the cache of the earlier ones.
+
+        Args:
+            tokens: [B, S_new, J] combined-vocab ids of the new positions.
+            is_audio: [B, S_new] bool.
+            attention_mask: [B, S_past + S_new] bool, True = real token, covering the cached and the new positions
+                (left-padded prompts work: positions are cumsum(attention_mask) - 1).
+            cache: what the previous call returned, or None for the first call (S_past = 0).
+
+        Returns:
+            logits [B, S_new, H, head_size] from the audio heads at EVERY new position (at a text position they are
+            whatever the heads make of it; the AUDIO_START position's logits predict the first audio step), and the
+            cache now holding S_past + S_new positions.
+        """
+        h, cache = self._trunk(tokens, is_audio, attention_mask, cache)  # [B, S_new, D]
+        B, S, D = h.shape
+        logits = self.audio_logits(h.reshape(B * S, D))  # [B*S_new, H, size]
+        return logits.reshape(B, S, self.n_heads, self.head_size), cache  # [B, S_new, H, size]
 
     def audio_logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [N, D] final-normed hidden states of audio positions -> logits [N, H, head_size].
@@ -285,13 +456,13 @@ class MoTAdapterModel(nn.Module):
             return torch.cat([codes, end[..., None]], dim=-1)  # [N, K, C + 1]
         return torch.cat([codes.reshape(N, 1, -1), end[..., None]], dim=-1)  # [N, K, C] -> [N, 1, K*C + 1]
 
-    def forward(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
-        """tokens [B, S, J], is_audio [B, S] -> logits [B, S, H, head_size]; text positions hold zeros.
+    def forward(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, S, J], is_audio [B, S], attention_mask [B, S] (None = all real) -> logits [B, S, H, head_size].
 
-        delay: [B, S, K, C + 1]; flatten: [B, S, 1, K*C + 1].
+        Text positions hold zeros. delay: [B, S, K, C + 1]; flatten: [B, S, 1, K*C + 1].
         """
         B, S, _ = tokens.shape
-        h = self.hidden_states(tokens, is_audio)  # [B, S, D]
+        h = self.hidden_states(tokens, is_audio, attention_mask)  # [B, S, D]
         idx_audio = is_audio.reshape(-1).nonzero().squeeze(1)  # [N_audio]
         logits_a = self.audio_logits(h.reshape(B * S, -1).index_select(0, idx_audio))  # [N_audio, H, size]
         out = logits_a.new_zeros(B * S, self.n_heads, self.head_size)  # [B*S, H, size]
@@ -332,7 +503,7 @@ class MoTAdapterModel(nn.Module):
         # The loss mask is the audio positions: a label at a text position (token_layout never writes one) is ignored.
         labels = torch.where(is_audio[..., None], labels, torch.full_like(labels, IGNORE_INDEX))  # [B, S, J]
         has_label = (labels != IGNORE_INDEX).any(-1)  # [B, S]
-        h = self.hidden_states(tokens, is_audio)  # [B, S, D]
+        h = self.hidden_states(tokens, is_audio, batch.attention_mask)  # [B, S, D]
         idx = has_label.reshape(-1).nonzero().squeeze(1)  # [N]
         logits = self.audio_logits(h.reshape(B * S, -1).index_select(0, idx)).float()  # [N, H, size]
         local, book = self.local_targets(labels.reshape(B * S, J).index_select(0, idx))  # [N, J], [N, J]
@@ -373,7 +544,7 @@ class MoTAdapterModel(nn.Module):
         if missing or unexpected:
             raise ValueError(
                 f"adapter checkpoint does not match this model: missing {missing[:8]}, unexpected {unexpected[:8]}; "
-                f"resume with the same model config (pattern, lora_rank, init choices, freeze_audio_ffn)"
+                f"resume with the same model config (pattern, audio_attention, lora_rank, init choices, freeze_audio_ffn)"
             )
         for name, p in params.items():
             if tuple(state[name].shape) != tuple(p.shape):
