@@ -14,68 +14,20 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, List, Optional
+from typing import Any
 
 import hydra
 import numpy as np
-import torch
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from adapter_trainer.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, mot_fields, validate_config
+from adapter_trainer.config import ConfigError, mot_fields
+from adapter_trainer.generate_config import GenerateRunConfig, validate_generate
 from adapter_trainer.shards import ShardFormatError
-
-CAPTION_SOURCES = ("eval", "file", "texts")
-GENERATE_SCHEMA_NAME = "adapter_trainer_generate_schema"
-
-
-@dataclass
-class GenerateConfig:
-    checkpoint: str = "latest"  # "latest" (newest under trainer.output_dir/checkpoints) or a step-XXXXXX dir
-    captions: str = "eval"  # eval (data.eval_split's captions, in order) | file (captions_file) | texts (texts)
-    captions_file: Optional[str] = None  # one caption per line, for captions=file
-    texts: List[str] = field(default_factory=list)  # for captions=texts
-    n: int = 16  # clips to generate (eval: the first n eval clips; file/texts: cycles through the captions)
-    seconds: float = 5.0  # stop after this much audio (frames = seconds * codec frame_rate), or at AUDIO_END
-    batch_size: int = 8  # captions per forward (CFG doubles the rows)
-    temperature: float = 1.0  # <= 0 = greedy
-    top_k: int = 250  # MusicGen's default; 0 = off
-    top_p: float = 0.0  # nucleus mass; 0 = off
-    cfg_scale: float = 3.0  # classifier-free guidance (MusicGen's default); 1.0 = off
-    seed: int = 0  # clip i draws from its own generator seeded by (seed, i): reruns give the same codes
-    out_dir: Optional[str] = None  # null = <trainer.output_dir>/generated
-    overwrite: bool = False  # replace a non-empty out_dir
-
-
-@dataclass
-class GenerateRunConfig(TrainConfig):
-    generate: GenerateConfig = field(default_factory=GenerateConfig)
-
-
-ConfigStore.instance().store(name=GENERATE_SCHEMA_NAME, node=GenerateRunConfig)
-
-
-def validate_generate(g: GenerateConfig) -> None:
-    """Value checks OmegaConf cannot express; ConfigError names the key and the fix."""
-    if g.captions not in CAPTION_SOURCES:
-        raise ConfigError(f"generate.captions={g.captions!r}; choose one of {', '.join(CAPTION_SOURCES)}")
-    if g.captions == "file" and not g.captions_file:
-        raise ConfigError("generate.captions=file needs generate.captions_file=path/to/captions.txt")
-    if g.captions == "texts" and not g.texts:
-        raise ConfigError("generate.captions=texts needs generate.texts='[\"a calm piano melody\"]'")
-    for key in ("n", "batch_size"):
-        if getattr(g, key) < 1:
-            raise ConfigError(f"generate.{key}={getattr(g, key)} must be >= 1")
-    if g.seconds <= 0:
-        raise ConfigError(f"generate.seconds={g.seconds} must be > 0")
-    if g.top_k < 0 or not 0.0 <= g.top_p <= 1.0:
-        raise ConfigError(f"generate.top_k={g.top_k} must be >= 0 and generate.top_p={g.top_p} in [0, 1]")
-
 
 def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, Any]]:
     """[{caption, aspects, source_key, csv_row}] * n, from the chosen caption source."""
@@ -122,8 +74,6 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
         raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
     shard_sets = open_shard_sets(cfg.data.shards, model_n_codebooks=dec_cfg.num_codebooks,
                                  model_codebook_size=dec_cfg.vocab_size, audio_lm=cfg.model.audio_lm)
-    eval_clips = load_split(shard_sets, cfg.data.eval_split) if g.captions == "eval" else []
-    rows = _caption_rows(cfg, eval_clips)
 
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
@@ -138,6 +88,8 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     except ResumeError as e:
         raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
     model.load_trainable_state_dict(ckpt.adapter)
+    eval_clips = load_split(shard_sets, cfg.data.eval_split) if g.captions == "eval" else []
+    rows = _caption_rows(cfg, eval_clips)
 
     bos_id = int(tokenizer.bos_token_id)
     pad_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
