@@ -32,7 +32,7 @@ def _player(src: str | None, label: str) -> str:
     if src is None:
         return f'<div class="missing">{html.escape(label)}: not available</div>'
     return (f'<div class="player"><span>{html.escape(label)}</span>'
-            f'<audio controls preload="none" src="{html.escape(src, quote=True)}"></audio></div>')
+            f'<audio controls preload="metadata" src="{html.escape(src, quote=True)}"></audio></div>')
 
 
 def build_page(run_dir: Path, source_audio: Path | None = None) -> Path:
