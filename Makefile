@@ -43,9 +43,11 @@ demo-shards: $(DEMO)/shards/manifest.json
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo
 
+# tiny Llama pretrained (1 thread, seeded, ~2 min) on the MusicCaps captions NOT in the demo corpus, tiny MusicGen
 demo-models: $(DEMO)/models/.done
-$(DEMO)/models/.done: | setup
-	$(PY) -m adapter_trainer.demo_models --out $(DEMO)/models
+$(DEMO)/models/.done: $(DEMO)/corpus/.done
+	$(PY) -m adapter_trainer.demo_models --out $(DEMO)/models \
+		--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv $(DEMO)/corpus/musiccaps-subset.csv
 	touch $@
 
 demo: demo-shards demo-models

@@ -173,3 +173,76 @@ def test_tiny_musicgen_config_matches_brief() -> None:
     assert (c.num_codebooks, c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.ffn_dim) == (
         4, 2048, 64, 6, 4, 256,
     )
+
+
+def _caption_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["ytid", "start_s", "end_s", "caption"])
+        w.writerows([(y, 0, 10, c) for y, c in rows])
+    return path
+
+
+PRETRAIN_ROWS = [(f"yt{i}", c) for i, c in enumerate([
+    "A mellow piano ballad with soft female vocals and sustained strings.",
+    "Fast punk rock with distorted guitars, loud drums and a shouting male singer.",
+    "An ambient synth pad drone with reverb, slow and calm.",
+    "A jazz trio: upright bass, brushed drums and a swinging piano solo.",
+    "Latin percussion with congas and a complex rhythm, live recording.",
+    "A bagpipe ensemble playing a quick melody in unison.",
+])]
+
+
+def test_read_captions_excludes_the_corpus_ytids(tmp_path: Path) -> None:
+    from adapter_trainer.demo_pretrain import read_captions
+
+    full = _caption_csv(tmp_path / "full.csv", PRETRAIN_ROWS)
+    corpus = _caption_csv(tmp_path / "corpus.csv", [PRETRAIN_ROWS[1], PRETRAIN_ROWS[4]])
+    captions, n_excluded = read_captions(full, corpus)
+    assert n_excluded == 2 and captions == [c for i, (_, c) in enumerate(PRETRAIN_ROWS) if i not in (1, 4)]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,text\nyt0,hello\n")
+    with pytest.raises(ValueError, match="bad.csv row 2"):
+        read_captions(bad, None)
+
+
+def test_pretraining_learns_captions_deterministically_and_touches_only_seen_rows(demo: dict[str, Path]) -> None:
+    from adapter_trainer.demo_pretrain import PretrainConfig, pretrain_on_captions
+    from adapter_trainer.model_builders import tiny_llama_config
+
+    tok = load_text_tokenizer(demo["llm"])
+    captions = [c for _, c in PRETRAIN_ROWS]
+    cfg = PretrainConfig(steps=12, batch_size=4, warmup_steps=2, seed=3)
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        m = LlamaForCausalLM(tiny_llama_config())
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        report = pretrain_on_captions(m, tok, captions, cfg, progress=False)
+        models.append(m.state_dict())
+    assert report.final_loss < report.first_loss - 0.5, report  # final_loss: mean of the (here 12) last steps
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])  # same seed, one thread
+    seen = sorted({t for c in captions for t in tok(c)["input_ids"]} | {tok.eos_token_id})
+    emb, emb0 = models[0]["model.embed_tokens.weight"], before["model.embed_tokens.weight"]
+    unseen = torch.ones(emb.shape[0], dtype=torch.bool)
+    unseen[seen] = False
+    assert torch.equal(emb[unseen], emb0[unseen])  # ids that never occur keep their init
+    assert not torch.equal(emb[seen], emb0[seen])
+    assert torch.equal(models[0]["lm_head.weight"], emb)  # still tied
+    assert not torch.equal(models[0]["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path) -> None:
+    from adapter_trainer.demo_pretrain import PretrainConfig
+
+    full = _caption_csv(tmp_path / "full.csv", PRETRAIN_ROWS)
+    corpus = _caption_csv(tmp_path / "corpus.csv", PRETRAIN_ROWS[:2])
+    paths = write_demo_models(tmp_path / "m", seed=0, captions_csv=full, exclude_csv=corpus,
+                              pretrain=PretrainConfig(steps=3, batch_size=2))
+    record = json.loads((paths["llm"] / "demo_pretraining.json").read_text())
+    assert record["report"]["n_captions"] == 4 and record["config"]["steps"] == 3
+    readme = (tmp_path / "m" / "README.md").read_text()
+    assert "Pretrained as a language model on 4 MusicCaps captions (2 rows of the demo corpus excluded" in readme
+    assert isinstance(load_llm(paths["llm"]), LlamaForCausalLM)

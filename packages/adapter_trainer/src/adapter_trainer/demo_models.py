@@ -1,10 +1,13 @@
-"""Embedded demo models: random-init, tiny stand-ins laid out exactly like the real checkpoints.
+"""Embedded demo models: tiny stand-ins laid out exactly like the real checkpoints.
 
-    python -m adapter_trainer.demo_models --out build/demo/models [--seed 0]
+    python -m adapter_trainer.demo_models --out build/demo/models [--seed 0] \
+        [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv]
 
 writes
     <out>/llm/        tiny LlamaForCausalLM with the REAL Llama 3 vocabulary (128,256 ids) and the real Llama 3
-                      tokenizer (converted from llama_models' tiktoken file into tokenizer.json)
+                      tokenizer (converted from llama_models' tiktoken file into tokenizer.json). With
+                      --captions-csv it is first pretrained as a language model on the captions whose ytid is not
+                      in --exclude-csv (demo_pretrain.py), standing in for a real LLM that knows music words.
     <out>/musicgen/   the facebook/musicgen-small LAYOUT: composite MusicgenConfig config.json (T5 + EnCodec 32 kHz
                       sub-configs as plain dicts) and model.safetensors with only `decoder.`-prefixed tensors
     <out>/README.md
@@ -16,24 +19,28 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast
 
+from adapter_trainer.demo_pretrain import PretrainConfig, PretrainReport, pretrain_on_captions, read_captions
 from adapter_trainer.model_builders import tiny_llama_config, tiny_musicgen_decoder_config
 
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
 LLAMA3_NUM_RESERVED_SPECIAL_TOKENS = 256
+PRETRAINING_JSON = "demo_pretraining.json"  # in llm/: what the demo LLM was pretrained on, and the losses
 
-README = """# Demo models (random init)
+README = """# Demo models ({kind})
 
-These are **random-initialised stand-ins**, written by `python -m adapter_trainer.demo_models` (seed {seed}).
-They have the real layouts but carry no knowledge: use them to run the pipeline offline, never to judge quality.
+Tiny stand-ins written by `python -m adapter_trainer.demo_models` (seed {seed}), laid out like the real checkpoints.
+Use them to run the pipeline offline, never to judge audio quality.
 
 - `llm/`: tiny `LlamaForCausalLM` (hidden {llm_hidden}, {llm_layers} layers) with the real Llama 3 vocabulary
   ({vocab} ids) and the real Llama 3 tokenizer (converted from `llama_models/llama3/tokenizer.model`).
+  {llm_training}
 - `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`; weights hold only the
   `decoder.`-prefixed tensors of a tiny `MusicgenForCausalLM`: {k} codebooks x {c} codes, hidden {mg_hidden},
   {mg_layers} layers). The T5 and EnCodec sub-configs are configuration only; no weights for them exist here.
@@ -148,14 +155,29 @@ def musicgen_small_layout_config(decoder: dict) -> MusicgenConfig:
     return MusicgenConfig(text_encoder=text_encoder, audio_encoder=audio_encoder, decoder=decoder)
 
 
-def write_llm(out_dir: Path, seed: int, with_tokenizer: bool = True) -> Path:
-    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the ~5 s conversion)."""
+def write_llm(
+    out_dir: Path, seed: int, with_tokenizer: bool = True, captions: list[str] | None = None,
+    pretrain: PretrainConfig | None = None,
+) -> Path:
+    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the ~5 s conversion).
+
+    With `captions`, the model is first pretrained on them as a language model (needs the tokenizer); the
+    settings and loss summary go to llm/demo_pretraining.json. Without, it stays random-init.
+    """
     llm_dir = out_dir / "llm"
     torch.manual_seed(seed)
     model = LlamaForCausalLM(tiny_llama_config()).eval()
+    tokenizer = build_llama3_tokenizer() if with_tokenizer or captions is not None else None
+    report = None
+    if captions is not None:
+        cfg = pretrain or PretrainConfig(seed=seed)
+        report = pretrain_on_captions(model, tokenizer, captions, cfg)
     model.save_pretrained(llm_dir, safe_serialization=True)
-    if with_tokenizer:
-        build_llama3_tokenizer().save_pretrained(llm_dir)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(llm_dir)
+    if report is not None:
+        record = {"config": asdict(cfg), "report": asdict(report), "torch_threads": 1}
+        (llm_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return llm_dir
 
 
@@ -206,15 +228,39 @@ def _parse_size(s: str) -> int:
     return int(s)
 
 
-def write_demo_models(out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
-    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed."""
+def write_demo_models(
+    out_dir: str | Path, seed: int = 0, captions_csv: str | Path | None = None, exclude_csv: str | Path | None = None,
+    pretrain: PretrainConfig | None = None,
+) -> dict[str, Path]:
+    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed (and the CSVs).
+
+    Args:
+        captions_csv: MusicCaps CSV; when given, the LLM is pretrained on its captions (see demo_pretrain.py).
+        exclude_csv: CSV with a ytid column (the demo corpus's musiccaps-subset.csv) whose rows are left out.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    llm_dir = write_llm(out, seed)
+    if captions_csv is None:
+        llm_dir = write_llm(out, seed)
+        kind, llm_training = "random init", "Random init: it carries no knowledge."
+    else:
+        captions, n_excluded = read_captions(Path(captions_csv), Path(exclude_csv) if exclude_csv else None)
+        cfg = pretrain or PretrainConfig(seed=seed)
+        llm_dir = write_llm(out, seed, captions=captions, pretrain=cfg)
+        rep = PretrainReport(**json.loads((llm_dir / PRETRAINING_JSON).read_text())["report"])
+        kind = "LLM pretrained on captions"
+        llm_training = (
+            f"Pretrained as a language model on {rep.n_captions} MusicCaps captions ({n_excluded} rows of the demo "
+            f"corpus excluded, from `{Path(exclude_csv).name if exclude_csv else 'nothing'}`), {cfg.steps} steps of "
+            f"batch {cfg.batch_size}, softmax over the {rep.n_token_ids} ids that occur: loss {rep.first_loss:.2f} -> "
+            f"{rep.final_loss:.2f} nats/token. It stands in for Llama 3.2's knowledge of music vocabulary; the "
+            f"trainer freezes it like the real Llama."
+        )
     mg_dir = write_musicgen(out, seed)
     lc, mc = tiny_llama_config(), tiny_musicgen_decoder_config()
     (out / "README.md").write_text(
         README.format(
+            kind=kind, llm_training=llm_training,
             seed=seed, llm_hidden=lc.hidden_size, llm_layers=lc.num_hidden_layers, vocab=lc.vocab_size,
             k=mc.num_codebooks, c=mc.vocab_size, mg_hidden=mc.hidden_size, mg_layers=mc.num_hidden_layers,
         )
@@ -226,9 +272,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
     parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
+    parser.add_argument("--captions-csv", type=Path, default=None,
+                        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)")
+    parser.add_argument("--exclude-csv", type=Path, default=None,
+                        help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)")
+    parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
     args = parser.parse_args(argv)
-    paths = write_demo_models(args.out, seed=args.seed)
-    print(f"wrote demo models (random init): llm={paths['llm']} musicgen={paths['musicgen']}")
+    for path in (args.captions_csv, args.exclude_csv):
+        if path is not None and not path.is_file():
+            raise SystemExit(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
+    pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
+    paths = write_demo_models(args.out, seed=args.seed, captions_csv=args.captions_csv, exclude_csv=args.exclude_csv,
+                              pretrain=pretrain)
+    kind = "LLM pretrained on captions" if args.captions_csv else "random init"
+    print(f"wrote demo models ({kind}): llm={paths['llm']} musicgen={paths['musicgen']}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""Sweep of the MoT attention variants on the demo: held-out CE, caption gain, trainable params, step time.
+
+    python benchmarks/attention_sweep.py --out build/sweep [--seeds 1 2 3] [--parallel 2] [--only separate ...]
+
+Each run is `python -m adapter_trainer +experiment=demo` (the default `make demo` settings) with one variant and
+`trainer.seed`, one intra-op thread (OMP_NUM_THREADS=1), at most `--parallel` at a time. Results go to
+<out>/results.json and a Markdown table <out>/table.md (mean over seeds, and every seed's row).
+Needs `make demo-shards demo-models`; the "random-init LLM" row also needs build/demo/models_random
+(`python -m adapter_trainer.demo_models --out build/demo/models_random`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+VARIANTS: dict[str, list[str]] = {
+    "random-init LLM, shared": ["model.llm=build/demo/models_random/llm", "model.mot.audio_attention=shared"],
+    "shared": ["model.mot.audio_attention=shared"],
+    "lora r16": ["model.mot.audio_attention=lora", "model.mot.lora_rank=16"],
+    "separate": ["model.mot.audio_attention=separate"],
+}
+
+
+def run_one(name: str, overrides: list[str], seed: int, out: Path) -> dict:
+    run_dir = out / f"{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}-s{seed}"
+    cmd = [sys.executable, "-m", "adapter_trainer", "+experiment=demo", *overrides, f"trainer.seed={seed}",
+           f"trainer.output_dir={run_dir}", "trainer.progress_bar=false", "trainer.tensorboard=false"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    (run_dir).mkdir(parents=True, exist_ok=True)
+    (run_dir / "stdout.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} seed {seed} failed (rc {proc.returncode}); see {run_dir / 'stdout.log'}")
+    final = json.loads((run_dir / "final_metrics.json").read_text())
+    lc = final["learning_check"]
+    m = re.search(r"trainable params=([\d,]+)", proc.stdout + proc.stderr)
+    recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in recs if "train/tokens_per_s" in r]
+    # s/step from the logged throughput: tokens in a log interval / tokens_per_s / steps in the interval
+    steps_s = [(b["train/tokens_seen"] - a["train/tokens_seen"]) / b["train/tokens_per_s"] / (b["step"] - a["step"])
+               for a, b in zip(train, train[1:])]
+    return {
+        "variant": name, "seed": seed, "eval_ce": lc["eval_ce"], "unigram_ce": lc["unigram_ce"],
+        "rel_to_unigram_pct": lc["rel_to_unigram_pct"], "caption_gain": lc["caption_gain"],
+        "caption_gain_ci95": lc["caption_gain_ci95"],
+        "trainable_params": int(m.group(1).replace(",", "")) if m else None,
+        "s_per_step_median": statistics.median(steps_s) if steps_s else None, "wall_s": time.perf_counter() - t0,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| variant | seed | held-out CE (% under unigram) | caption gain, nats/code [95% CI] | trainable params | s/step |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lo, hi = r["caption_gain_ci95"]
+        lines.append(f"| {r['variant']} | {r['seed']} | {r['eval_ce']:.3f} ({r['rel_to_unigram_pct']:.1f}%) | "
+                     f"{r['caption_gain']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {r['trainable_params']:,} | "
+                     f"{r['s_per_step_median']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("build/sweep"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--parallel", type=int, default=2, help="runs at a time (each uses one thread)")
+    p.add_argument("--only", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs = [(name, VARIANTS[name], seed) for name in args.only for seed in args.seeds]
+    results_path = args.out / "results.json"
+    rows = json.loads(results_path.read_text()) if results_path.exists() else []
+    done = {(r["variant"], r["seed"]) for r in rows}
+    jobs = [j for j in jobs if (j[0], j[2]) not in done]
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for row in pool.map(lambda j: run_one(j[0], j[1], j[2], args.out), jobs):
+            rows.append(row)
+            results_path.write_text(json.dumps(rows, indent=2) + "\n")  # after every run: nothing is lost
+            print(table([row]).splitlines()[-1], flush=True)
+    (args.out / "table.md").write_text(table(sorted(rows, key=lambda r: (list(VARIANTS).index(r["variant"]), r["seed"]))))
+    print((args.out / "table.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
