@@ -66,7 +66,8 @@ listen: $(RUN)/final_metrics.json
 		generate.captions=eval generate.n=$(LISTEN_N) generate.seconds=$(LISTEN_SECONDS) generate.overwrite=true $(ARGS)
 	rm -rf $(RUN)/listen
 	$(PY) -m tokenizer_pipeline.decode $(RUN)/generated out_dir=$(RUN)/listen/generated
-	$(PY) -m tokenizer_pipeline.decode $(DEMO)/shards out_dir=$(RUN)/listen/reference split=eval limit=$(LISTEN_N)
+	$(PY) -m tokenizer_pipeline.decode $(DEMO)/shards out_dir=$(RUN)/listen/reference split=eval limit=$(LISTEN_N) \
+		max_seconds=$(LISTEN_SECONDS)
 	$(PY) -m adapter_trainer.probe --shards $(DEMO)/shards --generated $(RUN)/generated --out $(RUN)/generation_report.json
 	$(PY) -m adapter_trainer.listen_page $(RUN) --source-audio $(DEMO)/corpus
 

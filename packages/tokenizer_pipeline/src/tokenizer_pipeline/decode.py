@@ -41,19 +41,22 @@ class DecodeArgs:
     codec: str | None = None  # None = the manifest's codec.name_or_path
     split: str | None = None  # None = every split
     limit: int = 0  # 0 = all clips; N = the first N clips (in shard order)
+    max_seconds: float = 0.0  # 0 = whole clips; > 0 = only the first max_seconds of each clip (quick previews)
     device: str = "cpu"
 
 
 def parse_args(argv: list[str]) -> DecodeArgs:
     """`<shard-set> out_dir=DIR [codec=..] [split=..] [limit=N] [device=..]` (Hydra-style key=value)."""
-    usage = "usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N] [device=cpu|auto|cuda|mps]"
+    usage = ("usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N] "
+             "[max_seconds=S] [device=cpu|auto|cuda|mps]")
     pos = [a for a in argv if "=" not in a]
     kv = dict(a.split("=", 1) for a in argv if "=" in a)
-    unknown = sorted(set(kv) - {"out_dir", "codec", "split", "limit", "device"})
+    unknown = sorted(set(kv) - {"out_dir", "codec", "split", "limit", "max_seconds", "device"})
     if len(pos) != 1 or "out_dir" not in kv or unknown:
         raise DecodeError(f"{usage}" + (f" (unknown keys: {unknown})" if unknown else ""))
     return DecodeArgs(shard_set=Path(pos[0]), out_dir=Path(kv["out_dir"]), codec=kv.get("codec"),
-                      split=kv.get("split"), limit=int(kv.get("limit", 0)), device=kv.get("device", "cpu"))
+                      split=kv.get("split"), limit=int(kv.get("limit", 0)),
+                      max_seconds=float(kv.get("max_seconds", 0.0)), device=kv.get("device", "cpu"))
 
 
 def iter_samples(root: Path, manifest: dict, split: str | None):
@@ -130,6 +133,8 @@ def run_decode(args: DecodeArgs) -> Path:
     for split, key, codes, meta in iter_samples(root, manifest, args.split):
         if args.limit and len(entries) >= args.limit:
             break
+        if args.max_seconds > 0:
+            codes = codes[: max(1, int(round(args.max_seconds * float(manifest["codec"]["frame_rate"]))))]  # [T', K]
         wav = decode_codes(model, codes, device)  # [N]
         peak = float(np.abs(wav).max()) if wav.size else 0.0
         clipped = float((np.abs(wav) > 1.0).mean()) if wav.size else 0.0
