@@ -102,6 +102,11 @@ def test_decode_writes_32khz_wavs_equal_to_the_codec_decoder(codec: Path, tmp_pa
             ref = model.decode(torch.from_numpy(c.codes.astype(np.int64)).T[None, None], [None]).audio_values[0, 0]
         ref = np.clip(ref.numpy(), -1, 1)
         np.testing.assert_allclose(wav, ref, atol=1.5 / 32768)  # 16-bit PCM quantisation
+    proc = run_decode(str(root), f"out_dir={tmp_path / 'short'}", "split=generated", "limit=2", "max_seconds=0.1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    short = json.loads((tmp_path / "short" / "decoded.json").read_text())["clips"]
+    assert [c["n_frames"] for c in short] == [5, 5]  # 0.1 s at 50 Hz, first 2 clips only
+    assert sf.info(str(tmp_path / "short" / f"{short[0]['key']}.wav")).frames == 5 * HOP
 
 
 def test_decode_refuses_a_codec_whose_hash_differs_naming_both(codec: Path, tmp_path: Path) -> None:
