@@ -16,7 +16,7 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow bench clean
+.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow bench clean listen listen-check
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,29 @@ $(DEMO)/models/.done: $(DEMO)/corpus/.done
 
 demo: demo-shards demo-models
 	$(PY) -m adapter_trainer +experiment=demo $(ARGS)
+
+# ---- listen: sample 16 clips for eval captions from the demo run, decode them in the pipeline's own process,
+# score them with the attribute probe and write a static page (open <run>/listen/index.html from file://)
+RUN ?= $(DEMO)/runs/demo
+LISTEN_N ?= 16
+LISTEN_SECONDS ?= 5
+$(RUN)/final_metrics.json: | demo-shards demo-models
+	$(PY) -m adapter_trainer +experiment=demo trainer.output_dir=$(RUN)
+
+listen: $(RUN)/final_metrics.json
+	$(PY) -m adapter_trainer.generate +experiment=demo trainer.output_dir=$(RUN) generate.checkpoint=latest \
+		generate.captions=eval generate.n=$(LISTEN_N) generate.seconds=$(LISTEN_SECONDS) generate.overwrite=true $(ARGS)
+	rm -rf $(RUN)/listen
+	$(PY) -m tokenizer_pipeline.decode $(RUN)/generated out_dir=$(RUN)/listen/generated
+	$(PY) -m tokenizer_pipeline.decode $(DEMO)/shards out_dir=$(RUN)/listen/reference split=eval limit=$(LISTEN_N) \
+		max_seconds=$(LISTEN_SECONDS)
+	$(PY) -m adapter_trainer.probe --shards $(DEMO)/shards --generated $(RUN)/generated --out $(RUN)/generation_report.json
+	$(PY) -m adapter_trainer.listen_page $(RUN) --source-audio $(DEMO)/corpus
+
+# opt-in (not in make test): render the page with headless Chromium (Debian: apt-get install -y chromium) to a PNG
+listen-check: | setup
+	@test -f $(RUN)/listen/index.html || { echo "no $(RUN)/listen/index.html: run make listen first" >&2; exit 2; }
+	$(PY) -m adapter_trainer.listen_check $(RUN)/listen/index.html $(RUN)/listen/page.png
 
 # ---- real data
 # make audio OUT=dir: every CSV row's window from YouTube -> dir/{ytid}.flac (yt-dlp + the wheel's ffmpeg);

@@ -43,6 +43,7 @@ class DataConfig:
     unigram_max_clips: int = 4096  # train clips (evenly spaced) read at startup for the unigram baseline; 0 = all
     # true: accept eval clips whose keys are also train clips (the report then says the check is NOT held-out)
     allow_eval_overlap: bool = False
+    caption_dropout: float = 0.0  # P(train caption -> empty caption): teaches the unconditioned branch CFG needs
 
 
 @dataclass
@@ -175,6 +176,8 @@ def validate_config(cfg: TrainConfig) -> None:
             f"{cfg.model.dtype} and the trainable weights fp32, which only {needed} autocast can mix. Use {alt}, "
             f"or model.dtype=float32"
         )
+    if not 0.0 <= cfg.data.caption_dropout < 1.0:
+        raise ConfigError(f"data.caption_dropout={cfg.data.caption_dropout} must be in [0, 1), e.g. data.caption_dropout=0.1")
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from adapter_trainer.caption_dropout import drop_caption
 from adapter_trainer.shards import Clip, ClipReader, SplitIndex
 from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
 
@@ -35,6 +36,7 @@ class ExampleSpec:
     pad_id: int
     max_seq_len: int
     max_caption_tokens: int
+    caption_dropout: float = 0.0  # P(train caption -> empty caption), for classifier-free guidance (caption_dropout.py)
 
 
 def text_of(clip: Clip, text: str) -> str:
@@ -89,7 +91,10 @@ class TrainBatches(Dataset):
             epoch, index, i = self.position(n)
             clip = self.reader.read(i)
             rng = np.random.default_rng([self.seed, epoch, index])
-            examples.append(encode_example(caption_ids(self.tokenizer, clip, s), clip.codes, vocab=s.vocab,
+            # caption dropout draws from its own stream (seed, epoch, index, 1): crops stay as without it, resume exact
+            caption = drop_caption(caption_ids(self.tokenizer, clip, s), s.caption_dropout,
+                                   np.random.default_rng([self.seed, epoch, index, 1]))
+            examples.append(encode_example(caption, clip.codes, vocab=s.vocab,
                                            pattern=s.pattern, bos_id=s.bos_id, max_seq_len=s.max_seq_len,
                                            max_caption_tokens=s.max_caption_tokens, crop="random", rng=rng,
                                            key=clip.key))

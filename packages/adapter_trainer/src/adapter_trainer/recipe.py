@@ -276,7 +276,8 @@ class MoTAdapterRecipe:
 
         d = cfg.data
         self.spec = ExampleSpec(vocab=self.vocab, pattern=d.pattern, text=d.text, bos_id=self.bos_id, pad_id=self.pad_id,
-                                max_seq_len=d.max_seq_len, max_caption_tokens=d.max_caption_tokens)
+                                max_seq_len=d.max_seq_len, max_caption_tokens=d.max_caption_tokens,
+                                caption_dropout=d.caption_dropout)
         # Train captions are tokenized in the DataLoader workers; eval captions once here (every derangement needs
         # all of them), as small int arrays. Eval codes are read per eval batch.
         self.eval_reader = ClipReader(self.eval_index)
@@ -367,7 +368,7 @@ class MoTAdapterRecipe:
             "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
             # the example order (epoch shuffle, crops) and the sequences themselves:
             "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
-            "data.max_caption_tokens": c.data.max_caption_tokens,
+            "data.max_caption_tokens": c.data.max_caption_tokens, "data.caption_dropout": c.data.caption_dropout,
             "vocab": [self.vocab.text_vocab_size, self.vocab.n_codebooks, self.vocab.codebook_size],
             "trainable_shapes": {k: list(v.shape) for k, v in self.model.trainable_state_dict().items()},
             "data.manifest_sha256": [s.manifest_sha256 for s in self.shard_sets],

@@ -1,0 +1,19 @@
+"""Caption dropout (MusicGen's condition dropout): some training captions become the empty caption.
+
+Classifier-free guidance at sampling time mixes the logits of a caption with those of the empty caption
+(`sampling.apply_cfg`); the model only knows what to do with an empty caption if training showed it one.
+An empty caption lays out as BOS, AUDIO_START, audio (token_layout.encode_example with no caption ids),
+exactly the unconditioned prompt `sampling.generate_codes` builds.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def drop_caption(caption_ids: list[int], p: float, rng: np.random.Generator) -> list[int]:
+    """[] with probability p (one draw from `rng`), else caption_ids unchanged. p = 0 draws nothing."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"caption dropout p={p} must be in [0, 1); set data.caption_dropout")
+    if p == 0.0:
+        return caption_ids
+    return [] if rng.random() < p else caption_ids

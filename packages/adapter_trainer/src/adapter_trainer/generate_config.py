@@ -1,0 +1,59 @@
+"""Schema of `python -m adapter_trainer.generate`: the training config plus a `generate` section.
+
+A module of its own (not generate.py) so the dataclasses always live in an importable module: Hydra/OmegaConf
+resolve their annotations through `sys.modules[cls.__module__]`, which is not the script when run as __main__.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from adapter_trainer.config import ConfigError, TrainConfig
+
+CAPTION_SOURCES = ("eval", "file", "texts")
+GENERATE_SCHEMA_NAME = "adapter_trainer_generate_schema"
+
+
+@dataclass
+class GenerateConfig:
+    checkpoint: str = "latest"  # "latest" (newest under trainer.output_dir/checkpoints) or a step-XXXXXX dir
+    captions: str = "eval"  # eval (data.eval_split's captions, in order) | file (captions_file) | texts (texts)
+    captions_file: Optional[str] = None  # one caption per line, for captions=file
+    texts: List[str] = field(default_factory=list)  # for captions=texts
+    n: int = 16  # clips to generate (eval: the first n eval clips; file/texts: cycles through the captions)
+    seconds: float = 5.0  # stop after this much audio (frames = seconds * codec frame_rate), or at AUDIO_END
+    batch_size: int = 8  # captions per forward (CFG doubles the rows)
+    temperature: float = 1.0  # <= 0 = greedy
+    top_k: int = 250  # MusicGen's default; 0 = off
+    top_p: float = 0.0  # nucleus mass; 0 = off
+    cfg_scale: float = 3.0  # classifier-free guidance (MusicGen's default); 1.0 = off
+    seed: int = 0  # clip i draws from its own generator seeded by (seed, i): reruns give the same codes
+    out_dir: Optional[str] = None  # null = <trainer.output_dir>/generated
+    overwrite: bool = False  # replace a non-empty out_dir
+
+
+@dataclass
+class GenerateRunConfig(TrainConfig):
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+
+
+ConfigStore.instance().store(name=GENERATE_SCHEMA_NAME, node=GenerateRunConfig)
+
+
+def validate_generate(g: GenerateConfig) -> None:
+    """Value checks OmegaConf cannot express; ConfigError names the key and the fix."""
+    if g.captions not in CAPTION_SOURCES:
+        raise ConfigError(f"generate.captions={g.captions!r}; choose one of {', '.join(CAPTION_SOURCES)}")
+    if g.captions == "file" and not g.captions_file:
+        raise ConfigError("generate.captions=file needs generate.captions_file=path/to/captions.txt")
+    if g.captions == "texts" and not g.texts:
+        raise ConfigError("generate.captions=texts needs generate.texts='[\"a calm piano melody\"]'")
+    for key in ("n", "batch_size"):
+        if getattr(g, key) < 1:
+            raise ConfigError(f"generate.{key}={getattr(g, key)} must be >= 1")
+    if g.seconds <= 0:
+        raise ConfigError(f"generate.seconds={g.seconds} must be > 0")
+    if g.top_k < 0 or not 0.0 <= g.top_p <= 1.0:
+        raise ConfigError(f"generate.top_k={g.top_k} must be >= 0 and generate.top_p={g.top_p} in [0, 1]")
