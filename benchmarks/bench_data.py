@@ -5,7 +5,7 @@
   trainer_rss_100x_vs_1x      peak RSS of a 5-step run on the demo shard set replicated 100x with new keys /
                               the same run on the set itself (training process; workers reported too). Target <= 1.10.
 
-Usage: python benchmarks/bench_data.py --out FILE.json [--wait-steps 100] [--replicas 100] [--shards build/demo/shards]
+Usage: python benchmarks/bench_data.py --out FILE.json [--wait-steps 300] [--replicas 100] [--shards build/demo/shards]
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--wait-steps", type=int, default=100)
+    ap.add_argument("--wait-steps", type=int, default=300)  # the whole demo run
     ap.add_argument("--rss-steps", type=int, default=5)
     ap.add_argument("--replicas", type=int, default=100)
     ap.add_argument("--shards", default="build/demo/shards")
