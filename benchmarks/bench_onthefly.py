@@ -61,7 +61,7 @@ def main() -> None:
             rows = [r for r in csv.DictReader(f) if (Path(args.corpus) / f"{r['ytid']}.wav").is_file()]
         rows = rows[: B * (args.steps + 1)]
         wavs = [load_audio(Path(args.corpus) / f"{r['ytid']}.wav", enc.sampling_rate) for r in rows]  # each [N]
-        caps = [recipe._caption_ids(r["caption"])[: d.max_caption_tokens] for r in rows]
+        caps = [list(recipe.tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[: d.max_caption_tokens] for r in rows]
         window = int(d.max_seq_len / enc.frame_rate * enc.sampling_rate)  # samples: enough frames for any caption
         rng = np.random.default_rng(0)
 
