@@ -43,8 +43,19 @@ def run(script: str, out: Path, *args: str) -> tuple[list[dict], dict]:
     if isinstance(got, list):
         return [{"stage": Path(script).stem, **r} for r in got], {}
     if "rows" in got or "summary" in got:
-        return [{"stage": Path(script).stem, **r} for r in got.get("rows", [])], got.get("summary", {})
-    return [], {k: v for k, v in got.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return [{"stage": Path(script).stem, **r} for r in got.get("rows", [])], _numbers(got.get("summary", {}))
+    return [], _numbers(got)
+
+
+def _numbers(d: dict) -> dict[str, float]:
+    """The summary keys: numbers only; a nested dict {"1": x, "2": y} under key k becomes k_1, k_2."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_numbers({f"{k}_{kk}": vv for kk, vv in v.items()}))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = v
+    return out
 
 
 def merge_results(path: Path, machine: str, rows: list[dict], summary: dict) -> dict:

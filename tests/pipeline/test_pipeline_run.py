@@ -177,6 +177,27 @@ def test_ffmpeg_failures_are_counted_and_retried_once_installed(corpus, tiny_cod
     assert calls == plan_of_m4a and res.manifest.totals["failed"] == 0
 
 
+def test_an_ffmpeg_program_counts_as_ffmpeg_for_the_retry(monkeypatch) -> None:
+    """read_audio decodes FFmpeg formats with the ffmpeg program (imageio-ffmpeg) when torchcodec's libraries are
+    missing, so a rerun after `pip install imageio-ffmpeg` must retry the needs_ffmpeg rows."""
+    from tokenizer_pipeline.ffmpeg_binary import FFmpegNotFoundError
+
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)  # no torchcodec FFmpeg libraries
+    monkeypatch.setattr(run, "find_ffmpeg", lambda: "/opt/bin/ffmpeg")
+    run.ffmpeg_available.cache_clear()  # it is cached per process
+    try:
+        assert run.ffmpeg_available()
+
+        def no_program():
+            raise FFmpegNotFoundError("no ffmpeg program")
+
+        monkeypatch.setattr(run, "find_ffmpeg", no_program)
+        run.ffmpeg_available.cache_clear()
+        assert not run.ffmpeg_available()
+    finally:
+        run.ffmpeg_available.cache_clear()
+
+
 def _plans(cfg) -> list[tuple[str, list[str]]]:
     from tokenizer_pipeline.write_shards import plan_shards
 

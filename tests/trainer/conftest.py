@@ -1,7 +1,18 @@
-"""Trainer tests keep the shard-index cache (adapter_trainer.shards.default_index_cache) out of the user's home."""
+"""Shared trainer-test fixtures.
+
+- The shard-index cache (adapter_trainer.shards.default_index_cache) stays out of the user's home.
+- `models`: the tiny demo models (real Llama/MusicGen classes), built once per session; tests only read them.
+- `shards`: a small synthetic shard set (8 train, 4 eval clips of 12-20 frames). A test module that needs another
+  set defines its own `shards` fixture, which takes precedence over this one.
+"""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -10,3 +21,17 @@ def _index_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory):
     mp.setenv("ADAPTER_TRAINER_INDEX_CACHE", str(tmp_path_factory.mktemp("shard-index-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from adapter_trainer.demo_models import write_demo_models
+
+    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from shard_fixture import write_synthetic_set
+
+    return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))

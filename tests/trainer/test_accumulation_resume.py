@@ -52,20 +52,6 @@ def test_accumulated_micro_batches_give_the_big_batch_gradient() -> None:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
-
-    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from shard_fixture import write_synthetic_set
-
-    return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
-
-
-@pytest.fixture(scope="module")
 def ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
     recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))

@@ -19,20 +19,6 @@ from adapter_trainer.evaluation import (
 from adapter_trainer.recipe import MoTAdapterRecipe
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
-
-    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from shard_fixture import write_synthetic_set
-
-    return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
-
-
 def test_eval_split_equal_to_train_is_refused(models, shards, tmp_path: Path) -> None:
     cfg = make_cfg(models, shards, tmp_path / "run", "data.eval_split=train")
     with pytest.raises(EvalOverlapError) as e:

@@ -13,20 +13,6 @@ from adapter_trainer.config import ConfigError
 from adapter_trainer.recipe import MoTAdapterRecipe
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
-
-    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from shard_fixture import write_synthetic_set
-
-    return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
-
-
 def test_bf16_towers_keep_fp32_trainable_weights_and_tiny_updates(models, shards, tmp_path: Path) -> None:
     cfg = make_cfg(models, shards, tmp_path / "run", "model.dtype=bfloat16", "trainer.precision=bf16",
                    "trainer.max_steps=1", "optimizer.lr=1e-5", "optimizer.warmup_steps=0", "optimizer.grad_clip=0")

@@ -44,7 +44,6 @@ import torch
 from tqdm import tqdm
 
 from adapter_trainer.checkpoint import (
-    ResumeError,
     TrainingProgress,
     check_fingerprint,
     find_checkpoint,
@@ -215,17 +214,18 @@ class MoTAdapterRecipe:
         self.device = device_for_rank(self.device, self.dist)
         # Hydra's ${now:...} output_dir may resolve differently per rank: rank 0's wins.
         self.output_dir = Path(self.dist.broadcast_object(str(self.output_dir)))
-        # Rank 0 checks (and with trainer.overwrite cleans) the run directory; a refusal stops every rank.
-        refusal = None
+        # Rank 0 checks (and with trainer.overwrite cleans) the run directory; its error (a ResumeError refusal, or an
+        # OSError from the file system) is raised on every rank, so no rank waits in a collective for rank 0.
+        refusal: Exception | None = None
         if self.dist.is_main:
             try:
                 prepare_output_dir(self.output_dir, resume=cfg.trainer.resume, overwrite=cfg.trainer.overwrite)
                 self.output_dir.mkdir(parents=True, exist_ok=True)
-            except ResumeError as e:
-                refusal = str(e)
+            except Exception as e:  # re-raised just below, on every rank
+                refusal = e
         refusal = self.dist.broadcast_object(refusal)
         if refusal is not None:
-            raise ResumeError(refusal)
+            raise refusal
 
         # Imported here, not at module top: model_builders/mot pull in transformers; config/shard errors come first.
         from adapter_trainer.model_builders import (

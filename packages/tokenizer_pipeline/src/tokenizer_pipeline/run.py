@@ -44,6 +44,7 @@ from .manifest import (
     write_text_atomic,
 )
 from .musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
+from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .read_audio import FFMPEG_FIX, ClipFailure, load_audio
 from .write_shards import (
     LOCK_FILE,
@@ -356,7 +357,13 @@ def encode_shard(
 
 @functools.lru_cache(maxsize=1)
 def ffmpeg_available() -> bool:
-    """Whether torchcodec can load FFmpeg here (probed by decoding a 10-ms in-memory wav)."""
+    """Whether FFmpeg formats can be decoded here: an ffmpeg program (the system's, or the imageio-ffmpeg wheel's;
+    read_audio falls back to it), or torchcodec with the FFmpeg libraries (probed by decoding a 10-ms wav)."""
+    try:
+        find_ffmpeg()
+        return True
+    except FFmpegNotFoundError:
+        pass
     import soundfile as sf
 
     buf = io.BytesIO()
