@@ -35,7 +35,7 @@ def peak_rss_mb() -> float:
 
 def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) -> tuple[Path, Path]:
     """A CSV of `n` rows and an audio dir of `n` links to the corpus's 10-s wavs (reused round-robin);
-    with `seconds`, links to the first `seconds` of each wav instead."""
+    with `seconds`, links to the first `seconds` of each wav instead, and windows of that length."""
     with (corpus / "musiccaps-subset.csv").open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields, base = reader.fieldnames, list(reader)
@@ -54,6 +54,8 @@ def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) ->
     rows = []
     for i in range(n):  # real rows for real ids; every clip links to a corpus wav
         row = dict(real[i]) if n > len(base) else dict(base[i])
+        if seconds is not None:  # the CSV window must match the file (duration policy: else duration_mismatch)
+            row["end_s"] = f"{float(row['start_s']) + seconds:g}"
         (audio / f"{row['ytid']}.wav").symlink_to((src_dir / f"{base[i % len(base)]['ytid']}.wav").resolve())
         rows.append(row)
     path = out / "rows.csv"
