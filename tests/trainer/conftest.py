@@ -2,6 +2,8 @@
 
 - The shard-index cache (adapter_trainer.shards.default_index_cache) stays out of the user's home.
 - `models`: the tiny demo models (real Llama/MusicGen classes), built once per session; tests only read them.
+- `model_dirs`: the tiny Llama (no tokenizer) and MusicGen decoder saved as checkpoints, for the MoT model tests.
+- `one_thread`: one intra-op thread for a module's tiny matmuls (`pytestmark = pytest.mark.usefixtures("one_thread")`).
 - `shards`: a small synthetic shard set (8 train, 4 eval clips of 12-20 frames). A test module that needs another
   set defines its own `shards` fixture, which takes precedence over this one.
 """
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 
@@ -35,3 +38,20 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from shard_fixture import write_synthetic_set
 
     return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls: one intra-op thread is several times faster than two on a shared 2-core box."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from adapter_trainer.demo_models import write_llm, write_musicgen
+
+    root = tmp_path_factory.mktemp("mot_models")
+    return {"llm": write_llm(root, seed=0, with_tokenizer=False), "musicgen": write_musicgen(root, seed=0)}

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.demo_models import write_llm, write_musicgen
 from adapter_trainer.model_builders import load_llm, load_musicgen_decoder
 from adapter_trainer.mot import MoTAdapterModel, MoTConfig, default_layer_map
 from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
@@ -17,19 +16,8 @@ VOCAB = AudioVocab(V, K, C)
 BOS, PAD = 128_000, 128_004
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls: one intra-op thread is several times faster than two on a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("mot_models")
-    return {"llm": write_llm(root, seed=0, with_tokenizer=False), "musicgen": write_musicgen(root, seed=0)}
 
 
 def make(model_dirs: dict[str, Path], pattern: str = "delay", **cfg) -> MoTAdapterModel:

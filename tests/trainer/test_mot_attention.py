@@ -14,7 +14,6 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from adapter_trainer.demo_models import write_llm, write_musicgen
 from adapter_trainer.model_builders import load_llm, load_musicgen_decoder
 from adapter_trainer.mot import MoTAdapterModel, MoTConfig, MoTKVCache
 from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
@@ -26,18 +25,8 @@ VARIANTS = {"shared": {}, "lora": {"lora_rank": 4}, "separate": {}}
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("mot_attn_models")
-    return {"llm": write_llm(root, seed=0, with_tokenizer=False), "musicgen": write_musicgen(root, seed=0)}
 
 
 def make(model_dirs: dict[str, Path], variant: str = "shared", pattern: str = "delay", perturb_seed: int | None = 1,
