@@ -16,7 +16,6 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import hydra
@@ -56,7 +55,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     from adapter_trainer.generated_shards import GeneratedClip, write_generated_set
     from adapter_trainer.model_builders import load_llm, load_musicgen_decoder, load_musicgen_decoder_config, load_text_tokenizer
     from adapter_trainer.mot import MoTAdapterModel, MoTConfig
-    from adapter_trainer.recipe import MoTAdapterRecipe, resolve_device
+    from adapter_trainer.recipe import resolve_device, run_fingerprint
     from adapter_trainer.sampling import SamplingConfig, generate_codes
     from adapter_trainer.shards import load_split, open_shard_sets
     from adapter_trainer.token_layout import AudioVocab
@@ -81,7 +80,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     if not hasattr(model, "forward_step"):
         raise ConfigError("this MoTAdapterModel has no forward_step (KV-cache decoding); update adapter_trainer.mot")
     # The recipe's own fingerprint (one definition of "same run"), computed on this config and model.
-    fingerprint = MoTAdapterRecipe._fingerprint(SimpleNamespace(cfg=cfg, vocab=vocab, model=model, shard_sets=shard_sets))
+    fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
     ckpt = load_checkpoint(ckpt_dir, device="cpu")
     try:
         check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)

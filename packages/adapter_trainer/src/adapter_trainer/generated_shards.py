@@ -8,7 +8,6 @@ the codec whose weights hash matches), and an extra `generated` section says whe
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 import webdataset as wds
 
-from adapter_trainer.shards import FORMAT_NAME, ShardFormatError
+from adapter_trainer.shards import FORMAT_NAME, ShardFormatError, sha256_file
 
 SPLIT = "generated"  # the one split of a generated set
 MAX_PER_SHARD = 256  # like the pipeline's shard.max_samples
@@ -53,14 +52,6 @@ def _sample_json(clip: GeneratedClip, frame_rate: float) -> bytes:
         "duration_s": T / frame_rate, "source_file": "", "source_sha256": "",
     }
     return json.dumps(record, ensure_ascii=False).encode("utf-8")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, source_manifest: dict[str, Any],
@@ -102,7 +93,7 @@ def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, sour
             writer.close()
         os.replace(tmp, out / rel)
         entries.append({"path": rel, "n_samples": len(chunk), "bytes": (out / rel).stat().st_size,
-                        "sha256": _sha256(out / rel)})
+                        "sha256": sha256_file(out / rel)})
     n_frames = int(sum(c.codes.shape[0] for c in clips))
     seconds = n_frames / frame_rate
     manifest = {

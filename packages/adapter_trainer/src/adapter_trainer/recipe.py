@@ -183,6 +183,22 @@ def backward_window(model: torch.nn.Module, batches: list[Batch], *,
                        n_tokens=n_tok)
 
 
+def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
+    """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
+    c = cfg
+    return {
+        "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
+        "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
+        # the example order (epoch shuffle, crops) and the sequences themselves:
+        "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
+        "data.max_caption_tokens": c.data.max_caption_tokens, "data.caption_dropout": c.data.caption_dropout,
+        "vocab": [vocab.text_vocab_size, vocab.n_codebooks, vocab.codebook_size],
+        "trainable_shapes": {k: list(v.shape) for k, v in model.trainable_state_dict().items()},
+        "data.manifest_sha256": [s.manifest_sha256 for s in shard_sets],
+        "data.splits": [c.data.train_split, c.data.eval_split],
+    }
+
+
 class MoTAdapterRecipe:
     """setup() builds everything, train() is the loop, cleanup() evaluates, plots and reports."""
 
@@ -312,7 +328,7 @@ class MoTAdapterRecipe:
         self.amp_dtype = _PRECISION_DTYPE[cfg.trainer.precision]
         self.scaler = torch.amp.GradScaler("cuda") if cfg.trainer.precision == "fp16" else None
 
-        self.fingerprint = self._fingerprint()
+        self.fingerprint = run_fingerprint(cfg, self.vocab, self.model, self.shard_sets)
         self.optimizer_changes: list[str] = []
         resume_step: int | None = None
         if cfg.trainer.resume:
@@ -359,21 +375,6 @@ class MoTAdapterRecipe:
                                      self.vocab.codebook_size)
         finally:
             reader.close()
-
-    def _fingerprint(self) -> dict[str, Any]:
-        """What a resumed run must share with the checkpoint (architecture, data identity, example stream)."""
-        c = self.cfg
-        return {
-            "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
-            "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
-            # the example order (epoch shuffle, crops) and the sequences themselves:
-            "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
-            "data.max_caption_tokens": c.data.max_caption_tokens, "data.caption_dropout": c.data.caption_dropout,
-            "vocab": [self.vocab.text_vocab_size, self.vocab.n_codebooks, self.vocab.codebook_size],
-            "trainable_shapes": {k: list(v.shape) for k, v in self.model.trainable_state_dict().items()},
-            "data.manifest_sha256": [s.manifest_sha256 for s in self.shard_sets],
-            "data.splits": [c.data.train_split, c.data.eval_split],
-        }
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.cfg.trainer.precision == "fp32":

@@ -75,7 +75,8 @@ class Clip:
     codes: np.ndarray  # [T, K] int16, raw codes 0..C-1
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -183,7 +184,7 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
         if size != entry.bytes:
             raise ShardFormatError(f"{entry.path}: {size} bytes, but {shard_set.manifest_path} lists {entry.bytes}; "
                                    f"the file is truncated or replaced; regenerate or re-copy the shard set")
-        if sha256 and _sha256_file(entry.path) != entry.sha256:
+        if sha256 and sha256_file(entry.path) != entry.sha256:
             raise ShardFormatError(f"{entry.path}: sha256 differs from {shard_set.manifest_path}; the file is "
                                    f"corrupt or replaced; regenerate or re-copy the shard set")
 
