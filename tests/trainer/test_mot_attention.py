@@ -232,3 +232,51 @@ def test_lora_rank_belongs_to_the_lora_variant(model_dirs: dict[str, Path]) -> N
         MoTAdapterModel(llm, mg, VOCAB, "delay", MoTConfig(audio_attention="shared", lora_rank=4))
     with pytest.raises(ValueError, match="allowed"):
         MoTAdapterModel(llm, mg, VOCAB, "delay", MoTConfig(audio_attention="cross"))
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant: str) -> None:
+    """optimizer.pretrained_copy_lr_scale: separate's copied q/k/v/o + norm step at lr x scale, new adapters at lr.
+    With scale 0 the copies stay bit-identical through AdamW steps (decay included) while the adapters move."""
+    from adapter_trainer.config import OptimizerConfig
+    from adapter_trainer.recipe import param_groups
+
+    mot = make(model_dirs, variant, perturb_seed=None).train()
+    copies = mot.pretrained_copy_parameters()
+    names = {id(p): n for n, p in mot.named_parameters()}
+    expected = {n for n, p in mot.named_parameters() if p.requires_grad and  # musicgen-init tables (make()'s default)
+                (n == "code_embed" or n.startswith(("audio_out_norm.", "lm_heads.")))}
+    if variant == "separate":
+        expected |= {f"layers.{l}.audio_attn.{m}.weight" for l in range(len(mot.layers))
+                     for m in ("input_layernorm", "q_proj", "k_proj", "v_proj", "o_proj")}
+    assert {names[id(p)] for p in copies} == expected and "code_embed" in expected
+    trainable = [p for p in mot.parameters() if p.requires_grad]
+    opt_cfg = OptimizerConfig(lr=1e-2, weight_decay=0.1, pretrained_copy_lr_scale=0.0)
+    groups = param_groups(trainable, copies, opt_cfg)
+    in_groups = [id(p) for g in groups for p in g["params"]]
+    assert sorted(in_groups) == sorted(id(p) for p in trainable)  # each trainable tensor in exactly one group
+    opt = torch.optim.AdamW(groups, lr=opt_cfg.lr)
+    assert [g["lr"] for g in opt.param_groups] == [1e-2, 1e-2, 0.0, 0.0]
+    before = {n: p.detach().clone() for n, p in mot.named_parameters() if p.requires_grad}
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        mot.compute_loss(make_batch("delay")).loss.backward()
+        opt.step()
+    copy_names = {names[id(p)] for p in copies}
+    for n, p in mot.named_parameters():
+        if n in copy_names:
+            assert torch.equal(p, before[n]), f"copy moved at lr 0: {n}"
+    assert any(not torch.equal(p, before[n]) for n, p in mot.named_parameters() if n in before and n not in copy_names)
+
+
+def test_random_init_shared_has_no_pretrained_copies(model_dirs: dict[str, Path]) -> None:
+    """The demo's setting (random tables, shared attention): every trainable tensor is new, so two AdamW groups."""
+    from adapter_trainer.config import OptimizerConfig
+    from adapter_trainer.recipe import param_groups
+
+    mot = MoTAdapterModel(load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"]), VOCAB, "delay",
+                          MoTConfig(audio_embed_init="random", audio_head_init="random"))
+    assert mot.pretrained_copy_parameters() == []
+    trainable = [p for p in mot.parameters() if p.requires_grad]
+    groups = param_groups(trainable, [], OptimizerConfig(pretrained_copy_lr_scale=0.5))
+    assert len(groups) == 2 and sum(len(g["params"]) for g in groups) == len(trainable)

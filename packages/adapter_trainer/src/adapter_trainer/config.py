@@ -80,6 +80,9 @@ class OptimizerConfig:
     warmup_steps: int = 100  # linear warmup from 0 to lr
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio at trainer.max_steps
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
+    # lr multiplier for trainable COPIES of pretrained weights (separate attention's q/k/v/o + norm; musicgen-init
+    # embeddings/heads): fine-tuning pretrained weights wants a smaller step than training new adapters
+    pretrained_copy_lr_scale: float = 1.0
 
 
 @dataclass
@@ -159,7 +162,8 @@ def validate_config(cfg: TrainConfig) -> None:
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name))
     for key in ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "data.unigram_max_clips",
-                "optimizer.warmup_steps", "optimizer.weight_decay", "optimizer.grad_clip"):
+                "optimizer.warmup_steps", "optimizer.weight_decay", "optimizer.grad_clip",
+                "optimizer.pretrained_copy_lr_scale"):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name), zero_ok=True)
     if cfg.trainer.num_workers < -1:

@@ -548,6 +548,14 @@ class MoTAdapterModel(nn.Module):
                     m.training = True
         return self
 
+    def pretrained_copy_parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters that START as copies of pretrained weights (optimizer.pretrained_copy_lr_scale):
+        `separate` attention's norm and q/k/v/o, and under musicgen init the code embeddings, audio output norm
+        and lm_heads. Everything else trainable (adapters, LoRA, random-init tables) is new."""
+        prefixes = ("code_embed", "audio_out_norm.", "lm_heads.")
+        return [p for name, p in self.named_parameters()
+                if p.requires_grad and (".audio_attn." in name or name.startswith(prefixes))]
+
     # ------------------------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """Only the trainable tensors (adapters, audio norms/embeddings/heads, LoRA), detached, by stable name."""

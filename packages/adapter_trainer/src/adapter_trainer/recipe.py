@@ -54,7 +54,7 @@ from adapter_trainer.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, mot_fields
+from adapter_trainer.config import ConfigError, OptimizerConfig, TrainConfig, config_to_yaml, mot_fields
 from adapter_trainer.data import ExampleSpec, TrainBatches, caption_ids, default_num_workers, train_loader
 from adapter_trainer.distributed import DistInfo, device_for_rank, init_distributed, teardown_distributed
 from adapter_trainer.evaluation import (
@@ -181,6 +181,24 @@ def backward_window(model: torch.nn.Module, batches: list[Batch], *,
         n_tok += int(batch.attention_mask.sum())
     return WindowStats(loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k,
                        n_tokens=n_tok)
+
+
+def param_groups(trainable: list[torch.nn.Parameter], copies: list[torch.nn.Parameter],
+                 opt: OptimizerConfig) -> list[dict[str, Any]]:
+    """AdamW groups: new parameters (decay / no decay, lr) first, then copies of pretrained weights (decay / no decay,
+    lr x opt.pretrained_copy_lr_scale) when there are any. Weight decay only on >= 2-D tensors.
+
+    Group 0 is the new >= 2-D weights: its lr is the one logged as train/lr.
+    """
+    copy_ids = {id(p) for p in copies}
+    new = [p for p in trainable if id(p) not in copy_ids]
+    groups = [{"params": [p for p in new if p.ndim >= 2], "weight_decay": opt.weight_decay},
+              {"params": [p for p in new if p.ndim < 2], "weight_decay": 0.0}]
+    if copies:
+        lr = opt.lr * opt.pretrained_copy_lr_scale
+        groups += [{"params": [p for p in copies if p.ndim >= 2], "weight_decay": opt.weight_decay, "lr": lr},
+                   {"params": [p for p in copies if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
+    return groups
 
 
 def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
@@ -315,10 +333,8 @@ class MoTAdapterRecipe:
         if not self.trainable:
             raise ConfigError("the MoT adapter has no trainable parameters; check model.mot.*")
         self.dist.broadcast_params(self.trainable)  # every rank starts from rank 0's trainable weights (frozen: untouched)
-        decay = [p for p in self.trainable if p.ndim >= 2]
-        no_decay = [p for p in self.trainable if p.ndim < 2]
         self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.optimizer.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            param_groups(self.trainable, self.model.pretrained_copy_parameters(), cfg.optimizer),
             lr=cfg.optimizer.lr, betas=(cfg.optimizer.betas[0], cfg.optimizer.betas[1]),
         )
         schedule = WarmupCosine(cfg.optimizer.warmup_steps, self.max_steps, cfg.optimizer.min_lr_ratio)
