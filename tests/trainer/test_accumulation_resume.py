@@ -105,3 +105,18 @@ def test_fresh_run_into_a_dir_with_checkpoints_is_refused(models, shards, ckpt: 
     prepare_output_dir(out, resume="latest", overwrite=False)  # resuming it is fine
     prepare_output_dir(out, resume=None, overwrite=True)  # an explicit overwrite deletes the old checkpoints
     assert not (out / "checkpoints").exists()
+
+
+def test_resume_with_other_optimizer_groups_is_refused_clearly() -> None:
+    """A checkpoint from before copies of pretrained weights had their own AdamW groups (2 groups, 3 tensors) meets
+    this run's 4 groups: a ResumeError naming the cause and the fix, not torch's size-mismatch ValueError."""
+    from adapter_trainer.checkpoint import ResumeError, load_optimizer_with_config
+
+    ps = [torch.nn.Parameter(torch.zeros(2, 2)) for _ in range(3)]
+    old = torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-3)
+    old_sched = torch.optim.lr_scheduler.LambdaLR(old, lambda step: 1.0)
+    new = torch.optim.AdamW([{"params": ps[:1]}, {"params": ps[2:]}, {"params": ps[1:2], "lr": 1e-4}, {"params": []}], lr=1e-3)
+    new_sched = torch.optim.lr_scheduler.LambdaLR(new, lambda step: 1.0)
+    with pytest.raises(ResumeError, match="pretrained_copy_lr_scale"):
+        load_optimizer_with_config(new, new_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)
+    load_optimizer_with_config(old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)  # same groups: fine

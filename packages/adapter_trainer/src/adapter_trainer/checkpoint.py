@@ -206,6 +206,13 @@ def load_optimizer_with_config(
     recomputed as lr * lr_factor(step), exactly what an uninterrupted run with this config would use.
     """
     fresh = [{k: g[k] for k in OPTIMIZER_GROUP_KEYS} for g in optimizer.param_groups]
+    saved = [len(g["params"]) for g in optimizer_state["param_groups"]]
+    if saved != [len(g["params"]) for g in optimizer.param_groups]:
+        raise ResumeError(
+            f"the checkpoint's AdamW groups hold {saved} tensors, this run's {[len(g['params']) for g in optimizer.param_groups]}: "
+            f"it was written before copies of pretrained weights got their own groups (optimizer.pretrained_copy_lr_scale) "
+            f"or for another model; start a fresh run (trainer.overwrite=true or another trainer.output_dir)"
+        )
     optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(scheduler_state)
     for g, f in zip(optimizer.param_groups, fresh):
