@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         for fut in as_completed(futures):
             try:
                 row = fut.result()
-            except RuntimeError as e:  # one run's failure is recorded; the other runs go on
+            except Exception as e:  # one run's failure is recorded (and fails the sweep at the end); the others go on
                 failed.append(str(e))
                 print(f"FAILED: {e}", file=sys.stderr, flush=True)
                 continue

@@ -77,12 +77,15 @@ def test_changed_optimizer_settings_are_applied_on_resume(models, shards, ckpt: 
     assert same.optimizer.param_groups[0]["lr"] == pytest.approx(saved["param_groups"][0]["lr"], rel=1e-12)
 
     changed = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "b", "trainer.max_steps=4", f"trainer.resume={ckpt}",
-                                        "optimizer.lr=1e-3", "optimizer.betas=[0.8,0.9]", "optimizer.weight_decay=0.1"))
+                                        "optimizer.lr=1e-3", "optimizer.betas=[0.8,0.9]", "optimizer.weight_decay=0.1",
+                                        "optimizer.pretrained_copy_lr_scale=0.5"))
     changed.setup()
     factor = WarmupCosine(3, 4, changed.cfg.optimizer.min_lr_ratio)(2)  # the schedule at step 2 under the new config
-    decay, no_decay = changed.optimizer.param_groups
+    decay, no_decay, copy_decay, copy_no_decay = changed.optimizer.param_groups  # new tensors, then pretrained copies
     assert decay["initial_lr"] == 1e-3 and decay["lr"] == pytest.approx(1e-3 * factor, rel=1e-12)
     assert tuple(decay["betas"]) == (0.8, 0.9) and decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert copy_no_decay["params"] and copy_no_decay["initial_lr"] == 5e-4  # the experts' norms: lr x the new scale
+    assert copy_no_decay["lr"] == pytest.approx(5e-4 * factor, rel=1e-12) and copy_no_decay["weight_decay"] == 0.0
     assert changed.scheduler.get_last_lr()[0] == pytest.approx(1e-3 * factor, rel=1e-12)
     lr0 = same.cfg.optimizer.lr  # the demo preset's lr, which the checkpoint was trained with
     assert f"optimizer.lr: {lr0!r} -> 0.001" in changed.optimizer_changes, changed.optimizer_changes

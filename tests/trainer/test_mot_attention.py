@@ -244,12 +244,7 @@ def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant
     mot = make(model_dirs, variant, perturb_seed=None).train()
     copies = mot.pretrained_copy_parameters()
     names = {id(p): n for n, p in mot.named_parameters()}
-    expected = {n for n, p in mot.named_parameters() if p.requires_grad and  # musicgen-init tables (make()'s default)
-                (n == "code_embed" or n.startswith(("audio_out_norm.", "lm_heads.")))}
-    if variant == "separate":
-        expected |= {f"layers.{l}.audio_attn.{m}.weight" for l in range(len(mot.layers))
-                     for m in ("input_layernorm", "q_proj", "k_proj", "v_proj", "o_proj")}
-    assert {names[id(p)] for p in copies} == expected and "code_embed" in expected
+    assert {names[id(p)] for p in copies} == pretrained_starts(model_dirs, variant, "musicgen", True)
     trainable = [p for p in mot.parameters() if p.requires_grad]
     opt_cfg = OptimizerConfig(lr=1e-2, weight_decay=0.1, pretrained_copy_lr_scale=0.0)
     groups = param_groups(trainable, copies, opt_cfg)
@@ -269,14 +264,51 @@ def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant
     assert any(not torch.equal(p, before[n]) for n, p in mot.named_parameters() if n in before and n not in copy_names)
 
 
-def test_random_init_shared_has_no_pretrained_copies(model_dirs: dict[str, Path]) -> None:
-    """The demo's setting (random tables, shared attention): every trainable tensor is new, so two AdamW groups."""
+def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str, freeze_audio_ffn: bool) -> set[str]:
+    """Names of the trainable tensors that start as pretrained weights, found by value, not by name. Every tower
+    tensor first gets noise (so none is zero or equal to another), then a trainable tensor counts when it IS a tower
+    tensor (trained in place) or equals one (a copy); zero-init and random-init new tensors match nothing."""
+    llm, mg = load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"])
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in [*llm.parameters(), *mg.parameters()]:
+            p.add_(torch.rand(p.shape, generator=g) + 0.5)
+    in_place = {id(p) for p in [*llm.parameters(), *mg.parameters()]}
+    ref = [p.detach().clone() for p in [*llm.parameters(), *mg.parameters()]]
+    ref.append(torch.cat([e.weight.detach()[:C] for e in mg.model.decoder.embed_tokens]))  # code_embed's source rows
+    mot = MoTAdapterModel(llm, mg, VOCAB, "delay", MoTConfig(
+        audio_attention=variant, **VARIANTS[variant], audio_embed_init=init, audio_head_init=init,
+        freeze_audio_ffn=freeze_audio_ffn))
+    return {n for n, p in mot.named_parameters() if p.requires_grad and (
+        id(p) in in_place or any(r.shape == p.shape and torch.equal(r, p.detach()) for r in ref))}
+
+
+@pytest.mark.parametrize("freeze_audio_ffn", [True, False])
+@pytest.mark.parametrize("init", ["musicgen", "random"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretrained(
+        model_dirs: dict[str, Path], variant: str, init: str, freeze_audio_ffn: bool) -> None:
+    mot = MoTAdapterModel(load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"]), VOCAB, "delay",
+                          MoTConfig(audio_attention=variant, **VARIANTS[variant], audio_embed_init=init,
+                                    audio_head_init=init, freeze_audio_ffn=freeze_audio_ffn))
+    names = {id(p): n for n, p in mot.named_parameters()}
+    got = {names[id(p)] for p in mot.pretrained_copy_parameters()}
+    expected = pretrained_starts(model_dirs, variant, init, freeze_audio_ffn)
+    assert got == expected, (sorted(got - expected)[:5], sorted(expected - got)[:5])
+    assert any(n.endswith("audio.norm.weight") for n in got)  # the expert norm starts as the Llama's post-attn norm
+    assert ("code_embed" in got) == (init == "musicgen")
+    assert any(".audio_attn." in n for n in got) == (variant == "separate")
+    assert any(n.endswith("audio.fc1.weight") for n in got) == (not freeze_audio_ffn)
+
+
+def test_param_groups_split_only_when_there_are_copies() -> None:
     from adapter_trainer.config import OptimizerConfig
     from adapter_trainer.recipe import param_groups
 
-    mot = MoTAdapterModel(load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"]), VOCAB, "delay",
-                          MoTConfig(audio_embed_init="random", audio_head_init="random"))
-    assert mot.pretrained_copy_parameters() == []
-    trainable = [p for p in mot.parameters() if p.requires_grad]
-    groups = param_groups(trainable, [], OptimizerConfig(pretrained_copy_lr_scale=0.5))
-    assert len(groups) == 2 and sum(len(g["params"]) for g in groups) == len(trainable)
+    new, copy = [torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))], [torch.nn.Parameter(torch.ones(3))]
+    cfg = OptimizerConfig(lr=1.0, weight_decay=0.1, pretrained_copy_lr_scale=0.5)
+    assert [len(g["params"]) for g in param_groups(new, [], cfg)] == [1, 1]
+    groups = param_groups(new + copy, copy, cfg)
+    assert [len(g["params"]) for g in groups] == [1, 1, 0, 1]
+    assert [g.get("lr", 1.0) for g in groups] == [1.0, 1.0, 0.5, 0.5]
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0, 0.1, 0.0]

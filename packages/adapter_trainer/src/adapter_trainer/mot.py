@@ -549,12 +549,14 @@ class MoTAdapterModel(nn.Module):
         return self
 
     def pretrained_copy_parameters(self) -> list[nn.Parameter]:
-        """Trainable parameters that START as copies of pretrained weights (optimizer.pretrained_copy_lr_scale):
-        `separate` attention's norm and q/k/v/o, and under musicgen init the code embeddings, audio output norm
-        and lm_heads. Everything else trainable (adapters, LoRA, random-init tables) is new."""
+        """Trainable parameters that START as pretrained weights (optimizer.pretrained_copy_lr_scale): `separate`
+        attention's norm and q/k/v/o, each audio expert's norm (from the Llama's post-attention norm), MusicGen's
+        FFN blocks when freeze_audio_ffn=false (trained in place), and under musicgen init the code embeddings,
+        audio output norm and lm_heads. Everything else trainable (down/up adapters, LoRA, random-init tables) is new."""
+        in_layer = (".audio_attn.", ".audio.norm.", ".audio.ffn_norm.", ".audio.fc1.", ".audio.fc2.")
         prefixes = ("code_embed", "audio_out_norm.", "lm_heads.")
         return [p for name, p in self.named_parameters()
-                if p.requires_grad and (".audio_attn." in name or name.startswith(prefixes))]
+                if p.requires_grad and (any(s in name for s in in_layer) or name.startswith(prefixes))]
 
     # ------------------------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
