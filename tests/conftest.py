@@ -1,6 +1,11 @@
 """Shared pytest options. Heavier checks are opt-in with --run-slow (`make test-slow`), never silently skipped:
-without the flag they are deselected and pytest reports them as deselected, not passed."""
+without the flag they are deselected and pytest reports them as deselected, not passed.
+
+`models`: the tiny demo models (real Llama/MusicGen classes, `adapter_trainer.demo_models`), built once per session
+for the trainer and generation tests; tests only read them."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +26,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from adapter_trainer.demo_models import write_demo_models
+
+    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)

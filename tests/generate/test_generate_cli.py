@@ -26,13 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
-
-    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
-
-
-@pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=12, n_eval=4, frames=(12, 24))
 

@@ -1,11 +1,12 @@
 """Shared trainer-test fixtures.
 
 - The shard-index cache (adapter_trainer.shards.default_index_cache) stays out of the user's home.
-- `models`: the tiny demo models (real Llama/MusicGen classes), built once per session; tests only read them.
+- `models` (tests/conftest.py): the tiny demo models, built once per session and shared with tests/generate.
 - `model_dirs`: the tiny Llama (no tokenizer) and MusicGen decoder saved as checkpoints, for the MoT model tests.
 - `one_thread`: one intra-op thread for a module's tiny matmuls (`pytestmark = pytest.mark.usefixtures("one_thread")`).
 - `shards`: a small synthetic shard set (8 train, 4 eval clips of 12-20 frames). A test module that needs another
   set defines its own `shards` fixture, which takes precedence over this one.
+- `step2_ckpt`: the checkpoint of a 2-step demo-preset run on the module's `shards` (trainer_helpers.make_cfg).
 """
 from __future__ import annotations
 
@@ -24,13 +25,6 @@ def _index_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory):
     mp.setenv("ADAPTER_TRAINER_INDEX_CACHE", str(tmp_path_factory.mktemp("shard-index-cache")))
     yield
     mp.undo()
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
-
-    return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +49,14 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("mot_models")
     return {"llm": write_llm(root, seed=0, with_tokenizer=False), "musicgen": write_musicgen(root, seed=0)}
+
+
+@pytest.fixture(scope="module")
+def step2_ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainer_helpers import make_cfg
+
+    from adapter_trainer.recipe import recipe_main
+
+    out = tmp_path_factory.mktemp("ckpt")
+    recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))
+    return out / "checkpoints" / "step-000002"

@@ -12,7 +12,7 @@ import torch
 from trainer_helpers import example, make_cfg, tiny_mot
 
 from adapter_trainer.checkpoint import ResumeError, prepare_output_dir
-from adapter_trainer.recipe import MoTAdapterRecipe, WarmupCosine, backward_window, count_targets, recipe_main
+from adapter_trainer.recipe import MoTAdapterRecipe, WarmupCosine, backward_window, count_targets
 from adapter_trainer.token_layout import collate
 
 
@@ -51,15 +51,8 @@ def test_accumulated_micro_batches_give_the_big_batch_gradient() -> None:
     assert any(not torch.allclose(g_old[n], g_big[n], rtol=1e-2, atol=1e-6) for n in g_big)
 
 
-@pytest.fixture(scope="module")
-def ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run")
-    recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))
-    return out / "checkpoints" / "step-000002"
-
-
-def test_fingerprint_covers_seed_text_and_sequence_budgets(models, shards, ckpt: Path, tmp_path: Path) -> None:
-    cfg = make_cfg(models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={ckpt}",
+def test_fingerprint_covers_seed_text_and_sequence_budgets(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
+    cfg = make_cfg(models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}",
                    "trainer.seed=7", "data.text=aspects", "data.max_seq_len=40", "data.max_caption_tokens=8")
     with pytest.raises(ResumeError) as e:
         MoTAdapterRecipe(cfg).setup()
@@ -69,14 +62,14 @@ def test_fingerprint_covers_seed_text_and_sequence_budgets(models, shards, ckpt:
         assert line in msg, (line, msg)
 
 
-def test_changed_optimizer_settings_are_applied_on_resume(models, shards, ckpt: Path, tmp_path: Path) -> None:
-    same = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "a", "trainer.max_steps=4", f"trainer.resume={ckpt}"))
+def test_changed_optimizer_settings_are_applied_on_resume(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
+    same = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "a", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}"))
     same.setup()
-    saved = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    saved = torch.load(step2_ckpt / "optimizer.pt", weights_only=True)
     assert same.optimizer_changes == []
     assert same.optimizer.param_groups[0]["lr"] == pytest.approx(saved["param_groups"][0]["lr"], rel=1e-12)
 
-    changed = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "b", "trainer.max_steps=4", f"trainer.resume={ckpt}",
+    changed = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "b", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}",
                                         "optimizer.lr=1e-3", "optimizer.betas=[0.8,0.9]", "optimizer.weight_decay=0.1",
                                         "optimizer.pretrained_copy_lr_scale=0.5"))
     changed.setup()
@@ -98,13 +91,13 @@ def test_changed_optimizer_settings_are_applied_on_resume(models, shards, ckpt: 
     assert changed.progress.step == 4
 
 
-def test_fresh_run_into_a_dir_with_checkpoints_is_refused(models, shards, ckpt: Path, tmp_path: Path) -> None:
+def test_fresh_run_into_a_dir_with_checkpoints_is_refused(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
     out = tmp_path / "old"
-    shutil.copytree(ckpt, out / "checkpoints" / ckpt.name)
+    shutil.copytree(step2_ckpt, out / "checkpoints" / step2_ckpt.name)
     with pytest.raises(ResumeError) as e:
         MoTAdapterRecipe(make_cfg(models, shards, out, "trainer.max_steps=2")).setup()
     assert "trainer.resume=latest" in str(e.value) and "trainer.overwrite=true" in str(e.value)
-    assert (out / "checkpoints" / ckpt.name / "adapter.safetensors").is_file()  # nothing was touched
+    assert (out / "checkpoints" / step2_ckpt.name / "adapter.safetensors").is_file()  # nothing was touched
     prepare_output_dir(out, resume="latest", overwrite=False)  # resuming it is fine
     prepare_output_dir(out, resume=None, overwrite=True)  # an explicit overwrite deletes the old checkpoints
     assert not (out / "checkpoints").exists()

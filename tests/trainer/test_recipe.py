@@ -16,10 +16,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from shard_fixture import write_synthetic_set  # noqa: E402
+from trainer_helpers import make_cfg  # noqa: E402
 
 from adapter_trainer.checkpoint import ResumeError  # noqa: E402
-from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
-from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
 from adapter_trainer.evaluation import bootstrap_mean_ci, derangement, unigram_ce, unigram_log_probs  # noqa: E402
 from adapter_trainer.metric_logging import read_jsonl  # noqa: E402
 from adapter_trainer.recipe import MoTAdapterRecipe, WarmupCosine, recipe_main  # noqa: E402
@@ -31,21 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=24, n_eval=6, frames=(12, 24))
-
-
-def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) -> TrainConfig:
-    """+experiment=demo pointed at the tiny models / synthetic shards, small and quiet, plus overrides."""
-    from hydra import compose, initialize_config_dir
-
-    base = [
-        "+experiment=demo", f"model.llm={models['llm']}", f"model.audio_lm={models['musicgen']}",
-        f"data.shards=[{shards}]", f"trainer.output_dir={out}", "data.max_seq_len=48", "data.max_caption_tokens=12",
-        "trainer.batch_size=2", "trainer.log_every=1", "trainer.eval_every=0", "trainer.ckpt_every=0",
-        "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.eval_bootstrap=200",
-        "optimizer.warmup_steps=3",
-    ]
-    with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
-        return to_train_config(compose("config", overrides=base + list(overrides)))
 
 
 def train_losses(out: Path) -> dict[int, float]:
@@ -103,13 +87,6 @@ def test_resume_continues_identically(models, shards, tmp_path: Path) -> None:
     a = load_file(str(tmp_path / "full/checkpoints/step-000008/adapter.safetensors"))
     b = load_file(str(tmp_path / "resumed/checkpoints/step-000008/adapter.safetensors"))
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-6, atol=1e-7) for k in a)
-
-
-@pytest.fixture(scope="module")
-def step2_ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ckpt")
-    recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))
-    return out / "checkpoints" / "step-000002"
 
 
 def test_resume_with_different_pattern_is_refused(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:

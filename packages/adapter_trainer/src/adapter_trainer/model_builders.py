@@ -86,16 +86,22 @@ def tiny_llama_config() -> LlamaConfig:
 
 def tiny_musicgen_decoder_config() -> MusicgenDecoderConfig:
     """A tiny MusicGen decoder: 4 codebooks x 2048 codes (like musicgen-small), hidden 64, 6 layers, 4 heads, ffn 256."""
+    return _musicgen_decoder_config(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, ffn_dim=256, dropout=0.0)
+
+
+def _musicgen_decoder_config(*, hidden_size: int, num_hidden_layers: int, num_attention_heads: int, ffn_dim: int,
+                             dropout: float) -> MusicgenDecoderConfig:
+    """musicgen-small's decoder layout (4 codebooks x 2048 codes, pad/bos id 2048, mono, gelu) at the given sizes."""
     return MusicgenDecoderConfig(
         vocab_size=2048,  # C
         num_codebooks=4,  # K
-        hidden_size=64,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        ffn_dim=256,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        ffn_dim=ffn_dim,
         max_position_embeddings=2048,
         activation_function="gelu",
-        dropout=0.0,
+        dropout=dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
         pad_token_id=2048,
@@ -250,27 +256,8 @@ def musicgen_small_decoder_config() -> MusicgenDecoderConfig:
 
     For shape documentation and the real-size benchmark (random weights): the weights come from `load_musicgen_decoder`.
     """
-    return MusicgenDecoderConfig(
-        vocab_size=2048,
-        num_codebooks=4,
-        hidden_size=1024,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        ffn_dim=4096,
-        max_position_embeddings=2048,
-        activation_function="gelu",
-        dropout=0.1,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        pad_token_id=2048,
-        bos_token_id=2048,
-        audio_channels=1,
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Precision
-# ---------------------------------------------------------------------------------------------------------------
+    return _musicgen_decoder_config(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, ffn_dim=4096,
+                                    dropout=0.1)
 
 
 def upcast_trainable_to_fp32(model: torch.nn.Module) -> int:
