@@ -120,3 +120,13 @@ def test_decode_refuses_a_codec_whose_hash_differs_naming_both(codec: Path, tmp_
     assert not (tmp_path / "wav").exists()
     proc = run_decode(str(root))  # no out_dir: usage, not a traceback
     assert proc.returncode == 2 and "out_dir=DIR" in proc.stderr
+
+
+def test_decode_with_a_codec_dir_without_weights_names_the_fix(codec: Path, tmp_path: Path) -> None:
+    """Regression: a codec directory with no weight files raised ConfigError past the CLI's handler (a traceback)."""
+    root = write(tmp_path / "gen", codec)
+    (tmp_path / "empty_codec").mkdir()
+    proc = run_decode(str(root), f"out_dir={tmp_path / 'wav'}", f"codec={tmp_path / 'empty_codec'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "no weight files" in proc.stderr and "Pass codec=" in proc.stderr
+    assert not (tmp_path / "wav").exists()

@@ -25,12 +25,13 @@ import soundfile as sf
 import torch
 
 from .encode import _local_model_dir, hash_weight_files, resolve_device
+from .errors import ConfigError, UserError
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER
 
 DEMO_CODEC_MARKER = "DEMO_CODEC.md"  # written by tokenizer_pipeline.demo_codec next to the weights
 
 
-class DecodeError(ValueError):
+class DecodeError(UserError, ValueError):
     """The shard set or codec cannot be decoded; the message names the file/value and the fix."""
 
 
@@ -90,7 +91,7 @@ def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, d
     try:
         model_dir = _local_model_dir(name)
         have = hash_weight_files(model_dir)
-    except (OSError, FileNotFoundError) as e:
+    except (OSError, ConfigError) as e:  # missing dir / no weight files
         raise DecodeError(f"codec {name!r} (from {'codec=' if name_or_path else where / 'manifest.json'}) is not "
                           f"available here: {e}. Pass codec=/path/to/the/codec/dir") from e
     want = info["weights_sha256"]
@@ -154,7 +155,7 @@ def run_decode(args: DecodeArgs) -> Path:
 def main(argv: list[str] | None = None) -> int:
     try:
         run_decode(parse_args(sys.argv[1:] if argv is None else argv))
-    except DecodeError as e:
+    except UserError as e:  # DecodeError, and config errors from the codec loader
         print(f"tokenizer_pipeline.decode: error: {e}", file=sys.stderr)
         return 2
     return 0
