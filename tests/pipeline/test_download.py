@@ -180,6 +180,12 @@ def test_yt_dlp_options_pass_through(tmp_path: Path) -> None:
     with pytest.raises(DownloadConfigError, match=f"dup.csv:4: ytid '{rows[0]['ytid']}' repeats row 2"):
         run_download(DownloadConfig(csv=str(csv_path), out_dir=str(tmp_path / "o")), progress=False)
     assert not (tmp_path / "o").exists()  # refused before anything was written
+    # a ytid that make shards would refuse as a sample key is refused here too, before any download (was accepted)
+    csv_path, rows = write_csv_rows(tmp_path / "key.csv", 2, [(0.0, 1.0)] * 2)
+    csv_path.write_text(csv_path.read_text().replace(rows[1]["ytid"], "bad:id"))
+    with pytest.raises(DownloadConfigError, match=r"key.csv:3: ytid 'bad:id' contains ':'; sample keys may only use"):
+        run_download(DownloadConfig(csv=str(csv_path), out_dir=str(tmp_path / "o")), progress=False)
+    assert not (tmp_path / "o").exists()
 
 
 # Rows of the test CSV (first 9 rows of the real CSV, 2-s windows): what the server does for each.

@@ -37,7 +37,7 @@ from tqdm import tqdm
 from .conf_dir import find_conf_dir
 from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg
 from .manifest import write_text_atomic
-from .musiccaps import ClipRow, read_musiccaps_csv
+from .musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
@@ -115,18 +115,6 @@ class ClipResult:
 
 class DownloadConfigError(ValueError):
     """A problem to fix before anything is downloaded (bad option, bad CSV row); the message says the fix."""
-
-
-def check_ytids(rows: list[ClipRow], csv_path: Path) -> None:
-    """ytids become file names: no '/', '.', or repeats (the same rule as write_shards.check_keys, which is
-    not imported here because write_shards pulls in webdataset -> torch, seconds of start-up the downloader does not need)."""
-    seen: dict[str, int] = {}
-    for r in rows:
-        if "/" in r.ytid or "." in r.ytid:
-            raise DownloadConfigError(f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains '/' or '.'; fix the CSV row")
-        if r.ytid in seen:
-            raise DownloadConfigError(f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} repeats row {seen[r.ytid]}; remove the duplicate row")
-        seen[r.ytid] = r.csv_row
 
 
 class ClipError(Exception):
@@ -300,7 +288,7 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     rows = list(read_musiccaps_csv(csv_path))
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
-    check_ytids(rows, csv_path)
+    check_ytids(rows, csv_path, DownloadConfigError)  # the rule make shards applies to the same rows
     (out_dir / PARTIAL_DIR).mkdir(parents=True, exist_ok=True)
 
     results: list[ClipResult] = []

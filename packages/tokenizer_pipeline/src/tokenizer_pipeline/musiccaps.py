@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import csv
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,3 +181,27 @@ def read_musiccaps_csv(
             problems,
         )  # fmt: skip
     return rows
+
+
+KEY_RE = re.compile(r"[A-Za-z0-9_-]+")  # docs/shard-format.md: YouTube-id characters only
+
+
+def check_ytids(rows: Sequence[ClipRow], csv_path: Path, error: type[Exception]) -> None:
+    """ytids become sample keys (tar member prefixes) and audio file names: only `[A-Za-z0-9_-]`, no repeats.
+
+    One rule for `make audio` and `make shards`; each raises its own user-error type (`error`), naming the CSV row.
+    """
+    seen: dict[str, int] = {}
+    for r in rows:
+        if not KEY_RE.fullmatch(r.ytid):
+            bad = sorted({c for c in r.ytid if not KEY_RE.fullmatch(c)})
+            raise error(
+                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains {''.join(bad)!r}; sample keys may only use "
+                "A-Z a-z 0-9 _ - (docs/shard-format.md; WebDataset splits member names at '.'); fix the CSV row"
+            )
+        if r.ytid in seen:
+            raise error(
+                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} repeats row {seen[r.ytid]}; keys must be unique "
+                "within a shard set, remove the duplicate row"
+            )
+        seen[r.ytid] = r.csv_row

@@ -16,7 +16,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -28,7 +27,7 @@ import webdataset as wds
 
 from .errors import UserError
 from .manifest import CODES_MEMBER, JSON_MEMBER, FailureRecord, SampleRecord, ShardEntry, write_text_atomic
-from .musiccaps import ClipRow
+from .musiccaps import ClipRow, check_ytids
 
 PROGRESS_DIR = ".progress"
 FINGERPRINT_FILE = "config.json"
@@ -38,7 +37,6 @@ LOCK_FILE = ".lock"
 # (webdataset>=0.2.x); uid/gid stay tarfile's default 0. mtime 0 = 1970-01-01, chosen as "no time".
 # An int: tarfile writes a float mtime as a PAX header (+2 x 512 bytes per member).
 TAR_MTIME = 0
-KEY_RE = re.compile(r"[A-Za-z0-9_-]+")  # docs/shard-format.md: YouTube-id characters only
 TAR_USER = "root"
 TAR_GROUP = "root"
 TAR_MODE = 0o444
@@ -91,21 +89,8 @@ class ShardRecord:
 
 
 def check_keys(rows: Sequence[ClipRow], csv_path: Path) -> None:
-    """Keys become tar member prefixes: only `[A-Za-z0-9_-]`, no repeats. Raises PipelineError naming the rows."""
-    seen: dict[str, int] = {}
-    for r in rows:
-        if not KEY_RE.fullmatch(r.ytid):
-            bad = sorted({c for c in r.ytid if not KEY_RE.fullmatch(c)})
-            raise PipelineError(
-                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains {''.join(bad)!r}; sample keys may only use "
-                "A-Z a-z 0-9 _ - (docs/shard-format.md; WebDataset splits member names at '.'); fix the CSV row"
-            )
-        if r.ytid in seen:
-            raise PipelineError(
-                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} repeats row {seen[r.ytid]}; keys must be unique "
-                "within a shard set, remove the duplicate row"
-            )
-        seen[r.ytid] = r.csv_row
+    """Keys become tar member prefixes: musiccaps.check_ytids's rule. Raises PipelineError naming the rows."""
+    check_ytids(rows, csv_path, PipelineError)
 
 
 def plan_shards(rows: Sequence[ClipRow], split_names: Sequence[str], max_samples: int) -> list[ShardPlan]:
