@@ -317,7 +317,9 @@ def test_threads_is_a_recorded_setting(corpus, tiny_codec: Path, tmp_path: Path)
     csv_path, audio_dir, _ = corpus
     before = torch.get_num_threads()
     try:
+        torch.set_num_threads(2)
         res = run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=1, limit=2), progress=False)
+        assert torch.get_num_threads() == 2  # the run's thread count does not leak into the caller's process
     finally:
         torch.set_num_threads(before)
     assert res.manifest.config["threads"] == 1

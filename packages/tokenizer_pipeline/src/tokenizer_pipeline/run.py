@@ -471,6 +471,14 @@ def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
     Raises:
         PipelineError: a configuration problem (codec, out_dir, CSV, lock) found before anything is encoded.
     """
+    threads_before = torch.get_num_threads()  # cfg.threads is this run's setting, not the caller's process-wide one
+    try:
+        return _run_pipeline(cfg, progress)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     out_dir = Path(cfg.out_dir)
 
     # 1. ranks, configuration, CSV, plan and codec: problems stop every rank here
