@@ -167,7 +167,8 @@ def backward_window(model: torch.nn.Module, batches: list[Batch], *,
     for batch in batches:
         with autocast():
             out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over this micro-batch's targets
-        loss = out.loss * (count_targets(batch) / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
+        n_batch = out.count_per_codebook.sum() + out.end_count  # [] the targets out.loss is the mean over
+        loss = out.loss * (n_batch / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
                                      f"optimizer.warmup_steps or use trainer.precision=fp32")
