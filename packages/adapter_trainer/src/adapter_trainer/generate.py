@@ -32,10 +32,12 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
     """[{caption, aspects, source_key, csv_row}] * n, from the chosen caption source."""
     g = cfg.generate
     if g.captions == "eval":
+        from adapter_trainer.data import text_of  # heavy imports stay inside the run (see run_generate)
+
         if len(eval_clips) < g.n:
             raise ConfigError(f"generate.n={g.n} but split data.eval_split={cfg.data.eval_split!r} has only "
-                              f"{len(eval_clips)} clips; lower generate.n (or set data.eval_max_clips=0)")
-        return [{"caption": c.caption if cfg.data.text == "caption" else ", ".join(c.aspects),
+                              f"{len(eval_clips)} clips; lower generate.n or use generate.captions=file")
+        return [{"caption": text_of(c, cfg.data.text),
                  "aspects": list(c.aspects), "source_key": c.key} for c in eval_clips[:g.n]]
     if g.captions == "file":
         path = Path(g.captions_file)  # type: ignore[arg-type]
@@ -77,8 +79,6 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
     model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg))).to(device).eval()
-    if not hasattr(model, "forward_step"):
-        raise ConfigError("this MoTAdapterModel has no forward_step (KV-cache decoding); update adapter_trainer.mot")
     # The recipe's own fingerprint (one definition of "same run"), computed on this config and model.
     fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
     ckpt = load_checkpoint(ckpt_dir, device="cpu")
@@ -87,7 +87,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     except ResumeError as e:
         raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
     model.load_trainable_state_dict(ckpt.adapter)
-    eval_clips = load_split(shard_sets, cfg.data.eval_split) if g.captions == "eval" else []
+    eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []  # first n only
     rows = _caption_rows(cfg, eval_clips)
 
     bos_id = int(tokenizer.bos_token_id)

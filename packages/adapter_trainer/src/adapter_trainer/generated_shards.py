@@ -79,10 +79,8 @@ def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, sour
                                    f"(int16 [T>0, {K}] in 0..{C - 1})")
     (out / SPLIT).mkdir(parents=True, exist_ok=True)
     entries = []
-    for i in range(0, max(len(clips), 1), MAX_PER_SHARD):
+    for i in range(0, len(clips), MAX_PER_SHARD):
         chunk = clips[i:i + MAX_PER_SHARD]
-        if not chunk:
-            break
         rel = f"{SPLIT}/shard-{i // MAX_PER_SHARD:06d}.tar"
         tmp = out / f"{rel}.tmp"
         with tmp.open("wb") as f:

@@ -40,6 +40,7 @@ from torch import nn
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
+from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
 from adapter_trainer.lora import LoRADelta
 from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, n_slots
 
@@ -102,7 +103,6 @@ class AudioExpert(nn.Module):
         return self.up(a)  # [N, d_llm]
 
 
-AUDIO_ATTENTION = ("shared", "lora", "separate")
 
 
 @dataclass
