@@ -33,7 +33,8 @@ def main() -> None:
     for name, cmd in runs.items():
         out = BENCH / f"ddp_{name}"
         shutil.rmtree(out, ignore_errors=True)
-        subprocess.run([*cmd, *common, f"trainer.output_dir={out}"], check=True, env=env)
+        subprocess.run([*cmd, *common, f"trainer.output_dir={out}"], check=True, env=env,
+                       timeout=3600)  # a hung rank fails the benchmark instead of blocking it
         final[name] = json.loads((out / "final_metrics.json").read_text())["eval"]
     one, two = final["one"]["ce"], final["two"]["ce"]
     res = {"trainer_ddp_vs_one_eval_ce_rel": abs(two - one) / one, "eval_ce_one_process": one, "eval_ce_two_ranks": two,

@@ -31,7 +31,7 @@ from adapter_trainer.model_builders import (
     upcast_trainable_to_fp32,
 )
 from adapter_trainer.mot import MoTAdapterModel, MoTConfig
-from adapter_trainer.recipe import backward_window
+from adapter_trainer.recipe import backward_window, param_groups
 from adapter_trainer.token_layout import AudioVocab, collate, encode_example
 
 
@@ -64,8 +64,7 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     trainable = [p for p in model.parameters() if p.requires_grad]
     o = cfg.optimizer
-    optimizer = torch.optim.AdamW([{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": o.weight_decay},
-                                   {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}],
+    optimizer = torch.optim.AdamW(param_groups(trainable, model.pretrained_copy_parameters(), o),  # the trainer's groups
                                   lr=o.lr, betas=tuple(o.betas))
 
     # One sequence that fills max_seq_len: a max-length caption, then enough frames to be cropped to the budget.
