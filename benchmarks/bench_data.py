@@ -66,7 +66,7 @@ def child(args: argparse.Namespace) -> None:
 
     from adapter_trainer.conf_dir import find_conf_dir
     from adapter_trainer.config import to_train_config
-    from adapter_trainer.recipe import recipe_main
+    from adapter_trainer.training.recipe import recipe_main
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         cfg = to_train_config(compose("config", overrides=args.overrides))

@@ -23,16 +23,16 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import mot_fields, to_train_config
-from adapter_trainer.model_builders import (
+from adapter_trainer.model.builders import (
     llama3_2_1b_config,
     musicgen_small_decoder_config,
     tiny_llama_config,
     tiny_musicgen_decoder_config,
     upcast_trainable_to_fp32,
 )
-from adapter_trainer.mot import MoTAdapterModel, MoTConfig
-from adapter_trainer.recipe import backward_window, param_groups
-from adapter_trainer.token_layout import AudioVocab, collate, encode_example
+from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+from adapter_trainer.training.recipe import backward_window, param_groups
+from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example
 
 
 def peak_rss_gb() -> float:

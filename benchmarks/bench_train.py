@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import to_train_config
-from adapter_trainer.recipe import MoTAdapterRecipe
+from adapter_trainer.training.recipe import MoTAdapterRecipe
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Shared pytest options. Heavier checks are opt-in with --run-slow (`make test-slow`), never silently skipped:
 without the flag they are deselected and pytest reports them as deselected, not passed.
 
-`models`: the tiny demo models (real Llama/MusicGen classes, `adapter_trainer.demo_models`), built once per session
+`models`: the tiny demo models (real Llama/MusicGen classes, `adapter_trainer.demo.models`), built once per session
 for the trainer and generation tests; tests only read them."""
 from __future__ import annotations
 
@@ -30,6 +30,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
+    from adapter_trainer.demo.models import write_demo_models
 
     return write_demo_models(tmp_path_factory.mktemp("models"), seed=0)

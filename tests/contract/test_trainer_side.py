@@ -1,5 +1,5 @@
 """Trainer side of the shard contract (docs/shard-format.md): shards written with tarfile + numpy + json only
-(shard_fixture.py) are read by adapter_trainer.shards; bad sets are refused with a message; pickles never run."""
+(shard_fixture.py) are read by adapter_trainer.data.shards; bad sets are refused with a message; pickles never run."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.shards import (
+from adapter_trainer.data.shards import (
     ShardFormatError,
     load_split,
     open_shard_sets,

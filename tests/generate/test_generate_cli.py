@@ -16,11 +16,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from shard_fixture import write_synthetic_set  # noqa: E402
 
-from adapter_trainer.checkpoint import ResumeError  # noqa: E402
+from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
-from adapter_trainer.generate import run_generate, to_generate_config
-from adapter_trainer.generate_config import GenerateRunConfig  # noqa: E402
-from adapter_trainer.shards import load_split, read_manifest  # noqa: E402
+from adapter_trainer.generation.generate import run_generate, to_generate_config
+from adapter_trainer.generation.config import GenerateRunConfig  # noqa: E402
+from adapter_trainer.data.shards import load_split, read_manifest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,7 @@ def compose(config: str, args: list[str]):
 @pytest.fixture(scope="module")
 def run_dir(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from adapter_trainer.config import to_train_config
-    from adapter_trainer.recipe import recipe_main
+    from adapter_trainer.training.recipe import recipe_main
 
     out = tmp_path_factory.mktemp("run") / "run"
     recipe_main(to_train_config(compose("config", overrides(models, shards, out) + ["trainer.max_steps=2"])))
@@ -96,10 +96,10 @@ class FullRecompute:
 
 
 def test_kv_cache_sampling_equals_full_recompute(models) -> None:
-    from adapter_trainer.model_builders import load_llm, load_musicgen_decoder
-    from adapter_trainer.mot import MoTAdapterModel, MoTConfig
-    from adapter_trainer.sampling import SamplingConfig, generate_codes
-    from adapter_trainer.token_layout import AudioVocab
+    from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
+    from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
+    from adapter_trainer.data.token_layout import AudioVocab
 
     torch.manual_seed(0)
     llm, mg = load_llm(models["llm"]), load_musicgen_decoder(models["musicgen"])
@@ -136,7 +136,7 @@ def test_cli_process_never_imports_the_codec(models, shards, run_dir: Path, tmp_
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     mods = json.loads(proc.stdout.split("MODULES ", 1)[1])
-    assert "adapter_trainer.mot" in mods and "adapter_trainer.sampling" in mods
+    assert "adapter_trainer.model.mot" in mods and "adapter_trainer.generation.sampling" in mods
     assert not [m for m in mods if m.startswith(("tokenizer_pipeline", "transformers.models.encodec"))]
     assert "positions/s" in proc.stdout and (tmp_path / "g" / "manifest.json").is_file()
     assert not (run_dir / ".hydra").exists() and not (REPO / ".hydra").exists()  # sampling writes no Hydra run dir
@@ -146,9 +146,9 @@ def test_cli_process_never_imports_the_codec(models, shards, run_dir: Path, tmp_
 
 
 def test_caption_dropout_empties_some_training_captions(models, shards, tmp_path: Path) -> None:
-    from adapter_trainer.caption_dropout import drop_caption
+    from adapter_trainer.data.caption_dropout import drop_caption
     from adapter_trainer.config import to_train_config
-    from adapter_trainer.recipe import MoTAdapterRecipe
+    from adapter_trainer.training.recipe import MoTAdapterRecipe
 
     rng = np.random.default_rng(0)
     assert drop_caption([1, 2], 0.0, rng) == [1, 2] and rng.random() == np.random.default_rng(0).random()  # no draw

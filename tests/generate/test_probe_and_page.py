@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.listen_page import DEMO_NOTE, build_page
-from adapter_trainer.probe import NAMES, attribute_labels, make_report
-from adapter_trainer.shards import Clip
+from adapter_trainer.demo.listen_page import DEMO_NOTE, build_page
+from adapter_trainer.evaluation.probe import NAMES, attribute_labels, make_report
+from adapter_trainer.data.shards import Clip
 
 C = 64
 TEXTS = ("solo piano, slow, sad", "electric guitar, drums, fast, happy", "female vocal, calm, happy",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.sampling import SamplingConfig, apply_cfg, filter_logits, generate_codes, left_pad
-from adapter_trainer.token_layout import AudioVocab, DelayPattern
+from adapter_trainer.generation.sampling import SamplingConfig, apply_cfg, filter_logits, generate_codes, left_pad
+from adapter_trainer.data.token_layout import AudioVocab, DelayPattern
 
 V, K, C = 50, 3, 16
 VOCAB = AudioVocab(text_vocab_size=V, n_codebooks=K, codebook_size=C)

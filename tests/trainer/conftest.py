@@ -1,6 +1,6 @@
 """Shared trainer-test fixtures.
 
-- The shard-index cache (adapter_trainer.shards.default_index_cache) stays out of the user's home.
+- The shard-index cache (adapter_trainer.data.shards.default_index_cache) stays out of the user's home.
 - `models` (tests/conftest.py): the tiny demo models, built once per session and shared with tests/generate.
 - `model_dirs`: the tiny Llama (no tokenizer) and MusicGen decoder saved as checkpoints, for the MoT model tests.
 - `one_thread`: one intra-op thread for a module's tiny matmuls (`pytestmark = pytest.mark.usefixtures("one_thread")`).
@@ -45,7 +45,7 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_llm, write_musicgen
+    from adapter_trainer.demo.models import write_llm, write_musicgen
 
     root = tmp_path_factory.mktemp("mot_models")
     return {"llm": write_llm(root, seed=0, with_tokenizer=False), "musicgen": write_musicgen(root, seed=0)}
@@ -55,7 +55,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def step2_ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trainer_helpers import make_cfg
 
-    from adapter_trainer.recipe import recipe_main
+    from adapter_trainer.training.recipe import recipe_main
 
     out = tmp_path_factory.mktemp("ckpt")
     recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))

@@ -11,9 +11,9 @@ import torch
 
 from trainer_helpers import example, make_cfg, tiny_mot
 
-from adapter_trainer.checkpoint import ResumeError, prepare_output_dir
-from adapter_trainer.recipe import MoTAdapterRecipe, WarmupCosine, backward_window, count_targets
-from adapter_trainer.token_layout import collate
+from adapter_trainer.training.checkpoint import ResumeError, prepare_output_dir
+from adapter_trainer.training.recipe import MoTAdapterRecipe, WarmupCosine, backward_window, count_targets
+from adapter_trainer.data.token_layout import collate
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -106,7 +106,7 @@ def test_fresh_run_into_a_dir_with_checkpoints_is_refused(models, shards, step2_
 def test_resume_with_other_optimizer_groups_is_refused_clearly() -> None:
     """A checkpoint from before copies of pretrained weights had their own AdamW groups (2 groups, 3 tensors) meets
     this run's 4 groups: a ResumeError naming the cause and the fix, not torch's size-mismatch ValueError."""
-    from adapter_trainer.checkpoint import ResumeError, load_optimizer_with_config
+    from adapter_trainer.training.checkpoint import ResumeError, load_optimizer_with_config
 
     ps = [torch.nn.Parameter(torch.zeros(2, 2)) for _ in range(3)]
     old = torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-3)

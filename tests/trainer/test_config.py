@@ -112,7 +112,7 @@ def test_every_value_is_overridable_and_hydra_writes_under_output_dir() -> None:
 
 
 def test_mot_schema_mirrors_motconfig() -> None:
-    from adapter_trainer.mot import MoTConfig
+    from adapter_trainer.model.mot import MoTConfig
 
     assert schema_field_names() == [f.name for f in dataclasses.fields(MoTConfig)]
     MoTConfig(**dataclasses.asdict(to_train_config(_compose("+experiment=demo")).model.mot))
@@ -141,7 +141,7 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
     dev = _missing_device()
     if dev is None:
         pytest.skip("both cuda and mps exist here: no missing device to request")
-    from adapter_trainer.recipe import resolve_device
+    from adapter_trainer.training.recipe import resolve_device
 
     with pytest.raises(ConfigError, match=f"trainer.device={dev} was requested.*trainer.device=cpu"):
         resolve_device(dev)
@@ -155,7 +155,7 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
 
 
 def test_auto_device_picks_cpu_without_accelerators() -> None:
-    from adapter_trainer.recipe import resolve_device
+    from adapter_trainer.training.recipe import resolve_device
 
     want = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     assert resolve_device("auto").type == want
@@ -165,7 +165,7 @@ def test_auto_device_picks_cpu_without_accelerators() -> None:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo_models import write_demo_models
+    from adapter_trainer.demo.models import write_demo_models
 
     root = tmp_path_factory.mktemp("tiny")
     paths = write_demo_models(root / "models", seed=0)
@@ -174,7 +174,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_mps_small_runs_on_cpu_when_pointed_at_tiny_models(tiny: dict[str, Path], tmp_path: Path) -> None:
-    from adapter_trainer.recipe import recipe_main
+    from adapter_trainer.training.recipe import recipe_main
 
     cfg = to_train_config(_compose(
         "+experiment=mps_small", f"model.llm={tiny['llm']}", f"model.audio_lm={tiny['musicgen']}",

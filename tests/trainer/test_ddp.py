@@ -18,8 +18,8 @@ from shard_fixture import write_synthetic_set  # noqa: E402
 
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
 from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
-from adapter_trainer.metric_logging import read_jsonl  # noqa: E402
-from adapter_trainer.recipe import recipe_main  # noqa: E402
+from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
+from adapter_trainer.training.recipe import recipe_main  # noqa: E402
 
 STEPS, GLOBAL_BATCH = 4, 4
 
@@ -48,7 +48,7 @@ def losses(out: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def setup_runs(tmp_path_factory: pytest.TempPathFactory):
-    from adapter_trainer.demo_models import write_demo_models
+    from adapter_trainer.demo.models import write_demo_models
 
     root = tmp_path_factory.mktemp("ddp")
     models = write_demo_models(root / "models", seed=0)

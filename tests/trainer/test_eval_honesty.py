@@ -9,14 +9,14 @@ import pytest
 
 from trainer_helpers import make_cfg
 
-from adapter_trainer.evaluation import (
+from adapter_trainer.evaluation.learning_check import (
     MIN_GAIN_CLIPS,
     EvalOverlapError,
     TargetCE,
     learning_check_text,
     make_report,
 )
-from adapter_trainer.recipe import MoTAdapterRecipe
+from adapter_trainer.training.recipe import MoTAdapterRecipe
 
 
 def test_eval_split_equal_to_train_is_refused(models, shards, tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-from adapter_trainer.demo_models import write_demo_models, write_llm, write_musicgen
-from adapter_trainer.model_builders import (
+from adapter_trainer.demo.models import write_demo_models, write_llm, write_musicgen
+from adapter_trainer.model.builders import (
     llama3_2_1b_config,
     load_llm,
     load_musicgen_decoder,
@@ -130,7 +130,7 @@ def test_musicgen_load_never_touches_encodec_or_t5(demo: dict[str, Path]) -> Non
     """In a fresh process: loading the decoder imports neither EnCodec's nor T5's modeling code."""
     code = f"""
 import sys
-from adapter_trainer.model_builders import load_musicgen_decoder
+from adapter_trainer.model.builders import load_musicgen_decoder
 m = load_musicgen_decoder({str(demo["musicgen"])!r})
 bad = [n for n in sys.modules if n.startswith(("transformers.models.encodec.modeling", "transformers.models.t5.modeling"))]
 assert not bad, bad
@@ -159,7 +159,7 @@ def test_missing_weights_error_names_the_fix(tmp_path: Path) -> None:
         load_musicgen_decoder(tmp_path / "nope")
     # A hub id with no network (offline mode so the test never waits on retries).
     code = (
-        "from adapter_trainer.model_builders import load_llm\n"
+        "from adapter_trainer.model.builders import load_llm\n"
         "try:\n    load_llm('meta-llama/Llama-3.2-1B')\n"
         "except OSError as e:\n    print('ERR', e)\n"
     )
@@ -196,7 +196,7 @@ PRETRAIN_ROWS = [(f"yt{i}", c) for i, c in enumerate([
 
 
 def test_read_captions_excludes_the_corpus_ytids(tmp_path: Path) -> None:
-    from adapter_trainer.demo_pretrain import read_captions
+    from adapter_trainer.demo.pretrain import read_captions
 
     full = _caption_csv(tmp_path / "full.csv", PRETRAIN_ROWS)
     corpus = _caption_csv(tmp_path / "corpus.csv", [PRETRAIN_ROWS[1], PRETRAIN_ROWS[4]])
@@ -209,8 +209,8 @@ def test_read_captions_excludes_the_corpus_ytids(tmp_path: Path) -> None:
 
 
 def test_pretraining_learns_captions_deterministically_and_touches_only_seen_rows(demo: dict[str, Path]) -> None:
-    from adapter_trainer.demo_pretrain import PretrainConfig, pretrain_on_captions
-    from adapter_trainer.model_builders import tiny_llama_config
+    from adapter_trainer.demo.pretrain import PretrainConfig, pretrain_on_captions
+    from adapter_trainer.model.builders import tiny_llama_config
 
     tok = load_text_tokenizer(demo["llm"])
     captions = [c for _, c in PRETRAIN_ROWS]
@@ -235,7 +235,7 @@ def test_pretraining_learns_captions_deterministically_and_touches_only_seen_row
 
 
 def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path) -> None:
-    from adapter_trainer.demo_pretrain import PretrainConfig
+    from adapter_trainer.demo.pretrain import PretrainConfig
 
     full = _caption_csv(tmp_path / "full.csv", PRETRAIN_ROWS)
     corpus = _caption_csv(tmp_path / "corpus.csv", PRETRAIN_ROWS[:2])

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.model_builders import load_llm, load_musicgen_decoder
-from adapter_trainer.mot import MoTAdapterModel, MoTConfig, default_layer_map
-from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
+from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
+from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig, default_layer_map
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 
 V, K, C = 128_256, 4, 2048
 VOCAB = AudioVocab(V, K, C)

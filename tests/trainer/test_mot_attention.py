@@ -14,9 +14,9 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from adapter_trainer.model_builders import load_llm, load_musicgen_decoder
-from adapter_trainer.mot import MoTAdapterModel, MoTConfig, MoTKVCache
-from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
+from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
+from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig, MoTKVCache
+from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
 
 V, K, C = 128_256, 4, 2048
 VOCAB = AudioVocab(V, K, C)
@@ -239,7 +239,7 @@ def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant
     """optimizer.pretrained_copy_lr_scale: separate's copied q/k/v/o + norm step at lr x scale, new adapters at lr.
     With scale 0 the copies stay bit-identical through AdamW steps (decay included) while the adapters move."""
     from adapter_trainer.config import OptimizerConfig
-    from adapter_trainer.recipe import param_groups
+    from adapter_trainer.training.recipe import param_groups
 
     mot = make(model_dirs, variant, perturb_seed=None).train()
     copies = mot.pretrained_copy_parameters()
@@ -303,7 +303,7 @@ def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretraine
 
 def test_param_groups_split_only_when_there_are_copies() -> None:
     from adapter_trainer.config import OptimizerConfig
-    from adapter_trainer.recipe import param_groups
+    from adapter_trainer.training.recipe import param_groups
 
     new, copy = [torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))], [torch.nn.Parameter(torch.ones(3))]
     cfg = OptimizerConfig(lr=1.0, weight_decay=0.1, pretrained_copy_lr_scale=0.5)

@@ -10,7 +10,7 @@ import torch
 from trainer_helpers import make_cfg, tiny_mot
 
 from adapter_trainer.config import ConfigError
-from adapter_trainer.recipe import MoTAdapterRecipe
+from adapter_trainer.training.recipe import MoTAdapterRecipe
 
 
 def test_bf16_towers_keep_fp32_trainable_weights_and_tiny_updates(models, shards, tmp_path: Path) -> None:

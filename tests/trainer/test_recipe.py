@@ -18,11 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from shard_fixture import write_synthetic_set  # noqa: E402
 from trainer_helpers import make_cfg  # noqa: E402
 
-from adapter_trainer.checkpoint import ResumeError  # noqa: E402
-from adapter_trainer.evaluation import bootstrap_mean_ci, derangement, unigram_ce, unigram_log_probs  # noqa: E402
-from adapter_trainer.metric_logging import read_jsonl  # noqa: E402
-from adapter_trainer.recipe import MoTAdapterRecipe, WarmupCosine, recipe_main  # noqa: E402
-from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab  # noqa: E402
+from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
+from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement, unigram_ce, unigram_log_probs  # noqa: E402
+from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
+from adapter_trainer.training.recipe import MoTAdapterRecipe, WarmupCosine, recipe_main  # noqa: E402
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,7 +124,7 @@ def test_training_process_never_loads_the_codec(models, shards, tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(dump.read_text())
     mods = info["modules"]
-    assert "adapter_trainer.recipe" in mods and "adapter_trainer.mot" in mods  # the dump is from a real run
+    assert "adapter_trainer.training.recipe" in mods and "adapter_trainer.model.mot" in mods  # the dump is from a real run
     assert not [m for m in mods if m == "tokenizer_pipeline" or m.startswith("tokenizer_pipeline.")]
     assert not [m for m in mods if m.startswith("transformers.models.encodec")]
     assert info["encodec_instances"] == 0

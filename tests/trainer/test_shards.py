@@ -1,4 +1,4 @@
-"""adapter_trainer.shards beyond the contract: manifest hygiene, sample/manifest consistency, limits."""
+"""adapter_trainer.data.shards beyond the contract: manifest hygiene, sample/manifest consistency, limits."""
 from __future__ import annotations
 
 import io
@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set  # noqa: E402
 
-from adapter_trainer.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest  # noqa: E402
+from adapter_trainer.data.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest  # noqa: E402
 
 
 def _open(root: Path):

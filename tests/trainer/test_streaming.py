@@ -13,9 +13,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from shard_fixture import write_shard_set, synthetic_clips, write_synthetic_set  # noqa: E402
 
-from adapter_trainer.data import ExampleSpec, TrainBatches, default_num_workers, epoch_permutation, train_loader  # noqa: E402
-from adapter_trainer.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets  # noqa: E402
-from adapter_trainer.token_layout import AudioVocab  # noqa: E402
+from adapter_trainer.data.streaming import ExampleSpec, TrainBatches, default_num_workers, epoch_permutation, train_loader  # noqa: E402
+from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets  # noqa: E402
+from adapter_trainer.data.token_layout import AudioVocab  # noqa: E402
 
 
 def _open(*roots: Path):
@@ -174,7 +174,7 @@ def test_default_workers_is_bounded() -> None:
 
 
 def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import adapter_trainer.shards as shards_mod
+    import adapter_trainer.data.shards as shards_mod
 
     sets = _open(*two_sets)
     first = build_index(sets, "train", cache=tmp_path / "c")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.token_layout import (
+from adapter_trainer.data.token_layout import (
     IGNORE_INDEX,
     AudioVocab,
     DelayPattern,

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 
 from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
-from adapter_trainer.token_layout import AudioVocab, Example, encode_example  # noqa: E402
+from adapter_trainer.data.token_layout import AudioVocab, Example, encode_example  # noqa: E402
 
 TEXT_VOCAB = 1000  # small text vocab for in-memory models (the demo models keep Llama 3's 128,256)
 
@@ -20,8 +20,8 @@ def tiny_mot(pattern: str = "delay", lora_rank: int = 0, dtype: torch.dtype = to
     """A tiny MoTAdapterModel (random init, frozen towers in `dtype`) and its AudioVocab."""
     from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-    from adapter_trainer.model_builders import tiny_llama_config, tiny_musicgen_decoder_config
-    from adapter_trainer.mot import MoTAdapterModel, MoTConfig
+    from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_decoder_config
+    from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 
     torch.manual_seed(seed)
     lc = tiny_llama_config()

@@ -14,10 +14,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from adapter_trainer.checkpoint import ResumeError
+from adapter_trainer.training.checkpoint import ResumeError
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError, to_train_config
-from adapter_trainer.shards import ShardFormatError
+from adapter_trainer.data.shards import ShardFormatError
 
 USER_ERRORS = (ConfigError, ShardFormatError, ResumeError)
 
@@ -30,7 +30,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         # Hydra's run dir is trainer.output_dir; under --multirun it is <trainer.output_dir>/<job num>, so each
         # job of a sweep gets its own checkpoints and metrics.
         typed.trainer.output_dir = HydraConfig.get().runtime.output_dir
-        from adapter_trainer.recipe import recipe_main  # after config checks: pulls in torch + transformers
+        from adapter_trainer.training.recipe import recipe_main  # after config checks: pulls in torch + transformers
 
         recipe_main(typed)
     except USER_ERRORS as e:

@@ -21,7 +21,7 @@ TEXT_FIELDS = ("caption", "aspects")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
-AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.mot)
+AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.model.mot)
 
 
 class ConfigError(ValueError):
@@ -39,7 +39,7 @@ class DataConfig:
     text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
-    # --- streaming (adapter_trainer/data.py)
+    # --- streaming (adapter_trainer/data/streaming.py)
     unigram_max_clips: int = 4096  # train clips (evenly spaced) read at startup for the unigram baseline; 0 = all
     # true: accept eval clips whose keys are also train clips (the report then says the check is NOT held-out)
     allow_eval_overlap: bool = False
@@ -48,7 +48,7 @@ class DataConfig:
 
 @dataclass
 class MoTSchema:
-    """Mirror of `adapter_trainer.mot.MoTConfig` (Literal fields typed as str, checked in validate_config)."""
+    """Mirror of `adapter_trainer.model.mot.MoTConfig` (Literal fields typed as str, checked in validate_config)."""
 
     layer_map: Optional[List[int]] = None  # llm layer l -> musicgen layer m(l); None = evenly spaced
     freeze_audio_ffn: bool = True  # True: only attention-side adapters train; False: audio FFNs train too
@@ -102,7 +102,7 @@ class TrainerConfig:
     overwrite: bool = False
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
     eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
-    # --- data loading + distributed (see adapter_trainer/data.py, distributed.py)
+    # --- data loading + distributed (see adapter_trainer/data/streaming.py, training/distributed.py)
     num_workers: int = -1  # DataLoader workers per rank building batches; -1 = auto (half the rank's CPUs, 1..8)
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
@@ -219,7 +219,7 @@ def config_to_yaml(cfg: TrainConfig) -> str:
 
 
 def mot_fields(cfg: TrainConfig) -> dict[str, Any]:
-    """model.mot as plain kwargs for `adapter_trainer.mot.MoTConfig`."""
+    """model.mot as plain kwargs for `adapter_trainer.model.mot.MoTConfig`."""
     return asdict(cfg.model.mot)
 
 

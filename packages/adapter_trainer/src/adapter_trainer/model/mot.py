@@ -41,8 +41,8 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
-from adapter_trainer.lora import LoRADelta
-from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, n_slots
+from adapter_trainer.model.lora import LoRADelta
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, n_slots
 
 
 @dataclass

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from adapter_trainer.caption_dropout import drop_caption
-from adapter_trainer.shards import Clip, ClipReader, SplitIndex
-from adapter_trainer.token_layout import AudioVocab, Batch, collate, encode_example
+from adapter_trainer.data.caption_dropout import drop_caption
+from adapter_trainer.data.shards import Clip, ClipReader, SplitIndex
+from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import webdataset as wds
 
-from adapter_trainer.shards import FORMAT_NAME, ShardFormatError, sha256_file
+from adapter_trainer.data.shards import FORMAT_NAME, ShardFormatError, sha256_file
 
 SPLIT = "generated"  # the one split of a generated set
 MAX_PER_SHARD = 256  # like the pipeline's shard.max_samples

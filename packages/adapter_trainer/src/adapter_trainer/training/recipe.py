@@ -16,8 +16,8 @@ Features:
     - Checkpoints with exact resume (data position, RNG, optimizer, scheduler); resume refuses a different
       architecture or different data.
     - Streaming input: a header-only index of the shards (~40 bytes per clip), DataLoader workers that read,
-      crop, tokenize and collate (adapter_trainer/data.py).
-    - torchrun DDP (adapter_trainer/distributed.py): trainer.batch_size per rank, the global example order of one
+      crop, tokenize and collate (adapter_trainer/data/streaming.py).
+    - torchrun DDP (adapter_trainer/training/distributed.py): trainer.batch_size per rank, the global example order of one
       process, only trainable gradients all-reduced, eval split across ranks and gathered, rank 0 writes.
 
 Raises:
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from adapter_trainer.checkpoint import (
+from adapter_trainer.training.checkpoint import (
     TrainingProgress,
     check_fingerprint,
     find_checkpoint,
@@ -55,9 +55,9 @@ from adapter_trainer.checkpoint import (
     save_checkpoint,
 )
 from adapter_trainer.config import ConfigError, OptimizerConfig, TrainConfig, config_to_yaml, mot_fields
-from adapter_trainer.data import ExampleSpec, TrainBatches, caption_ids, default_num_workers, train_loader
-from adapter_trainer.distributed import DistInfo, device_for_rank, init_distributed, teardown_distributed
-from adapter_trainer.evaluation import (
+from adapter_trainer.data.streaming import ExampleSpec, TrainBatches, caption_ids, default_num_workers, train_loader
+from adapter_trainer.training.distributed import DistInfo, device_for_rank, init_distributed, teardown_distributed
+from adapter_trainer.evaluation.learning_check import (
     CEAccumulator,
     average_runs,
     check_held_out,
@@ -69,9 +69,9 @@ from adapter_trainer.evaluation import (
     unigram_ce,
     unigram_log_probs,
 )
-from adapter_trainer.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger, read_jsonl
-from adapter_trainer.shards import ClipReader, SplitIndex, build_index, open_shard_sets
-from adapter_trainer.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
+from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger, read_jsonl
+from adapter_trainer.data.shards import ClipReader, SplitIndex, build_index, open_shard_sets
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 
 TARGET_REL_PCT = 10.0  # learning-check target: eval CE at least this % under the unigram baseline
 _PRECISION_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -263,14 +263,14 @@ class MoTAdapterRecipe:
             raise refusal
 
         # Imported here, not at module top: model_builders/mot pull in transformers; config/shard errors come first.
-        from adapter_trainer.model_builders import (
+        from adapter_trainer.model.builders import (
             load_llm,
             load_musicgen_decoder,
             load_musicgen_decoder_config,
             load_text_tokenizer,
             upcast_trainable_to_fp32,
         )
-        from adapter_trainer.mot import MoTAdapterModel, MoTConfig
+        from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 
         # Shards first (cheap), checked against the audio LM's config before any weights are loaded.
         try:
@@ -402,7 +402,7 @@ class MoTAdapterRecipe:
     def train_batches(self) -> Iterator[Batch]:
         """This rank's micro-batches from the saved data position to max_steps, built ahead by DataLoader workers.
 
-        The position is the global example number n = epoch * N + index (adapter_trainer/data.py): the same on
+        The position is the global example number n = epoch * N + index (adapter_trainer/data/streaming.py): the same on
         every rank, advanced by the GLOBAL micro-batch, so resuming works with another world size too.
         """
         start = self.progress.epoch * len(self.train_index) + self.progress.index

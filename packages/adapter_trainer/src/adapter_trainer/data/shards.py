@@ -9,7 +9,7 @@ anything else is an error naming the shard and the member. Raw tar member names 
 Memory: the recipe never holds a split's codes. `build_index` scans only the tar HEADERS (each member's name,
 size and `offset_data`; no payload is read) and keeps a `SplitIndex` of ~40 bytes per clip in numpy arrays;
 `ClipReader.read(i)` then seeks to one clip's two members and decodes them with the same checks. DataLoader
-workers read, crop, tokenize and collate (adapter_trainer.data). `load_split` (everything into memory) stays
+workers read, crop, tokenize and collate (adapter_trainer.data.streaming). `load_split` (everything into memory) stays
 for tools and the contract tests.
 
 Why random access by member offsets rather than shard-level shuffling with a shuffle buffer: the recipe's

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from adapter_trainer.token_layout import AudioVocab
+from adapter_trainer.data.token_layout import AudioVocab
 
 
 MIN_GAIN_CLIPS = 30  # fewer eval clips: the caption-gain bootstrap interval is not trusted, the verdict is INSUFFICIENT

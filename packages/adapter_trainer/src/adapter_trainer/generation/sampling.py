@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from adapter_trainer.token_layout import AudioVocab, decode_audio_tokens, n_slots
+from adapter_trainer.data.token_layout import AudioVocab, decode_audio_tokens, n_slots
 
 
 @dataclass

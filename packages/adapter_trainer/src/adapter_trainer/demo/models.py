@@ -1,0 +1,292 @@
+"""Embedded demo models: tiny stand-ins laid out exactly like the real checkpoints.
+
+    python -m adapter_trainer.demo_models --out build/demo/models [--seed 0] \
+        [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv]
+
+writes
+    <out>/llm/        tiny LlamaForCausalLM with the REAL Llama 3 vocabulary (128,256 ids) and the real Llama 3
+                      tokenizer (converted from llama_models' tiktoken file into tokenizer.json). With
+                      --captions-csv it is first pretrained as a language model on the captions whose ytid is not
+                      in --exclude-csv (pretrain.py), standing in for a real LLM that knows music words.
+    <out>/musicgen/   the facebook/musicgen-small LAYOUT: composite MusicgenConfig config.json (T5 + EnCodec 32 kHz
+                      sub-configs as plain dicts) and model.safetensors with only `decoder.`-prefixed tensors
+    <out>/README.md
+
+Both load back through `load_llm` / `load_musicgen_decoder`, the path real checkpoints take. Nothing here builds
+a T5 or an EnCodec model: the composite's sub-configs are configuration only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast
+
+from adapter_trainer.demo.pretrain import PretrainConfig, PretrainReport, pretrain_on_captions, read_captions
+from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_decoder_config
+
+BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
+LLAMA3_NUM_RESERVED_SPECIAL_TOKENS = 256
+PRETRAINING_JSON = "demo_pretraining.json"  # in llm/: what the demo LLM was pretrained on, and the losses
+
+README = """# Demo models ({kind})
+
+Tiny stand-ins written by `python -m adapter_trainer.demo_models` (seed {seed}), laid out like the real checkpoints.
+Use them to run the pipeline offline, never to judge audio quality.
+
+- `llm/`: tiny `LlamaForCausalLM` (hidden {llm_hidden}, {llm_layers} layers) with the real Llama 3 vocabulary
+  ({vocab} ids) and the real Llama 3 tokenizer (converted from `llama_models/llama3/tokenizer.model`).
+  {llm_training}
+- `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`; weights hold only the
+  `decoder.`-prefixed tensors of a tiny `MusicgenForCausalLM`: {k} codebooks x {c} codes, hidden {mg_hidden},
+  {mg_layers} layers). The T5 and EnCodec sub-configs are configuration only; no weights for them exist here.
+
+Real runs: `model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small`.
+"""
+
+
+def llama3_special_tokens() -> list[str]:
+    """The 256 Llama 3 special tokens in id order (128000 ...), as in llama_models.llama3.tokenizer."""
+    named = [
+        BOS_TOKEN,
+        EOS_TOKEN,
+        "<|reserved_special_token_0|>",
+        "<|reserved_special_token_1|>",
+        "<|finetune_right_pad_id|>",
+        "<|step_id|>",
+        "<|start_header_id|>",
+        "<|end_header_id|>",
+        "<|eom_id|>",
+        "<|eot_id|>",
+        "<|python_tag|>",
+        "<|image|>",
+    ]
+    reserved = [f"<|reserved_special_token_{2 + i}|>" for i in range(LLAMA3_NUM_RESERVED_SPECIAL_TOKENS - len(named))]
+    return named + reserved
+
+
+def llama3_tokenizer_model_path() -> Path:
+    """Path of the real Llama 3 tiktoken file shipped by llama-models."""
+    import llama_models.llama3 as llama3
+
+    path = Path(llama3.__file__).parent / "tokenizer.model"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; install llama-models (`pip install llama-models`)")
+    return path
+
+
+def build_llama3_tokenizer() -> PreTrainedTokenizerFast:
+    """The real Llama 3 tokenizer as a HF fast tokenizer, converted with transformers' TikTokenConverter.
+
+    Like meta-llama/Llama-3.2-1B's tokenizer.json, it prepends <|begin_of_text|> when add_special_tokens=True.
+    """
+    from llama_models.llama3.tokenizer import Tokenizer as MetaTokenizer
+    from tokenizers import processors
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    specials = llama3_special_tokens()
+    converter = TikTokenConverter(
+        vocab_file=str(llama3_tokenizer_model_path()), pattern=MetaTokenizer.pat_str, extra_special_tokens=specials
+    )
+    backend = converter.converted()
+    bos_id = backend.token_to_id(BOS_TOKEN)
+    backend.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{BOS_TOKEN}:0 $A:0",
+                pair=f"{BOS_TOKEN}:0 $A:0 {BOS_TOKEN}:1 $B:1",
+                special_tokens=[(BOS_TOKEN, bos_id)],
+            ),
+        ]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        model_max_length=131_072,
+        clean_up_tokenization_spaces=True,
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def musicgen_small_layout_config(decoder: dict) -> MusicgenConfig:
+    """Composite config like facebook/musicgen-small's: a tiny T5 and EnCodec 32 kHz sub-configs as plain dicts."""
+    text_encoder = {
+        "model_type": "t5",
+        "vocab_size": 32128,
+        "d_model": 32,
+        "d_kv": 8,
+        "d_ff": 64,
+        "num_layers": 1,
+        "num_heads": 4,
+        "feed_forward_proj": "relu",
+    }
+    audio_encoder = {  # facebook/encodec_32khz as used by musicgen-small (configuration only)
+        "model_type": "encodec",
+        "sampling_rate": 32000,
+        "audio_channels": 1,
+        "target_bandwidths": [2.2],
+        "codebook_size": 2048,
+        "codebook_dim": 128,
+        "hidden_size": 128,
+        "num_filters": 64,
+        "num_residual_layers": 1,
+        "upsampling_ratios": [8, 5, 4, 4],
+        "norm_type": "weight_norm",
+        "kernel_size": 7,
+        "last_kernel_size": 7,
+        "residual_kernel_size": 3,
+        "dilation_growth_rate": 2,
+        "use_causal_conv": False,
+        "pad_mode": "reflect",
+        "compress": 2,
+        "num_lstm_layers": 2,
+        "trim_right_ratio": 1.0,
+        "normalize": False,
+        "chunk_length_s": None,
+        "overlap": None,
+        "use_conv_shortcut": False,
+    }
+    return MusicgenConfig(text_encoder=text_encoder, audio_encoder=audio_encoder, decoder=decoder)
+
+
+def write_llm(
+    out_dir: Path, seed: int, with_tokenizer: bool = True, captions: list[str] | None = None,
+    pretrain: PretrainConfig | None = None,
+) -> Path:
+    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the ~5 s conversion).
+
+    With `captions`, the model is first pretrained on them as a language model (needs the tokenizer); the
+    settings and loss summary go to llm/demo_pretraining.json. Without, it stays random-init.
+    """
+    llm_dir = out_dir / "llm"
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_llama_config()).eval()
+    tokenizer = build_llama3_tokenizer() if with_tokenizer or captions is not None else None
+    report = None
+    if captions is not None:
+        cfg = pretrain or PretrainConfig(seed=seed)
+        report = pretrain_on_captions(model, tokenizer, captions, cfg)
+    model.save_pretrained(llm_dir, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(llm_dir)
+    if report is not None:
+        record = {"config": asdict(cfg), "report": asdict(report), "torch_threads": 1}
+        (llm_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return llm_dir
+
+
+def write_musicgen(out_dir: Path, seed: int, max_shard_size: str | None = None) -> Path:
+    """Tiny MusicGen decoder saved in the facebook/musicgen-small layout into out_dir/musicgen.
+
+    Args:
+        max_shard_size: e.g. "300KB" to write sharded safetensors with an index (as big checkpoints do).
+    """
+    mg_dir = out_dir / "musicgen"
+    mg_dir.mkdir(parents=True, exist_ok=True)
+    dec_cfg = tiny_musicgen_decoder_config()
+    torch.manual_seed(seed + 1)
+    decoder = MusicgenForCausalLM(dec_cfg).eval()
+    config = musicgen_small_layout_config(dec_cfg.to_dict())
+    config.save_pretrained(mg_dir)
+    state = {f"decoder.{k}": v.detach().contiguous().clone() for k, v in decoder.state_dict().items()}
+    meta = {"format": "pt"}
+    if max_shard_size is None:
+        save_file(state, str(mg_dir / "model.safetensors"), metadata=meta)
+        return mg_dir
+    limit = _parse_size(max_shard_size)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(mg_dir / fname), metadata=meta)
+        weight_map.update({name: fname for name in shard})
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (mg_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return mg_dir
+
+
+def _parse_size(s: str) -> int:
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
+    for u, f in units.items():
+        if s.upper().endswith(u):
+            return int(float(s[: -len(u)]) * f)
+    return int(s)
+
+
+def write_demo_models(
+    out_dir: str | Path, seed: int = 0, captions_csv: str | Path | None = None, exclude_csv: str | Path | None = None,
+    pretrain: PretrainConfig | None = None,
+) -> dict[str, Path]:
+    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed (and the CSVs).
+
+    Args:
+        captions_csv: MusicCaps CSV; when given, the LLM is pretrained on its captions (see pretrain.py).
+        exclude_csv: CSV with a ytid column (the demo corpus's musiccaps-subset.csv) whose rows are left out.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if captions_csv is None:
+        llm_dir = write_llm(out, seed)
+        kind, llm_training = "random init", "Random init: it carries no knowledge."
+    else:
+        captions, n_excluded = read_captions(Path(captions_csv), Path(exclude_csv) if exclude_csv else None)
+        cfg = pretrain or PretrainConfig(seed=seed)
+        llm_dir = write_llm(out, seed, captions=captions, pretrain=cfg)
+        rep = PretrainReport(**json.loads((llm_dir / PRETRAINING_JSON).read_text())["report"])
+        kind = "LLM pretrained on captions"
+        llm_training = (
+            f"Pretrained as a language model on {rep.n_captions} MusicCaps captions ({n_excluded} rows of the demo "
+            f"corpus excluded, from `{Path(exclude_csv).name if exclude_csv else 'nothing'}`), {cfg.steps} steps of "
+            f"batch {cfg.batch_size}, softmax over the {rep.n_token_ids} ids that occur: loss {rep.first_loss:.2f} -> "
+            f"{rep.final_loss:.2f} nats/token. It stands in for Llama 3.2's knowledge of music vocabulary; the "
+            f"trainer freezes it like the real Llama."
+        )
+    mg_dir = write_musicgen(out, seed)
+    lc, mc = tiny_llama_config(), tiny_musicgen_decoder_config()
+    (out / "README.md").write_text(
+        README.format(
+            kind=kind, llm_training=llm_training,
+            seed=seed, llm_hidden=lc.hidden_size, llm_layers=lc.num_hidden_layers, vocab=lc.vocab_size,
+            k=mc.num_codebooks, c=mc.vocab_size, mg_hidden=mc.hidden_size, mg_layers=mc.num_hidden_layers,
+        )
+    )
+    return {"llm": llm_dir, "musicgen": mg_dir}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
+    parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
+    parser.add_argument("--captions-csv", type=Path, default=None,
+                        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)")
+    parser.add_argument("--exclude-csv", type=Path, default=None,
+                        help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)")
+    parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
+    args = parser.parse_args(argv)
+    for path in (args.captions_csv, args.exclude_csv):
+        if path is not None and not path.is_file():
+            raise SystemExit(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
+    pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
+    paths = write_demo_models(args.out, seed=args.seed, captions_csv=args.captions_csv, exclude_csv=args.exclude_csv,
+                              pretrain=pretrain)
+    kind = "LLM pretrained on captions" if args.captions_csv else "random init"
+    print(f"wrote demo models ({kind}): llm={paths['llm']} musicgen={paths['musicgen']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""The generation room: `python -m adapter_trainer.generate` (`generate`, schema in `config`), KV-cached sampling
+with classifier-free guidance (`sampling`) and generated codes written as a contract shard set
+(`generated_shards`), which `tokenizer_pipeline.decode` turns into audio in its own process."""

@@ -1,0 +1,163 @@
+"""Sample audio codes from a trained adapter: `python -m adapter_trainer.generate +experiment=demo [generate.*=...]`.
+
+    python -m adapter_trainer.generate +experiment=demo generate.checkpoint=latest generate.captions=eval \
+        generate.n=16 generate.seconds=5
+
+Same config tree and experiments as training (conf/adapter_trainer/generate.yaml = config.yaml + `generate`).
+Loads the frozen models and the checkpoint's adapter weights (refusing a checkpoint whose fingerprint differs
+from this config), samples codes for the captions (eval split / a text file / given strings) with the KV cache
+(`MoTAdapterModel.forward_step`), and writes them as a shard set (docs/shard-format.md) in `generate.out_dir`
+(default `<trainer.output_dir>/generated`). Decode it to audio in ANOTHER process:
+`python -m tokenizer_pipeline.decode <generated set> out_dir=...` (this process never builds a codec).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
+from adapter_trainer.conf_dir import find_conf_dir
+from adapter_trainer.config import ConfigError, mot_fields
+from adapter_trainer.generation.config import GenerateRunConfig, validate_generate
+from adapter_trainer.data.shards import ShardFormatError
+
+def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, Any]]:
+    """[{caption, aspects, source_key, csv_row}] * n, from the chosen caption source."""
+    g = cfg.generate
+    if g.captions == "eval":
+        from adapter_trainer.data.streaming import text_of  # heavy imports stay inside the run (see run_generate)
+
+        if len(eval_clips) < g.n:
+            raise ConfigError(f"generate.n={g.n} but split data.eval_split={cfg.data.eval_split!r} has only "
+                              f"{len(eval_clips)} clips; lower generate.n or use generate.captions=file")
+        return [{"caption": text_of(c, cfg.data.text),
+                 "aspects": list(c.aspects), "source_key": c.key} for c in eval_clips[:g.n]]
+    if g.captions == "file":
+        path = Path(g.captions_file)  # type: ignore[arg-type]
+        if not path.is_file():
+            raise ConfigError(f"generate.captions_file={path} does not exist")
+        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not texts:
+            raise ConfigError(f"generate.captions_file={path} holds no caption (one per line)")
+    else:
+        texts = list(g.texts)
+    return [{"caption": texts[i % len(texts)], "aspects": [], "source_key": ""} for i in range(g.n)]
+
+
+def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
+    """Load models + checkpoint, sample, write the shard set. Returns the stats also written to generation_stats.json."""
+    from adapter_trainer.training.checkpoint import load_checkpoint
+    from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
+    from adapter_trainer.model.builders import load_llm, load_musicgen_decoder, load_musicgen_decoder_config, load_text_tokenizer
+    from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+    from adapter_trainer.training.recipe import resolve_device, run_fingerprint
+    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
+    from adapter_trainer.data.shards import load_split, open_shard_sets
+    from adapter_trainer.data.token_layout import AudioVocab
+
+    g = cfg.generate
+    validate_generate(g)
+    device = resolve_device(cfg.trainer.device)
+    ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
+    try:
+        dec_cfg = load_musicgen_decoder_config(cfg.model.audio_lm)
+        tokenizer = load_text_tokenizer(cfg.model.llm)
+        llm = load_llm(cfg.model.llm, cfg.model.dtype)
+        audio_lm = load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype)
+    except OSError as e:
+        raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
+    shard_sets = open_shard_sets(cfg.data.shards, model_n_codebooks=dec_cfg.num_codebooks,
+                                 model_codebook_size=dec_cfg.vocab_size, audio_lm=cfg.model.audio_lm)
+
+    K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
+    vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
+    model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg))).to(device).eval()
+    # The recipe's own fingerprint (one definition of "same run"), computed on this config and model.
+    fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
+    ckpt = load_checkpoint(ckpt_dir, device="cpu")
+    try:
+        check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
+    except ResumeError as e:
+        raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
+    model.load_trainable_state_dict(ckpt.adapter)
+    eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []  # first n only
+    rows = _caption_rows(cfg, eval_clips)
+
+    bos_id = int(tokenizer.bos_token_id)
+    pad_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
+    captions = [list(tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[:cfg.data.max_caption_tokens]
+                for r in rows]
+    frame_rate = shard_sets[0].frame_rate
+    max_frames = max(1, int(round(g.seconds * frame_rate)))
+    sampling = SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale)
+    codes: list[np.ndarray] = []
+    ended: list[bool] = []
+    steps = 0
+    seconds = 0.0
+    for start in range(0, len(rows), g.batch_size):
+        idx = list(range(start, min(start + g.batch_size, len(rows))))
+        res = generate_codes(model, [captions[i] for i in idx], vocab=vocab, pattern=cfg.data.pattern, bos_id=bos_id,
+                             pad_id=pad_id, max_frames=max_frames, sampling=sampling,
+                             row_seeds=[g.seed * 1_000_003 + i for i in idx], device=device)
+        codes += res.codes
+        ended += res.ended
+        steps += res.steps * len(idx)
+        seconds += res.seconds
+        print(f"generate: clips {idx[0]}..{idx[-1]}: {res.steps} steps in {res.seconds:.2f} s "
+              f"({res.positions_per_s:.1f} positions/s)")
+
+    clips = [GeneratedClip(key=f"gen-{i:04d}" + (f"-{r['source_key']}" if r["source_key"] else ""),
+                           caption=r["caption"], aspects=r["aspects"], codes=c, source_key=r["source_key"],
+                           csv_row=0) for i, (r, c) in enumerate(zip(rows, codes))]
+    out_dir = Path(g.out_dir) if g.out_dir else Path(cfg.trainer.output_dir) / "generated"
+    source_manifest = json.loads(shard_sets[0].manifest_path.read_text(encoding="utf-8"))
+    generated = {
+        "checkpoint": str(ckpt_dir), "checkpoint_step": ckpt.progress.step,
+        "model": {"llm": cfg.model.llm, "audio_lm": cfg.model.audio_lm, "pattern": cfg.data.pattern},
+        "source_shards": [str(s.root) for s in shard_sets],
+        "source_manifest_sha256": [s.manifest_sha256 for s in shard_sets],
+        "sampling": {**asdict(sampling), "seed": g.seed, "seconds": g.seconds, "max_frames": max_frames,
+                     "batch_size": g.batch_size, "captions": g.captions},
+        "captions": [{"key": c.key, "caption": c.caption, "source_key": c.source_key, "n_frames": int(c.codes.shape[0]),
+                      "ended_with_audio_end": e} for c, e in zip(clips, ended)],
+    }
+    write_generated_set(out_dir, clips, source_manifest=source_manifest, generated=generated,
+                        config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True), overwrite=g.overwrite)
+    stats = {"clips": len(clips), "positions": steps, "seconds": seconds, "positions_per_s": steps / max(seconds, 1e-9),
+             "frames_per_s": sum(int(c.shape[0]) for c in codes) / max(seconds, 1e-9), "device": str(device),
+             "batch_size": g.batch_size, "cfg_scale": g.cfg_scale, "pattern": cfg.data.pattern}
+    (out_dir / "generation_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"generate: wrote {len(clips)} clips to {out_dir} ({stats['positions_per_s']:.1f} positions/s, "
+          f"{stats['frames_per_s']:.1f} frames/s on {device}, cfg_scale={g.cfg_scale}); decode with "
+          f"`python -m tokenizer_pipeline.decode {out_dir} out_dir=...`")
+    return stats
+
+
+def to_generate_config(cfg: DictConfig) -> GenerateRunConfig:
+    """Composed DictConfig -> validated GenerateRunConfig (the training checks plus generate.*)."""
+    from adapter_trainer.config import to_train_config
+
+    typed = to_train_config(cfg)  # validates the shared sections; accepts the subclass
+    assert isinstance(typed, GenerateRunConfig), type(typed)
+    validate_generate(typed.generate)
+    return typed
+
+
+@hydra.main(config_path=str(find_conf_dir()), config_name="generate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        run_generate(to_generate_config(cfg))
+    except (ConfigError, ShardFormatError, ResumeError) as e:
+        print(f"adapter_trainer.generation.generate: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
