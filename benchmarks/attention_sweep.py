@@ -73,7 +73,7 @@ def table(rows: list[dict]) -> str:
 
 
 def summary(rows: list[dict]) -> str:
-    """Per variant: means over seeds and how many seeds meet issue 10's targets (>= 20% under unigram; gain >= +0.04
+    """Per variant: means over seeds and how many seeds meet the caption-conditioning targets (>= 20% under unigram; gain >= +0.04
     with the interval above 0)."""
     lines = ["| variant | seeds | held-out CE, mean (% under unigram) | caption gain, mean [lowest CI low] | "
              "seeds with CE >= 20% under | seeds with gain >= +0.04, CI > 0 | trainable params |",

@@ -24,7 +24,8 @@ from hydra import compose, initialize_config_dir
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import to_train_config
-from adapter_trainer.training.recipe import MoTAdapterRecipe, backward_window
+from adapter_trainer.training.recipe import MoTAdapterRecipe
+from adapter_trainer.training.step import backward_window
 from adapter_trainer.data.token_layout import collate, encode_example
 
 

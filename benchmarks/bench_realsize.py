@@ -31,7 +31,8 @@ from adapter_trainer.model.builders import (
     upcast_trainable_to_fp32,
 )
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
-from adapter_trainer.training.recipe import backward_window, param_groups
+from adapter_trainer.training.optim import param_groups
+from adapter_trainer.training.step import backward_window
 from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example
 
 

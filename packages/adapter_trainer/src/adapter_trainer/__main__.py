@@ -2,8 +2,8 @@
 
 Hydra composes conf/adapter_trainer/config.yaml on top of the structured schema (adapter_trainer/config.py);
 the DictConfig stops here: `to_train_config` turns it into a typed, validated TrainConfig for the recipe.
-Errors a user can fix by changing the config or the data (ConfigError, ShardFormatError, ResumeError) end the
-process with their message and exit code 2, no stack trace.
+Errors a user can fix by changing the config, the data or the checkpoint (every `errors.UserError`: ConfigError,
+ShardFormatError, ResumeError, EvalOverlapError) end the process with their message and exit code 2, no stack trace.
 """
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from adapter_trainer.training.checkpoint import ResumeError
 from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import ConfigError, to_train_config
-from adapter_trainer.data.shards import ShardFormatError
-
-USER_ERRORS = (ConfigError, ShardFormatError, ResumeError)
+from adapter_trainer.config import to_train_config
+from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 
 
 @hydra.main(config_path=str(find_conf_dir()), config_name="config", version_base="1.3")
@@ -33,9 +30,9 @@ def _hydra_main(cfg: DictConfig) -> None:
         from adapter_trainer.training.recipe import recipe_main  # after config checks: pulls in torch + transformers
 
         recipe_main(typed)
-    except USER_ERRORS as e:
+    except UserError as e:
         print(f"adapter_trainer: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(USER_ERROR_EXIT)
 
 
 def main() -> None:

@@ -16,6 +16,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from adapter_trainer.errors import UserError
+
 PATTERNS = ("flatten", "delay")
 TEXT_FIELDS = ("caption", "aspects")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -24,7 +26,7 @@ EMBED_INITS = ("musicgen", "random")
 AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.model.mot)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is wrong; the message names the key and the override that fixes it."""
 
 
@@ -107,7 +109,6 @@ class TrainerConfig:
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
-    debug_dump_modules: Optional[str] = None  # test hook: write sys.modules + batch facts to this JSON at exit
 
 
 @dataclass

@@ -16,7 +16,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from .conf_dir import find_conf_dir
 from .config import CodecConfig, PipelineConfig, ShardConfig, SplitConfig
-from .errors import UserError
+from .errors import USER_ERROR_EXIT, UserError
 from .run import EXPLAIN, RunResult, run_pipeline
 
 __all__ = ["CodecConfig", "PipelineConfig", "ShardConfig", "SplitConfig", "RunResult", "run_pipeline", "main", "config_from_overrides"]
@@ -30,14 +30,14 @@ def _hydra_main(dcfg: DictConfig) -> None:
         cfg: PipelineConfig = OmegaConf.to_object(dcfg)  # typed from here on
     except MissingMandatoryValue as e:
         print(f"error: {e.full_key} is required.\n\n{EXPLAIN}", file=sys.stderr)
-        raise SystemExit(2) from e
+        raise SystemExit(USER_ERROR_EXIT) from e
     rank0 = os.environ.get("RANK", "0") == "0"
     try:
         result = run_pipeline(cfg)
     except UserError as e:  # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
         if rank0:
             print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(USER_ERROR_EXIT) from None
     if rank0:
         print(result.message, file=sys.stderr if result.exit_code else sys.stdout)
     if result.exit_code:

@@ -25,7 +25,7 @@ import soundfile as sf
 import torch
 
 from .encode import _local_model_dir, hash_weight_files, resolve_device
-from .errors import ConfigError, UserError
+from .errors import USER_ERROR_EXIT, ConfigError, UserError
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER
 
 DEMO_CODEC_MARKER = "DEMO_CODEC.md"  # written by tokenizer_pipeline.demo_codec next to the weights
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         run_decode(parse_args(sys.argv[1:] if argv is None else argv))
     except UserError as e:  # DecodeError, and config errors from the codec loader
         print(f"tokenizer_pipeline.decode: error: {e}", file=sys.stderr)
-        return 2
+        return USER_ERROR_EXIT
     return 0
 
 

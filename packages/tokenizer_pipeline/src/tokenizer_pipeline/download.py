@@ -35,9 +35,10 @@ from omegaconf.errors import MissingMandatoryValue
 from tqdm import tqdm
 
 from .conf_dir import find_conf_dir
+from .errors import USER_ERROR_EXIT, UserError
 from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg
 from .manifest import write_text_atomic
-from .musiccaps import ClipRow, check_ytids, read_musiccaps_csv
+from .musiccaps import ClipRow, CsvError, check_ytids, read_musiccaps_csv
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
@@ -113,7 +114,7 @@ class ClipResult:
     failure: DownloadFailure | None = None
 
 
-class DownloadConfigError(ValueError):
+class DownloadConfigError(UserError, ValueError):
     """A problem to fix before anything is downloaded (bad option, bad CSV row); the message says the fix."""
 
 
@@ -285,7 +286,12 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     except FileNotFoundError as e:
         raise DownloadConfigError(str(e)) from e
     csv_path, out_dir = Path(cfg.csv), Path(cfg.out_dir)
-    rows = list(read_musiccaps_csv(csv_path))
+    try:
+        rows = list(read_musiccaps_csv(csv_path))
+    except CsvError:
+        raise  # already a UserError naming the CSV row
+    except (FileNotFoundError, ValueError, UnicodeDecodeError) as e:
+        raise DownloadConfigError(f"csv={csv_path}: {e}") from e
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
     check_ytids(rows, csv_path, DownloadConfigError)  # the rule make shards applies to the same rows
@@ -340,9 +346,9 @@ def _hydra_main(dcfg: DictConfig) -> None:
         raise SystemExit(2) from e
     try:
         result = run_download(cfg)
-    except (ValueError, FileNotFoundError) as e:  # config / CSV problems, before any download
+    except UserError as e:  # DownloadConfigError, CsvError: config / CSV problems, before any download
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from e
+        raise SystemExit(USER_ERROR_EXIT) from None
     print(result.message, file=sys.stderr if result.exit_code else sys.stdout)
     if result.exit_code:
         raise SystemExit(result.exit_code)

@@ -1,10 +1,16 @@
-"""The one user-error type: a problem the user must fix before any clip is encoded.
+"""The user-error base of tokenizer_pipeline: a problem the user must fix before any clip is encoded.
 
-The CLI catches `UserError` and prints its message (which names the file/value and the fix) without a
-traceback, exit status 1. Per-clip problems are never `UserError`: they are `read_audio.ClipFailure`,
-recorded in failures.jsonl while the run goes on.
+Every command (`python -m tokenizer_pipeline`, `.download`, `.decode`) catches `UserError` and prints its message
+(which names the file/value and the fix) without a traceback, exit status `USER_ERROR_EXIT` (2, argparse's status
+for a refused command line); exit 1 means the run itself ended badly (nothing encoded, too many failures, nothing
+fetched). Subclasses: `ConfigError` here, `musiccaps.CsvError`, `write_shards.PipelineError`,
+`download.DownloadConfigError`, `decode.DecodeError`. Per-clip problems are never `UserError`: they are
+`read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
+in its own errors.py.
 """
 from __future__ import annotations
+
+USER_ERROR_EXIT = 2
 
 
 class UserError(Exception):

@@ -68,7 +68,7 @@ DURATION_TOLERANCE_S = 0.5
 #   time per clip: soxr VHQ 5 ms (24 ms with the machine loaded), torchaudio kaiser 197 ms (631 ms),
 #     torchaudio default 170 ms (466 ms); VHQ vs HQ costs about the same, so the better one;
 #   memory, 44,101 Hz: soxr 50 MB peak RSS for the whole process, while torchaudio builds one kernel
-#     per phase and gcd(44101, 32000) = 1 asks for 5.6 GB per mono clip (the issue saw 11 GB).
+#     per phase and gcd(44101, 32000) = 1 asks for 5.6 GB per mono clip (11 GB was observed).
 # torchaudio would need a rational approximation of odd rates on top; soxr is well kept and does it all.
 SOXR_QUALITY = "VHQ"
 

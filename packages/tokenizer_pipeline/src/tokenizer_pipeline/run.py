@@ -94,8 +94,8 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class Ranks:
-    """Where this process sits in a torchrun job (a single process is rank 0 of 1)."""
+class RankInfo:
+    """Where this process sits in a torchrun job (a single process is rank 0 of 1); adapter_trainer names it alike."""
 
     rank: int
     world_size: int
@@ -103,7 +103,12 @@ class Ranks:
     local_world_size: int  # ranks on this node (they share its CPU cores)
 
     @property
-    def distributed(self) -> bool:
+    def is_main(self) -> bool:
+        """Rank 0 alone writes the manifest and prints the summary."""
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
         return self.world_size > 1
 
     def owned(self, plans: list[ShardPlan]) -> list[ShardPlan]:
@@ -112,11 +117,11 @@ class Ranks:
         return plans[n * self.rank // self.world_size : n * (self.rank + 1) // self.world_size]
 
 
-def join_ranks(codec_device: str) -> Ranks:
+def join_ranks(codec_device: str) -> RankInfo:
     """Read torchrun's environment; with WORLD_SIZE > 1 join the process group (nccl on GPUs, else gloo)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return Ranks(0, 1, 0, 1)
+        return RankInfo(0, 1, 0, 1)
     import torch.distributed as dist
 
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -125,12 +130,12 @@ def join_ranks(codec_device: str) -> Ranks:
         torch.cuda.set_device(local_rank)  # codec.device "cuda"/"auto" then means cuda:LOCAL_RANK
     if not dist.is_initialized():
         dist.init_process_group("nccl" if on_gpu else "gloo", timeout=DIST_TIMEOUT)
-    return Ranks(dist.get_rank(), dist.get_world_size(), local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    return RankInfo(dist.get_rank(), dist.get_world_size(), local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
 
-def agree(ranks: Ranks, error: str | None) -> None:
+def agree(ranks: RankInfo, error: str | None) -> None:
     """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier)."""
-    if ranks.distributed:
+    if ranks.is_distributed:
         import torch.distributed as dist
 
         errors: list[str | None] = [None] * ranks.world_size
@@ -441,7 +446,7 @@ def check_config(cfg: PipelineConfig) -> None:
             raise PipelineError(f"{key}={value} must be >= {low}")
 
 
-def default_workers(ranks: Ranks) -> int:
+def default_workers(ranks: RankInfo) -> int:
     """CPU cores this process may use, shared among the ranks on this node (at least 1)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // ranks.local_world_size)
@@ -527,7 +532,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     store = ProgressStore(out_dir)
     lock = None
     error = None
-    if ranks.rank == 0:
+    if ranks.is_main:
         try:
             lock = lock_out_dir(out_dir)
             store.prepare(fingerprint, split_names, cfg.overwrite)
@@ -544,7 +549,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 
 
 def _encode_and_write(
-    cfg: PipelineConfig, ranks: Ranks, plans: list[ShardPlan], store: ProgressStore, encoder: CodecEncoder,
+    cfg: PipelineConfig, ranks: RankInfo, plans: list[ShardPlan], store: ProgressStore, encoder: CodecEncoder,
     codec_info: CodecInfo, csv_sha: str, resolved: dict, n_rows: int, workers: int, progress: bool,
 ) -> RunResult:  # fmt: skip
     out_dir = store.out_dir
@@ -555,7 +560,7 @@ def _encode_and_write(
     audio_s = 0.0
     todo_rows = [r for p in todo for r in p.rows]
     clips = decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)
-    desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.distributed else "encode"
+    desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.is_distributed else "encode"
     with tqdm(total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
         for plan in todo:
             rec = encode_shard(plan, clips, encoder, cfg, out_dir)
@@ -567,19 +572,19 @@ def _encode_and_write(
 
     # 4. all ranks done; rank 0 assembles failures.jsonl and the manifest from every shard's record
     result = None
-    if ranks.distributed:
+    if ranks.is_distributed:
         import torch.distributed as dist
 
         rates: list[float] = [0.0] * ranks.world_size
         dist.all_gather_object(rates, audio_s)
         audio_s = sum(rates)
-    if ranks.rank == 0:
+    if ranks.is_main:
         result = _write_manifest(cfg, plans, store, codec_info, csv_sha, resolved, n_rows)
         lines = result.message.splitlines()
         lines.insert(-1, f"  {elapsed:.1f} s, {audio_s / max(elapsed, 1e-9):.1f} audio-s/s this run "
                          f"({len(todo)} shards redone on rank 0, {ranks.world_size} rank(s); skipped shards excluded)")
         result = RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))
-    if ranks.distributed:
+    if ranks.is_distributed:
         import torch.distributed as dist
 
         box = [result]

@@ -34,6 +34,8 @@ from typing import Iterator
 import numpy as np
 import webdataset as wds
 
+from adapter_trainer.errors import UserError
+
 FORMAT_NAME = "musiccaps-encodec-shards"
 SUPPORTED_VERSIONS = (1,)
 CODES_MEMBER = "codes.npy"
@@ -41,16 +43,19 @@ JSON_MEMBER = "json"
 ALLOWED_MEMBERS = frozenset({CODES_MEMBER, JSON_MEMBER})
 
 
-class ShardFormatError(ValueError):
+class ShardFormatError(UserError, ValueError):
     """A shard set breaks docs/shard-format.md or does not fit the model; the message names the file and fix."""
 
 
 @dataclass(frozen=True)
 class ShardEntry:
-    path: Path  # absolute path of the tar
-    n_samples: int
-    bytes: int
-    sha256: str
+    """One tar of a split, as the manifest lists it (tokenizer_pipeline.manifest.ShardEntry has the same fields)."""
+
+    path: str  # relative to the shard-set directory, e.g. "train/shard-000000.tar" (the manifest's value)
+    n_samples: int  # samples (clips) in the tar
+    bytes: int  # tar file size
+    sha256: str  # of the tar file's bytes
+    tar: Path  # root / path: the file this process reads
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def read_manifest(root: str | Path) -> ShardSet:
             rel = Path(s["path"])
             if rel.is_absolute() or ".." in rel.parts:
                 raise ShardFormatError(f"{mpath}: shard path {s['path']!r} must be relative and inside the set")
-            entries.append(ShardEntry(root / rel, int(s["n_samples"]), int(s["bytes"]), str(s["sha256"])))
+            entries.append(ShardEntry(str(s["path"]), int(s["n_samples"]), int(s["bytes"]), str(s["sha256"]), root / rel))
         splits[name] = tuple(entries)
     return ShardSet(
         root=root,
@@ -177,15 +182,15 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
             f"set data.train_split / data.eval_split"
         )
     for entry in shard_set.splits[split]:
-        if not entry.path.is_file():
-            raise ShardFormatError(f"{entry.path} is listed in {shard_set.manifest_path} but missing; "
+        if not entry.tar.is_file():
+            raise ShardFormatError(f"{entry.tar} is listed in {shard_set.manifest_path} but missing; "
                                    f"regenerate or re-copy the shard set")
-        size = entry.path.stat().st_size
+        size = entry.tar.stat().st_size
         if size != entry.bytes:
-            raise ShardFormatError(f"{entry.path}: {size} bytes, but {shard_set.manifest_path} lists {entry.bytes}; "
+            raise ShardFormatError(f"{entry.tar}: {size} bytes, but {shard_set.manifest_path} lists {entry.bytes}; "
                                    f"the file is truncated or replaced; regenerate or re-copy the shard set")
-        if sha256 and sha256_file(entry.path) != entry.sha256:
-            raise ShardFormatError(f"{entry.path}: sha256 differs from {shard_set.manifest_path}; the file is "
+        if sha256 and sha256_file(entry.tar) != entry.sha256:
+            raise ShardFormatError(f"{entry.tar}: sha256 differs from {shard_set.manifest_path}; the file is "
                                    f"corrupt or replaced; regenerate or re-copy the shard set")
 
 
@@ -237,8 +242,8 @@ def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
     """Yield the split's clips in shard order, decoding only codes.npy and json. Raises ShardFormatError."""
     entries = shard_set.splits.get(split, ())
     for entry in entries:
-        _check_tar_members(entry.path)
-        url = str(entry.path)
+        _check_tar_members(entry.tar)
+        url = str(entry.tar)
         # No .decode(): samples stay raw bytes; only _decode_sample turns them into arrays / dicts.
         ds = wds.WebDataset([url], shardshuffle=False, empty_check=False)
         n = 0
@@ -366,16 +371,16 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
     ranks on one node can share it.
     """
     if cache is None:
-        return scan_shard(entry.path)
+        return scan_shard(entry.tar)
     f = cache / f"{entry.sha256}-{entry.bytes}.npz"
     if f.is_file():
         try:
             with np.load(f, allow_pickle=False) as z:
                 return {k: z[k] for k in _SCAN_FIELDS}
         except (OSError, ValueError, KeyError) as e:
-            raise ShardFormatError(f"{f}: unreadable shard-index cache entry for {entry.path} ({e}); delete the "
+            raise ShardFormatError(f"{f}: unreadable shard-index cache entry for {entry.tar} ({e}); delete the "
                                    f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''")
-    scan = scan_shard(entry.path)
+    scan = scan_shard(entry.tar)
     import os
 
     cache.mkdir(parents=True, exist_ok=True)
@@ -404,12 +409,12 @@ def build_index(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256:
                 break
             scan = _scan_cached(entry, cache_dir)
             if len(scan["keys"]) != entry.n_samples:
-                raise ShardFormatError(f"{entry.path}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
+                raise ShardFormatError(f"{entry.tar}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
                                        f"{entry.n_samples}; regenerate the shard set")
             if max_clips:
                 scan = {k: v[: max_clips - n] for k, v in scan.items()}
             scan["shard"] = np.full(len(scan["keys"]), len(paths), dtype=np.int32)
-            paths.append(str(entry.path))
+            paths.append(str(entry.tar))
             parts.append(scan)
             n += len(scan["keys"])
     cols = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64)

@@ -10,11 +10,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
+
+
+class ChromiumNotFoundError(UserError, FileNotFoundError):
+    """No chromium program on PATH; the message says how to install it."""
 
 
 def find_chromium() -> str:
@@ -22,7 +29,7 @@ def find_chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise FileNotFoundError("no chromium on PATH; install it (Debian/Ubuntu: apt-get install -y chromium)")
+    raise ChromiumNotFoundError("no chromium on PATH; install it (Debian/Ubuntu: apt-get install -y chromium)")
 
 
 def render(page: Path, png: Path, width: int = 1200, height: int = 2400, timeout: float = 120.0) -> Path:
@@ -45,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=1200)
     ap.add_argument("--height", type=int, default=2400)
     args = ap.parse_args(argv)
-    out = render(args.page, args.png, args.width, args.height)
+    try:
+        out = render(args.page, args.png, args.width, args.height)
+    except UserError as e:
+        print(f"adapter_trainer.listen_check: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
     print(f"listen-check: rendered {args.page} -> {out} ({out.stat().st_size} bytes); look at it")
     return 0
 

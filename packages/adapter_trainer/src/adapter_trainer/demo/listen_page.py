@@ -17,7 +17,10 @@ import html
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
+
+from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 
 DEMO_NOTE = ("The demo codec's decoder has RANDOM weights (only its encoder's codebooks were fitted to the stand-in "
              "corpus), so demo audio will not sound like music, generated or reference alike. The path is the real "
@@ -35,13 +38,17 @@ def _player(src: str | None, label: str) -> str:
             f'<audio controls preload="metadata" src="{html.escape(src, quote=True)}"></audio></div>')
 
 
+class MissingRunFilesError(UserError, FileNotFoundError):
+    """The run directory lacks the generated set or its decoded audio; the message names the commands."""
+
+
 def build_page(run_dir: Path, source_audio: Path | None = None) -> Path:
     """Write <run_dir>/listen/index.html (and copy the loss curve next to it). Returns the page's path."""
     listen = run_dir / "listen"
     manifest = _read(run_dir / "generated" / "manifest.json")
     decoded = _read(listen / "generated" / "decoded.json")
     if manifest is None or "generated" not in manifest or decoded is None:
-        raise FileNotFoundError(
+        raise MissingRunFilesError(
             f"{run_dir}: need generated/manifest.json (python -m adapter_trainer.generate) and listen/generated/"
             f"decoded.json (python -m tokenizer_pipeline.decode {run_dir / 'generated'} out_dir={listen / 'generated'})")
     reference = _read(listen / "reference" / "decoded.json") or {"clips": []}
@@ -116,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--source-audio", type=Path, default=None, help="directory of the original {ytid}.* audio files")
     args = ap.parse_args(argv)
-    out = build_page(args.run_dir, args.source_audio)
+    try:
+        out = build_page(args.run_dir, args.source_audio)
+    except UserError as e:
+        print(f"adapter_trainer.listen_page: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
     print(f"listen: wrote {out} (open it in a browser: file://{out.resolve()})")
     return 0
 

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for path in (args.captions_csv, args.exclude_csv):
         if path is not None and not path.is_file():
-            raise SystemExit(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
+            parser.error(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
     pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
     paths = write_demo_models(args.out, seed=args.seed, captions_csv=args.captions_csv, exclude_csv=args.exclude_csv,
                               pretrain=pretrain)

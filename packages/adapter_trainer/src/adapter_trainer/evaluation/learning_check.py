@@ -13,12 +13,13 @@ import numpy as np
 import torch
 
 from adapter_trainer.data.token_layout import AudioVocab
+from adapter_trainer.errors import UserError
 
 
 MIN_GAIN_CLIPS = 30  # fewer eval clips: the caption-gain bootstrap interval is not trusted, the verdict is INSUFFICIENT
 
 
-class EvalOverlapError(ValueError):
+class EvalOverlapError(UserError, ValueError):
     """Eval clips are also train clips, so the eval would not be held-out; the message names the fix."""
 
 
@@ -108,7 +109,7 @@ def gather_target_ce(part: TargetCE, clip_ids: np.ndarray, n_clips: int,
         part: this rank's sums; part.sum_per_example[j] belongs to clip clip_ids[j].
         clip_ids: [b] this rank's clip ids.
         n_clips: size of the eval set; every clip must be scored by exactly one rank.
-        all_gather: DistInfo.all_gather_object (returns [obj] for one process).
+        all_gather: RankInfo.all_gather_object (returns [obj] for one process).
     The result equals one process's up to float summation order, so the bootstrap over clips is the same.
     """
     parts = all_gather((np.asarray(clip_ids, dtype=np.int64), part))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,8 @@ import numpy as np
 import torch
 
 from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement
-from adapter_trainer.data.shards import Clip, load_split, read_manifest
+from adapter_trainer.data.shards import Clip, ShardFormatError, load_split, read_manifest
+from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 
 # attribute -> (positive words, negative words or None = "absence is negative"); whole words / phrases, lowercase
 ATTRIBUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
@@ -189,15 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    real, gen = read_manifest(args.shards), read_manifest(args.generated)
-    if (real.n_codebooks, real.codebook_size) != (gen.n_codebooks, gen.codebook_size):
-        raise SystemExit(f"{args.generated} has K x C = {gen.n_codebooks} x {gen.codebook_size}, {args.shards} "
-                         f"{real.n_codebooks} x {real.codebook_size}: the probe needs codes of the same codec")
-    report = make_report(load_split([real], args.train_split), load_split([real], args.eval_split),
-                         load_split([gen], "generated"), real.codebook_size, derangements=args.derangements,
-                         n_bootstrap=args.bootstrap, seed=args.seed)
-    report["shards"], report["generated"] = str(args.shards), str(args.generated)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    try:
+        report = _probe(args)
+    except UserError as e:  # ShardFormatError: a set that breaks the contract or mixes codecs
+        print(f"adapter_trainer.probe: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
     print(f"probe: accuracy true captions {report['accuracy_true_captions']:.3f} "
           f"[{report['accuracy_true_captions_ci95'][0]:.3f}, {report['accuracy_true_captions_ci95'][1]:.3f}], "
           f"deranged {report['accuracy_deranged_captions']:.3f}, chance {report['chance']:.3f}, "
@@ -205,6 +203,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['true_minus_deranged_ci95'][1]:+.3f}]; probe ceiling on real eval clips "
           f"{report['probe_ceiling_real_eval']:.3f} (chance {report['probe_chance_real_eval']:.3f}) -> {args.out}")
     return 0
+
+
+def _probe(args: argparse.Namespace) -> dict:
+    """Read both sets, score, write the report JSON; returns it."""
+    real, gen = read_manifest(args.shards), read_manifest(args.generated)
+    if (real.n_codebooks, real.codebook_size) != (gen.n_codebooks, gen.codebook_size):
+        raise ShardFormatError(f"{args.generated} has K x C = {gen.n_codebooks} x {gen.codebook_size}, {args.shards} "
+                         f"{real.n_codebooks} x {real.codebook_size}: the probe needs codes of the same codec")
+    report = make_report(load_split([real], args.train_split), load_split([real], args.eval_split),
+                         load_split([gen], "generated"), real.codebook_size, derangements=args.derangements,
+                         n_bootstrap=args.bootstrap, seed=args.seed)
+    report["shards"], report["generated"] = str(args.shards), str(args.generated)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
 if __name__ == "__main__":

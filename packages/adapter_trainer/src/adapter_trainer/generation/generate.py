@@ -22,11 +22,12 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import ConfigError, mot_fields
+from adapter_trainer.config import ConfigError
+from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.generation.config import GenerateRunConfig, validate_generate
-from adapter_trainer.data.shards import ShardFormatError
+from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
+
 
 def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, Any]]:
     """[{caption, aspects, source_key, csv_row}] * n, from the chosen caption source."""
@@ -53,33 +54,24 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
 
 def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     """Load models + checkpoint, sample, write the shard set. Returns the stats also written to generation_stats.json."""
-    from adapter_trainer.training.checkpoint import load_checkpoint
-    from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
-    from adapter_trainer.model.builders import load_llm, load_musicgen_decoder, load_musicgen_decoder_config, load_text_tokenizer
-    from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
-    from adapter_trainer.training.recipe import resolve_device, run_fingerprint
-    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
     from adapter_trainer.data.shards import load_split, open_shard_sets
-    from adapter_trainer.data.token_layout import AudioVocab
+    from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
+    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
+    from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
+    from adapter_trainer.training.checkpoint import load_checkpoint, run_fingerprint
+    from adapter_trainer.training.device import resolve_device
 
     g = cfg.generate
     validate_generate(g)
     device = resolve_device(cfg.trainer.device)
     ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
-    try:
-        dec_cfg = load_musicgen_decoder_config(cfg.model.audio_lm)
-        tokenizer = load_text_tokenizer(cfg.model.llm)
-        llm = load_llm(cfg.model.llm, cfg.model.dtype)
-        audio_lm = load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype)
-    except OSError as e:
-        raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
+    dec_cfg = load_audio_lm_config(cfg)
     shard_sets = open_shard_sets(cfg.data.shards, model_n_codebooks=dec_cfg.num_codebooks,
                                  model_codebook_size=dec_cfg.vocab_size, audio_lm=cfg.model.audio_lm)
-
-    K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
-    vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-    model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg))).to(device).eval()
-    # The recipe's own fingerprint (one definition of "same run"), computed on this config and model.
+    # Trainable tensors stay in model.dtype here (no fp32 master copies): generation only runs forward.
+    built = build_mot_model(cfg, device, fp32_trainable=False)
+    model, tokenizer, vocab = built.model.eval(), built.tokenizer, built.vocab
+    # The training run's fingerprint (one definition of "same run"), computed on this config and model.
     fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
     ckpt = load_checkpoint(ckpt_dir, device="cpu")
     try:
@@ -90,8 +82,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []  # first n only
     rows = _caption_rows(cfg, eval_clips)
 
-    bos_id = int(tokenizer.bos_token_id)
-    pad_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
+    bos_id, pad_id = built.bos_id, built.pad_id
     captions = [list(tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[:cfg.data.max_caption_tokens]
                 for r in rows]
     frame_rate = shard_sets[0].frame_rate
@@ -154,9 +145,9 @@ def to_generate_config(cfg: DictConfig) -> GenerateRunConfig:
 def main(cfg: DictConfig) -> None:
     try:
         run_generate(to_generate_config(cfg))
-    except (ConfigError, ShardFormatError, ResumeError) as e:
-        print(f"adapter_trainer.generation.generate: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except UserError as e:  # ConfigError, ShardFormatError, ResumeError: the message names the fix
+        print(f"adapter_trainer.generate: error: {e}", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT)
 
 
 if __name__ == "__main__":

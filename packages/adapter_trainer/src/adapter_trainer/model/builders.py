@@ -1,4 +1,5 @@
-"""Model builders (torchtune style): literal-size config builders and the two loaders the recipe uses.
+"""Model builders (torchtune style): literal-size config builders, the tower loaders, and `build_mot_model`,
+the one place the MoT adapter is assembled (training and generation both call it).
 
 `load_llm` gives a `LlamaForCausalLM`; `load_musicgen_decoder` gives only MusicGen's decoder
 (`MusicgenForCausalLM`) out of a `facebook/musicgen-small`-style composite checkpoint. Neither ever
@@ -7,6 +8,7 @@ constructs MusicGen's T5 text encoder or its EnCodec audio codec: this process o
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,6 +22,10 @@ from transformers import (
     PreTrainedConfig,
     PreTrainedTokenizerBase,
 )
+
+from adapter_trainer.config import ConfigError, TrainConfig, mot_fields
+from adapter_trainer.data.token_layout import AudioVocab
+from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 
 OFFLINE_HINT = (
     "Model weights cannot be downloaded in this environment. Pass a local directory that holds the "
@@ -275,3 +281,50 @@ def upcast_trainable_to_fp32(model: torch.nn.Module) -> int:
             p.data = p.data.to(torch.float32)
             n += p.numel()
     return n
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The MoT adapter, built once for training and generation alike
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MoTBuild:
+    """What `build_mot_model` gives: the adapter (frozen towers + trainable parts) and its token facts."""
+
+    model: MoTAdapterModel
+    tokenizer: PreTrainedTokenizerBase
+    vocab: AudioVocab  # text ids first, then K x C audio ids, then the audio specials
+    bos_id: int
+    pad_id: int  # pad positions are masked out and carry no labels; EOS (else BOS) is the natural id
+
+
+def load_audio_lm_config(cfg: TrainConfig) -> MusicgenDecoderConfig:
+    """The audio LM's config alone (no weights): shard sets are checked against it before any weight is loaded."""
+    try:
+        return load_musicgen_decoder_config(cfg.model.audio_lm)
+    except OSError as e:
+        raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
+
+
+def build_mot_model(cfg: TrainConfig, device: torch.device | str, *, fp32_trainable: bool = True) -> MoTBuild:
+    """Load the tokenizer and both frozen towers of `cfg.model`, build the MoT adapter and move it to `device`.
+
+    fp32_trainable: make every trainable tensor an fp32 master weight (`upcast_trainable_to_fp32`), as training
+    needs; the frozen towers keep model.dtype. Raises ConfigError (naming model.llm / model.audio_lm and the fix)
+    when a model cannot be loaded.
+    """
+    try:
+        tokenizer = load_text_tokenizer(cfg.model.llm)
+        llm = load_llm(cfg.model.llm, cfg.model.dtype)
+        audio_lm = load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype)
+    except OSError as e:
+        raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
+    K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
+    vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
+    bos_id = int(tokenizer.bos_token_id)
+    pad_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
+    model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    if fp32_trainable:
+        upcast_trainable_to_fp32(model)
+    return MoTBuild(model=model.to(device), tokenizer=tokenizer, vocab=vocab, bos_id=bos_id, pad_id=pad_id)

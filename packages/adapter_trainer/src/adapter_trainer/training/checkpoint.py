@@ -33,11 +33,15 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from adapter_trainer.config import TrainConfig, mot_fields
+from adapter_trainer.data.token_layout import AudioVocab
+from adapter_trainer.errors import UserError
+
 CKPT_DIRNAME = "checkpoints"
 STEP_FMT = "step-{:06d}"
 
 
-class ResumeError(ValueError):
+class ResumeError(UserError, ValueError):
     """The checkpoint cannot continue this run; the message names the checkpoint, the difference and the fix."""
 
 
@@ -229,3 +233,19 @@ def optimizer_changes(ckpt: Path, current: dict[str, Any]) -> list[str]:
 
     saved = OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml")).get("optimizer", {})
     return [f"optimizer.{k}: {saved.get(k)!r} -> {v!r}" for k, v in current.items() if saved.get(k) != v]
+
+
+def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
+    """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
+    c = cfg
+    return {
+        "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
+        "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
+        # the example order (epoch shuffle, crops) and the sequences themselves:
+        "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
+        "data.max_caption_tokens": c.data.max_caption_tokens, "data.caption_dropout": c.data.caption_dropout,
+        "vocab": [vocab.text_vocab_size, vocab.n_codebooks, vocab.codebook_size],
+        "trainable_shapes": {k: list(v.shape) for k, v in model.trainable_state_dict().items()},
+        "data.manifest_sha256": [s.manifest_sha256 for s in shard_sets],
+        "data.splits": [c.data.train_split, c.data.eval_split],
+    }

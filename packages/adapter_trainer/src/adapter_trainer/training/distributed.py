@@ -35,12 +35,14 @@ def env_rank() -> int:
 
 
 @dataclass(frozen=True)
-class DistInfo:
-    """This process's place in the job. world_size == 1: no process group, every collective is the identity."""
+class RankInfo:
+    """This process's place in the torchrun job, with the few collectives the recipe uses (tokenizer_pipeline names
+    the same record alike). world_size == 1: no process group, every collective is the identity."""
 
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
+    local_rank: int = 0  # device index on this node
+    local_world_size: int = 1  # ranks on this node (they share its CPU cores)
 
     @property
     def is_main(self) -> bool:
@@ -48,22 +50,22 @@ class DistInfo:
         return self.rank == 0
 
     @property
-    def enabled(self) -> bool:
+    def is_distributed(self) -> bool:
         return self.world_size > 1
 
     def barrier(self) -> None:
-        if self.enabled:
+        if self.is_distributed:
             dist.barrier()
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         """Sum of `t` over ranks (in place; returns t). Identity for one process."""
-        if self.enabled:
+        if self.is_distributed:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """[obj of rank 0, obj of rank 1, ...] on every rank (pickled; for small eval summaries)."""
-        if not self.enabled:
+        if not self.is_distributed:
             return [obj]
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
@@ -71,7 +73,7 @@ class DistInfo:
 
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank (e.g. the output dir, which Hydra's ${now:...} may resolve per rank)."""
-        if not self.enabled:
+        if not self.is_distributed:
             return obj
         box = [obj]
         dist.broadcast_object_list(box, src=0)
@@ -80,7 +82,7 @@ class DistInfo:
     def broadcast_params(self, params: list[torch.Tensor]) -> None:
         """Copy rank 0's values of `params` to every rank (the trainable ones: seeded init should agree already,
         this makes it certain without touching the frozen towers)."""
-        if not self.enabled or not params:
+        if not self.is_distributed or not params:
             return
         flat = torch.cat([p.detach().reshape(-1) for p in params])  # [P]
         dist.broadcast(flat, src=0)
@@ -92,7 +94,7 @@ class DistInfo:
         SUM, not mean: the recipe already divides each rank's loss by the global number of targets, so the sum
         of the ranks' gradients is the gradient of the global mean loss (exactly the one-process gradient).
         """
-        if not self.enabled or not params:
+        if not self.is_distributed or not params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])  # [P]
@@ -113,9 +115,9 @@ def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
             offset += n
 
 
-def device_for_rank(device: torch.device, info: DistInfo) -> torch.device:
+def device_for_rank(device: torch.device, info: RankInfo) -> torch.device:
     """Under torchrun on CUDA every rank takes cuda:LOCAL_RANK (an explicit cuda:N is only for one process)."""
-    if info.enabled and device.type == "cuda":
+    if info.is_distributed and device.type == "cuda":
         n = torch.cuda.device_count()
         if info.local_rank >= n:
             raise RuntimeError(f"LOCAL_RANK={info.local_rank} but this node has {n} CUDA device(s); launch torchrun "
@@ -125,12 +127,13 @@ def device_for_rank(device: torch.device, info: DistInfo) -> torch.device:
     return device
 
 
-def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> DistInfo:
-    """Join the torchrun job (NCCL on CUDA, gloo otherwise) when WORLD_SIZE > 1; else a one-process DistInfo."""
+def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInfo:
+    """Join the torchrun job (NCCL on CUDA, gloo otherwise) when WORLD_SIZE > 1; else a one-process RankInfo."""
     world = env_world_size()
     if world <= 1:
-        return DistInfo()
-    info = DistInfo(rank=env_rank(), world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+        return RankInfo()
+    info = RankInfo(rank=env_rank(), world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                    local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 Scalar = float | int
 
@@ -85,3 +85,14 @@ class FanOutLogger:
 def read_jsonl(path: str | Path) -> list[dict]:
     """All records of a metrics.jsonl file (for plots and tests)."""
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+
+def finite_or_none(x: Any) -> Any:
+    """NaN/inf -> None recursively, so final_metrics.json is strict JSON (e.g. END CE when no clip ends in the window)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite_or_none(v) for v in x]
+    return x

@@ -2,6 +2,17 @@
 
     python -m adapter_trainer +experiment=demo
 
+A leaf over the library (torchtune style): nothing imports this module but `__main__` and the tests.
+`setup()` delegates to `_setup_*` methods, `train()` is the whole loop top to bottom, `cleanup()` evaluates,
+plots and reports. What the recipe uses lives in its rooms:
+    model.builders.build_mot_model         frozen towers + adapter (shared with generation)
+    data.shards / data.streaming           the shard index and DataLoader workers that read, crop and collate
+    training.step.backward_window          forward + backward of one accumulation window
+    training.optim                         AdamW groups, warmup + cosine schedule
+    training.checkpoint                    save / resume (exact: data position, RNG, optimizer, scheduler)
+    training.distributed                   torchrun: gloo on CPU, NCCL on cuda:LOCAL_RANK, rank 0 writes
+    evaluation.learning_check              unigram baseline, caption derangements, bootstrap, the report
+
 Features:
     - Reads ONLY shard sets (docs/shard-format.md). This process never builds an audio codec, never loads codec
       weights and never imports tokenizer_pipeline: batches are plain integer tensors with no autograd history,
@@ -13,12 +24,8 @@ Features:
     - Metrics through `MetricLogger` (metrics.jsonl + TensorBoard), tqdm with loss and tokens/s.
     - Eval: per-codebook CE/perplexity, END CE, unigram baseline on the same targets, caption-conditioning gain
       with a bootstrap interval; a "learning check" block + final_metrics.json at the end.
-    - Checkpoints with exact resume (data position, RNG, optimizer, scheduler); resume refuses a different
-      architecture or different data.
-    - Streaming input: a header-only index of the shards (~40 bytes per clip), DataLoader workers that read,
-      crop, tokenize and collate (adapter_trainer/data/streaming.py).
-    - torchrun DDP (adapter_trainer/training/distributed.py): trainer.batch_size per rank, the global example order of one
-      process, only trainable gradients all-reduced, eval split across ranks and gathered, rank 0 writes.
+    - torchrun DDP: trainer.batch_size per rank, the global example order of one process, only trainable
+      gradients all-reduced, eval split across ranks and gathered.
 
 Raises:
     ConfigError: a config value cannot work here (missing device, fp16 off CUDA, missing model dir); names the fix.
@@ -28,21 +35,34 @@ Raises:
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
-import math
 import os
 import random
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml
+from adapter_trainer.data.shards import ClipReader, SplitIndex, build_index, open_shard_sets
+from adapter_trainer.data.streaming import ExampleSpec, TrainBatches, caption_ids, default_num_workers, train_loader
+from adapter_trainer.data.token_layout import Batch, collate, encode_example
+from adapter_trainer.evaluation.learning_check import (
+    CEAccumulator,
+    EvalReport,
+    average_runs,
+    check_held_out,
+    derangement,
+    gather_target_ce,
+    learning_check_text,
+    make_report,
+    unigram_ce,
+    unigram_log_probs,
+)
 from adapter_trainer.training.checkpoint import (
     TrainingProgress,
     check_fingerprint,
@@ -52,170 +72,23 @@ from adapter_trainer.training.checkpoint import (
     optimizer_changes,
     prepare_output_dir,
     restore_rng,
+    run_fingerprint,
     save_checkpoint,
 )
-from adapter_trainer.config import ConfigError, OptimizerConfig, TrainConfig, config_to_yaml, mot_fields
-from adapter_trainer.data.streaming import ExampleSpec, TrainBatches, caption_ids, default_num_workers, train_loader
-from adapter_trainer.training.distributed import DistInfo, device_for_rank, init_distributed, teardown_distributed
-from adapter_trainer.evaluation.learning_check import (
-    CEAccumulator,
-    average_runs,
-    check_held_out,
-    EvalReport,
-    derangement,
-    gather_target_ce,
-    learning_check_text,
-    make_report,
-    unigram_ce,
-    unigram_log_probs,
+from adapter_trainer.training.device import autocast, check_precision, resolve_device
+from adapter_trainer.training.distributed import RankInfo, device_for_rank, init_distributed, teardown_distributed
+from adapter_trainer.training.metric_logging import (
+    FanOutLogger,
+    JsonlLogger,
+    MetricLogger,
+    TensorBoardLogger,
+    finite_or_none,
 )
-from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger, read_jsonl
-from adapter_trainer.data.shards import ClipReader, SplitIndex, build_index, open_shard_sets
-from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
+from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
+from adapter_trainer.training.plots import plot_loss_curve
+from adapter_trainer.training.step import backward_window, batch_facts, check_plain_integer_batch, count_targets
 
 TARGET_REL_PCT = 10.0  # learning-check target: eval CE at least this % under the unigram baseline
-_PRECISION_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve_device(requested: str) -> torch.device:
-    """`auto` -> cuda > mps > cpu. An explicitly requested device that is missing is a ConfigError, not a fallback."""
-    has_mps = hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu")
-    try:
-        dev = torch.device(requested)
-    except RuntimeError as e:
-        raise ConfigError(f"trainer.device={requested!r} is not a device ({e}); use auto, cpu, cuda, cuda:N or mps") from e
-    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": has_mps}
-    if dev.type not in available:
-        raise ConfigError(f"trainer.device={requested!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
-    if not available[dev.type]:
-        raise ConfigError(
-            f"trainer.device={requested} was requested but {dev.type.upper()} is not available on this machine. "
-            f"Override it: trainer.device=cpu (or trainer.device=auto to pick the best available device)"
-        )
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"trainer.device={requested}: only {torch.cuda.device_count()} CUDA device(s); "
-                          f"use trainer.device=cuda:0 or trainer.device=auto")
-    return dev
-
-
-def check_precision(precision: str, device: torch.device) -> None:
-    """fp16 only on CUDA (needs a GradScaler); bf16 on CUDA only where the GPU supports it."""
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError(f"trainer.precision=fp16 needs CUDA (loss scaling with a GradScaler); on {device.type} use "
-                          f"trainer.precision=bf16 with model.dtype=bfloat16 (or float32), or trainer.precision=fp32 "
-                          f"with model.dtype=float32")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError("trainer.precision=bf16 is not supported by this GPU; use trainer.precision=fp16 or fp32")
-
-
-class WarmupCosine:
-    """LR factor: linear warmup to 1 over `warmup` steps, then cosine to `min_ratio` at `max_steps`."""
-
-    def __init__(self, warmup: int, max_steps: int, min_ratio: float) -> None:
-        self.warmup, self.max_steps, self.min_ratio = warmup, max_steps, min_ratio
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup:
-            return (step + 1) / (self.warmup + 1)
-        progress = min(1.0, (step - self.warmup) / max(1, self.max_steps - self.warmup))
-        return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def batch_facts(batch: Batch) -> dict[str, dict[str, Any]]:
-    """dtype / requires_grad / grad_fn of each batch tensor (for the isolation test and the invariant check)."""
-    return {
-        name: {"dtype": str(t.dtype), "requires_grad": bool(t.requires_grad), "has_grad_fn": t.grad_fn is not None,
-               "is_floating_point": bool(t.is_floating_point())}
-        for name, t in (("tokens", batch.tokens), ("is_audio", batch.is_audio), ("labels", batch.labels),
-                        ("attention_mask", batch.attention_mask))
-    }
-
-
-def count_targets(batch: Batch) -> int:
-    """Loss targets in a batch (codes + AUDIO_END), counted exactly as `MoTAdapterModel.compute_loss` counts them."""
-    return int(((batch.labels != IGNORE_INDEX) & batch.is_audio[..., None]).sum())  # [B, S, J] -> []
-
-
-@dataclass
-class WindowStats:
-    """One accumulation window (all micro-batches of one optimizer step)."""
-
-    loss: float  # summed CE over the window's targets / their number (token-weighted, not a mean of means)
-    n_targets: int  # targets the loss was normalised by
-    ce_sum_per_codebook: torch.Tensor  # [K] float64, code targets only
-    count_per_codebook: torch.Tensor  # [K] long
-    n_tokens: int  # non-pad input positions
-
-
-def backward_window(model: torch.nn.Module, batches: list[Batch], *,
-                    autocast: Callable[[], contextlib.AbstractContextManager],
-                    scaler: torch.amp.GradScaler | None = None, n_window: int | None = None,
-                    step: int = 0) -> WindowStats:
-    """Forward + backward every micro-batch; the gradients add up to those of ONE batch holding all of them.
-
-    Each micro-batch's loss is its summed CE / `n_window` (default: the targets in `batches`), so a target weighs
-    the same whether its clip is short or long and whichever micro-batch it lands in (a mean of micro-batch means
-    would weigh the targets of short clips more). Pass `n_window` to normalise by a larger count (e.g. all ranks').
-    """
-    n_window = n_window if n_window is not None else sum(count_targets(b) for b in batches)
-    K = model.vocab.n_codebooks
-    loss_sum = 0.0
-    ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
-    n_tok = 0
-    for batch in batches:
-        with autocast():
-            out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over this micro-batch's targets
-        n_batch = out.count_per_codebook.sum() + out.end_count  # [] the targets out.loss is the mean over
-        loss = out.loss * (n_batch / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
-                                     f"optimizer.warmup_steps or use trainer.precision=fp32")
-        if scaler is not None:
-            scaler.scale(loss).backward()
-        else:
-            loss.backward()
-        loss_sum += loss.item()
-        ce_k += out.ce_sum_per_codebook.detach().double().cpu()
-        n_k += out.count_per_codebook.detach().cpu()
-        n_tok += int(batch.attention_mask.sum())
-    return WindowStats(loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k,
-                       n_tokens=n_tok)
-
-
-def param_groups(trainable: list[torch.nn.Parameter], copies: list[torch.nn.Parameter],
-                 opt: OptimizerConfig) -> list[dict[str, Any]]:
-    """AdamW groups: new parameters (decay / no decay, lr) first, then copies of pretrained weights (decay / no decay,
-    lr x opt.pretrained_copy_lr_scale) when there are any. Weight decay only on >= 2-D tensors.
-
-    Group 0 is the new >= 2-D weights: its lr is the one logged as train/lr.
-    """
-    copy_ids = {id(p) for p in copies}
-    new = [p for p in trainable if id(p) not in copy_ids]
-    groups = [{"params": [p for p in new if p.ndim >= 2], "weight_decay": opt.weight_decay},
-              {"params": [p for p in new if p.ndim < 2], "weight_decay": 0.0}]
-    if copies:
-        lr = opt.lr * opt.pretrained_copy_lr_scale
-        groups += [{"params": [p for p in copies if p.ndim >= 2], "weight_decay": opt.weight_decay, "lr": lr},
-                   {"params": [p for p in copies if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
-    return groups
-
-
-def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
-    """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
-    c = cfg
-    return {
-        "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
-        "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
-        # the example order (epoch shuffle, crops) and the sequences themselves:
-        "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
-        "data.max_caption_tokens": c.data.max_caption_tokens, "data.caption_dropout": c.data.caption_dropout,
-        "vocab": [vocab.text_vocab_size, vocab.n_codebooks, vocab.codebook_size],
-        "trainable_shapes": {k: list(v.shape) for k, v in model.trainable_state_dict().items()},
-        "data.manifest_sha256": [s.manifest_sha256 for s in shard_sets],
-        "data.splits": [c.data.train_split, c.data.eval_split],
-    }
 
 
 class MoTAdapterRecipe:
@@ -228,33 +101,56 @@ class MoTAdapterRecipe:
         self.max_steps = cfg.trainer.max_steps
         self.progress = TrainingProgress()
         self.last_eval: EvalReport | None = None
-        self.last_batch_facts: dict[str, dict[str, Any]] = {}
-        self.keys_seen: list[list[str]] = []  # per micro-batch, only with trainer.debug_dump_modules (test hook)
+        self.last_batch_facts: dict[str, dict[str, Any]] = {}  # dtype/grad facts of the last micro-batch
         self.data_wait_s = 0.0  # time the loop waited for its next batch (since the last log)
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------------ setup
     def setup(self) -> None:
+        """Everything the loop needs, in an order that matters: config and shard errors before any weight is
+        loaded, the model built right after seeding (its new weights draw from torch's RNG), resume last."""
         cfg = self.cfg
         torch.manual_seed(cfg.trainer.seed)
         np.random.seed(cfg.trainer.seed % 2**32)
         random.seed(cfg.trainer.seed)
-        self.device = resolve_device(cfg.trainer.device)
-        check_precision(cfg.trainer.precision, self.device)
+        self._setup_device()
+        self._setup_output_dir()
+        self._setup_data()
+        self._setup_model()
+        self._setup_eval()
+        self._setup_optimizer()
+        resume_step = self._resume() if cfg.trainer.resume else None
+        self._setup_logging(resume_step)
+        self.num_workers = cfg.trainer.num_workers if cfg.trainer.num_workers >= 0 else default_num_workers(
+            self.dist.local_world_size)
+        if self.dist.is_main:
+            n_train = sum(p.numel() for p in self.trainable)
+            print(f"device={self.device} precision={cfg.trainer.precision} pattern={cfg.data.pattern} "
+                  f"train clips={len(self.train_index)} eval clips={len(self.eval_index)} trainable params={n_train:,} "
+                  f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
+                  f"output_dir={self.output_dir}")
+
+    def _setup_device(self) -> None:
+        """The device, the precision check, and this process's place in a torchrun job."""
+        self.device = resolve_device(self.cfg.trainer.device)
+        check_precision(self.cfg.trainer.precision, self.device)
         # DataLoader workers tokenize captions in forked processes: the Rust tokenizer's thread pool must not be
         # started in the parent first (HF tokenizers then warns and disables it in every worker anyway).
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        # torchrun: join the job (gloo on CPU, NCCL on cuda:LOCAL_RANK); one process: a no-op DistInfo.
-        self.dist: DistInfo = init_distributed(self.device)
+        # torchrun: join the job (gloo on CPU, NCCL on cuda:LOCAL_RANK); one process: a no-op RankInfo.
+        self.dist: RankInfo = init_distributed(self.device)
         self.device = device_for_rank(self.device, self.dist)
+
+    def _setup_output_dir(self) -> None:
+        """Rank 0 checks (and with trainer.overwrite cleans) the run directory; its error is raised on every rank."""
         # Hydra's ${now:...} output_dir may resolve differently per rank: rank 0's wins.
         self.output_dir = Path(self.dist.broadcast_object(str(self.output_dir)))
-        # Rank 0 checks (and with trainer.overwrite cleans) the run directory; its error (a ResumeError refusal, or an
-        # OSError from the file system) is raised on every rank, so no rank waits in a collective for rank 0.
+        # A ResumeError refusal or an OSError from the file system goes to every rank, so no rank waits in a
+        # collective for rank 0.
         refusal: Exception | None = None
         if self.dist.is_main:
             try:
-                prepare_output_dir(self.output_dir, resume=cfg.trainer.resume, overwrite=cfg.trainer.overwrite)
+                prepare_output_dir(self.output_dir, resume=self.cfg.trainer.resume, overwrite=self.cfg.trainer.overwrite)
                 self.output_dir.mkdir(parents=True, exist_ok=True)
             except Exception as e:  # re-raised just below, on every rank
                 refusal = e
@@ -262,64 +158,51 @@ class MoTAdapterRecipe:
         if refusal is not None:
             raise refusal
 
-        # Imported here, not at module top: model_builders/mot pull in transformers; config/shard errors come first.
-        from adapter_trainer.model.builders import (
-            load_llm,
-            load_musicgen_decoder,
-            load_musicgen_decoder_config,
-            load_text_tokenizer,
-            upcast_trainable_to_fp32,
-        )
-        from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+    def _setup_data(self) -> None:
+        """Shard sets (checked against the audio LM's config before any weight is loaded), split indexes, held-out check."""
+        # Imported here, not at module top: builders/mot pull in transformers; config/shard errors come first.
+        from adapter_trainer.model.builders import load_audio_lm_config
 
-        # Shards first (cheap), checked against the audio LM's config before any weights are loaded.
-        try:
-            dec_cfg = load_musicgen_decoder_config(cfg.model.audio_lm)
-        except OSError as e:
-            raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
-        self.shard_sets = open_shard_sets(cfg.data.shards, model_n_codebooks=dec_cfg.num_codebooks,
-                                          model_codebook_size=dec_cfg.vocab_size, audio_lm=cfg.model.audio_lm)
+        d = self.cfg.data
+        dec_cfg = load_audio_lm_config(self.cfg)
+        self.shard_sets = open_shard_sets(d.shards, model_n_codebooks=dec_cfg.num_codebooks,
+                                          model_codebook_size=dec_cfg.vocab_size, audio_lm=self.cfg.model.audio_lm)
         # Header-only index (~40 bytes per clip); codes are read per batch by DataLoader workers / per eval batch.
-        self.train_index: SplitIndex = build_index(self.shard_sets, cfg.data.train_split, sha256=cfg.data.verify_sha256)
-        self.eval_index: SplitIndex = build_index(self.shard_sets, cfg.data.eval_split,
-                                                  max_clips=cfg.data.eval_max_clips, sha256=cfg.data.verify_sha256)
+        self.train_index: SplitIndex = build_index(self.shard_sets, d.train_split, sha256=d.verify_sha256)
+        self.eval_index: SplitIndex = build_index(self.shard_sets, d.eval_split, max_clips=d.eval_max_clips,
+                                                  sha256=d.verify_sha256)
         if not len(self.train_index):
-            raise ConfigError(f"split data.train_split={cfg.data.train_split!r} is empty in {cfg.data.shards}")
+            raise ConfigError(f"split data.train_split={d.train_split!r} is empty in {d.shards}")
         self.n_overlap_clips = check_held_out(
             (self.train_index.key(i) for i in range(len(self.train_index))),
             (self.eval_index.key(i) for i in range(len(self.eval_index))),
-            allow_overlap=cfg.data.allow_eval_overlap,
-            where=f"data.train_split={cfg.data.train_split!r} / data.eval_split={cfg.data.eval_split!r} in {cfg.data.shards}")
+            allow_overlap=d.allow_eval_overlap,
+            where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}")
         if len(self.eval_index) < 2:
-            raise ConfigError(f"split data.eval_split={cfg.data.eval_split!r} has {len(self.eval_index)} clip(s) in "
-                              f"{cfg.data.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)")
+            raise ConfigError(f"split data.eval_split={d.eval_split!r} has {len(self.eval_index)} clip(s) in "
+                              f"{d.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)")
 
-        try:
-            self.tokenizer = load_text_tokenizer(cfg.model.llm)
-            llm = load_llm(cfg.model.llm, cfg.model.dtype)
-            audio_lm = load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype)
-        except OSError as e:
-            raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
-        K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
-        self.vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-        self.bos_id = int(self.tokenizer.bos_token_id)
-        # Pad positions are masked out and carry no labels; any valid text id works, EOS is the natural one.
-        self.pad_id = int(self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.bos_id)
-        self.model = MoTAdapterModel(llm, audio_lm, self.vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
-        upcast_trainable_to_fp32(self.model)  # fp32 master weights; frozen towers stay in model.dtype
-        self.model.to(self.device)
+    def _setup_model(self) -> None:
+        """Frozen towers + adapter (fp32 trainable weights) on the device; the example spec that goes with them."""
+        from adapter_trainer.model.builders import build_mot_model
 
-        d = cfg.data
+        built = build_mot_model(self.cfg, self.device)
+        self.model, self.tokenizer, self.vocab = built.model, built.tokenizer, built.vocab
+        self.bos_id, self.pad_id = built.bos_id, built.pad_id
+        d = self.cfg.data
         self.spec = ExampleSpec(vocab=self.vocab, pattern=d.pattern, text=d.text, bos_id=self.bos_id, pad_id=self.pad_id,
                                 max_seq_len=d.max_seq_len, max_caption_tokens=d.max_caption_tokens,
                                 caption_dropout=d.caption_dropout)
+
+    def _setup_eval(self) -> None:
+        """Eval captions, the unigram baseline, the train batches and the caption derangements of the gain check."""
+        cfg = self.cfg
         # Train captions are tokenized in the DataLoader workers; eval captions once here (every derangement needs
         # all of them), as small int arrays. Eval codes are read per eval batch.
         self.eval_reader = ClipReader(self.eval_index)
         self.eval_caps = [np.asarray(caption_ids(self.tokenizer, self.eval_reader.read(i), self.spec), dtype=np.int64)
                           for i in range(len(self.eval_index))]
-        # Unigram baseline from the train split (rank 0 reads, all ranks get it); deranged captions for the
-        # caption-gain check (fixed per run).
+        # Unigram baseline from the train split (rank 0 reads, all ranks get it).
         self.unigram_logp = self.dist.broadcast_object(self._unigram_baseline() if self.dist.is_main else None)  # [K, C]
         self.train_data = TrainBatches(self.train_index, self.tokenizer, self.spec, seed=cfg.trainer.seed,
                                        batch_size=cfg.trainer.batch_size, rank=self.dist.rank,
@@ -330,57 +213,49 @@ class MoTAdapterRecipe:
         self.eval_perms = [derangement(len(self.eval_index), shuffle_rng)
                            for _ in range(cfg.trainer.eval_caption_shuffles)]
 
+    def _setup_optimizer(self) -> None:
+        """AdamW on the trainable parameters (rank 0's initial values on every rank), the LR schedule, GradScaler."""
+        cfg = self.cfg
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         if not self.trainable:
             raise ConfigError("the MoT adapter has no trainable parameters; check model.mot.*")
         self.dist.broadcast_params(self.trainable)  # every rank starts from rank 0's trainable weights (frozen: untouched)
-        self.optimizer = torch.optim.AdamW(
-            param_groups(self.trainable, self.model.pretrained_copy_parameters(), cfg.optimizer),
-            lr=cfg.optimizer.lr, betas=(cfg.optimizer.betas[0], cfg.optimizer.betas[1]),
-        )
-        schedule = WarmupCosine(cfg.optimizer.warmup_steps, self.max_steps, cfg.optimizer.min_lr_ratio)
-        # Wrapped in a plain lambda so LambdaLR does not store (and on resume restore) the schedule's fields:
-        # the config's warmup/max_steps win, e.g. when a run is resumed with a larger trainer.max_steps.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: schedule(step))
-        self.amp_dtype = _PRECISION_DTYPE[cfg.trainer.precision]
+        self.optimizer = build_optimizer(self.trainable, self.model.pretrained_copy_parameters(), cfg.optimizer)
+        self.schedule = WarmupCosine(cfg.optimizer.warmup_steps, self.max_steps, cfg.optimizer.min_lr_ratio)
+        self.scheduler = build_scheduler(self.optimizer, self.schedule)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.trainer.precision == "fp16" else None
-
         self.fingerprint = run_fingerprint(cfg, self.vocab, self.model, self.shard_sets)
         self.optimizer_changes: list[str] = []
-        resume_step: int | None = None
-        if cfg.trainer.resume:
-            ckpt_dir = find_checkpoint(cfg.trainer.resume, self.output_dir)
-            ckpt = load_checkpoint(ckpt_dir, device=self.device)
-            check_fingerprint(ckpt.fingerprint, self.fingerprint, ckpt_dir)
-            self.model.load_trainable_state_dict(ckpt.adapter)
-            # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
-            load_optimizer_with_config(self.optimizer, self.scheduler, ckpt.optimizer, ckpt.scheduler, schedule)
-            self.optimizer_changes = optimizer_changes(ckpt_dir, asdict(cfg.optimizer))
-            for line in self.optimizer_changes:
-                print(f"resume: {line} (applied: the config wins for optimizer settings)")
-            if self.scaler is not None and ckpt.scaler is not None:
-                self.scaler.load_state_dict(ckpt.scaler)
-            restore_rng(ckpt.rng_torch, ckpt.rng)
-            self.progress = ckpt.progress
-            resume_step = self.progress.step
-            print(f"resumed from {ckpt_dir} at step {self.progress.step} (epoch {self.progress.epoch}, "
-                  f"index {self.progress.index})")
 
-        loggers: list[MetricLogger] = []  # rank 0 alone writes metrics (and checkpoints, plots, reports)
+    def _resume(self) -> int:
+        """Continue from trainer.resume: adapter weights, optimizer moments, RNG and data position. Returns the step."""
+        ckpt_dir = find_checkpoint(self.cfg.trainer.resume, self.output_dir)
+        ckpt = load_checkpoint(ckpt_dir, device=self.device)
+        check_fingerprint(ckpt.fingerprint, self.fingerprint, ckpt_dir)
+        self.model.load_trainable_state_dict(ckpt.adapter)
+        # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
+        load_optimizer_with_config(self.optimizer, self.scheduler, ckpt.optimizer, ckpt.scheduler, self.schedule)
+        self.optimizer_changes = optimizer_changes(ckpt_dir, asdict(self.cfg.optimizer))
+        for line in self.optimizer_changes:
+            print(f"resume: {line} (applied: the config wins for optimizer settings)")
+        if self.scaler is not None and ckpt.scaler is not None:
+            self.scaler.load_state_dict(ckpt.scaler)
+        restore_rng(ckpt.rng_torch, ckpt.rng)
+        self.progress = ckpt.progress
+        print(f"resumed from {ckpt_dir} at step {self.progress.step} (epoch {self.progress.epoch}, "
+              f"index {self.progress.index})")
+        return self.progress.step
+
+    def _setup_logging(self, resume_step: int | None) -> None:
+        """Rank 0 alone writes metrics (and checkpoints, plots, reports); a resumed run truncates later records."""
+        loggers: list[MetricLogger] = []
         if self.dist.is_main:
             loggers.append(JsonlLogger(self.output_dir / "metrics.jsonl", truncate_after_step=resume_step))
-            if cfg.trainer.tensorboard:
-                loggers.append(TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None))
-            (self.output_dir / "config.yaml").write_text(config_to_yaml(cfg))
+            if self.cfg.trainer.tensorboard:
+                loggers.append(TensorBoardLogger(self.output_dir / "tb",
+                                                 purge_step=(resume_step + 1) if resume_step else None))
+            (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
         self.logger: MetricLogger = FanOutLogger(loggers)
-        self.num_workers = cfg.trainer.num_workers if cfg.trainer.num_workers >= 0 else default_num_workers(
-            int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        n_train = sum(p.numel() for p in self.trainable)
-        if self.dist.is_main:
-            print(f"device={self.device} precision={cfg.trainer.precision} pattern={cfg.data.pattern} "
-                  f"train clips={len(self.train_index)} eval clips={len(self.eval_index)} trainable params={n_train:,} "
-                  f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
-                  f"output_dir={self.output_dir}")
 
     def _unigram_baseline(self) -> np.ndarray:
         """[K, C] unigram log-probs from up to data.unigram_max_clips train clips, evenly spaced (0 = all)."""
@@ -394,9 +269,7 @@ class MoTAdapterRecipe:
             reader.close()
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.cfg.trainer.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+        return autocast(self.cfg.trainer.precision, self.device)
 
     # ------------------------------------------------------------------------------------------------- data
     def train_batches(self) -> Iterator[Batch]:
@@ -417,11 +290,8 @@ class MoTAdapterRecipe:
         self.data_wait_s += time.perf_counter() - t0
         n = self.progress.epoch * len(self.train_index) + self.progress.index + self.train_data.global_batch
         self.progress.epoch, self.progress.index = divmod(n, len(self.train_index))
-        if self.cfg.trainer.debug_dump_modules:
-            self.keys_seen.append(list(batch.keys))
         self.last_batch_facts = batch_facts(batch)
-        if any(f["requires_grad"] or f["has_grad_fn"] or f["is_floating_point"] for f in self.last_batch_facts.values()):
-            raise RuntimeError(f"batch tensors must be plain integer tensors without autograd history: {self.last_batch_facts}")
+        check_plain_integer_batch(self.last_batch_facts)
         return batch.to(self.device)
 
     # ------------------------------------------------------------------------------------------------ train
@@ -448,7 +318,7 @@ class MoTAdapterRecipe:
             loss_acc, ce_k, n_k, n_tok_step = (window.loss, window.ce_sum_per_codebook, window.count_per_codebook,
                                                window.n_tokens)
             self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
-            if self.dist.enabled:  # logged figures over all ranks (one small all-reduce per step)
+            if self.dist.is_distributed:  # logged figures over all ranks (one small all-reduce per step)
                 stats = torch.cat([torch.tensor([loss_acc, n_tok_step], dtype=torch.float64), ce_k, n_k.double()])
                 stats = self.dist.all_reduce_sum(stats.to(self.device)).cpu()  # [2 + 2K]
                 loss_acc, n_tok_step = float(stats[0]), int(stats[1])
@@ -579,64 +449,14 @@ class MoTAdapterRecipe:
             "wall_time_s": wall,
             "checkpoint": str(ckpt),
         }
-        if self.cfg.trainer.debug_dump_modules:  # test hook: one file per rank (rank r > 0 adds .rank{r})
-            dump = Path(self.cfg.trainer.debug_dump_modules)
-            self.dump_debug(dump if self.dist.is_main else dump.with_name(f"{dump.name}.rank{self.dist.rank}"))
         if not self.dist.is_main:
             return final
-        (self.output_dir / "final_metrics.json").write_text(json.dumps(_finite_or_none(final), indent=2, allow_nan=False) + "\n")
+        (self.output_dir / "final_metrics.json").write_text(json.dumps(finite_or_none(final), indent=2, allow_nan=False) + "\n")
         plot_path = plot_loss_curve(self.output_dir / "metrics.jsonl", self.output_dir / "loss_curve.png")
         print(learning_check_text(r, target_rel_pct=TARGET_REL_PCT))
         print(f"summary: {step} steps, {self.progress.tokens_seen:,} tokens, {wall:.1f} s wall, epoch "
               f"{self.progress.epoch}; wrote {self.output_dir / 'final_metrics.json'}, {plot_path}, {ckpt}")
         return final
-
-    def dump_debug(self, path: Path) -> None:
-        """Test hook: which modules this process imported, EnCodec instances alive, the last batch's tensor facts."""
-        gc.collect()
-        encodec = sum(1 for o in gc.get_objects() if type(o).__name__ == "EncodecModel")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"modules": sorted(sys.modules), "encodec_instances": encodec,
-                                    "batch": self.last_batch_facts, "rank": self.dist.rank,
-                                    "world_size": self.dist.world_size, "keys_seen": self.keys_seen}, indent=2))
-
-
-def _finite_or_none(x: Any) -> Any:
-    """NaN/inf -> None recursively, so final_metrics.json is strict JSON (e.g. END CE when no clip ends in the window)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite_or_none(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite_or_none(v) for v in x]
-    return x
-
-
-def plot_loss_curve(metrics_path: Path, out_path: Path) -> Path:
-    """Train loss per logged step + eval CE and the unigram baseline, as a PNG (matplotlib Agg, no display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    recs = read_jsonl(metrics_path)
-    train = [(r["step"], r["train/loss"]) for r in recs if "train/loss" in r]
-    evals = [(r["step"], r["eval/ce"], r["eval/unigram_ce"]) for r in recs if "eval/ce" in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if train:
-        ax.plot(*zip(*train), label="train loss (codes + END)")
-    if evals:
-        s, ce, uni = zip(*evals)
-        ax.plot(s, ce, "o-", label="eval CE (codes)")
-        ax.plot(s, uni, "--", label="eval unigram baseline")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("nats / target")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
 
 
 def recipe_main(cfg: TrainConfig) -> dict[str, Any]:

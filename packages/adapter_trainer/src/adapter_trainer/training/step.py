@@ -1,0 +1,83 @@
+"""One optimizer step's forward + backward over an accumulation window, and the checks on its batches.
+
+`backward_window` is the inner loop of `MoTAdapterRecipe.train`: the loop itself (fetch, all-reduce, clip, step,
+log) stays in the recipe so it reads top to bottom; this is the part tests drive directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from adapter_trainer.data.token_layout import IGNORE_INDEX, Batch
+
+
+def batch_facts(batch: Batch) -> dict[str, dict[str, Any]]:
+    """dtype / requires_grad / grad_fn of each batch tensor (the recipe's invariant check; tests read it too)."""
+    return {
+        name: {"dtype": str(t.dtype), "requires_grad": bool(t.requires_grad), "has_grad_fn": t.grad_fn is not None,
+               "is_floating_point": bool(t.is_floating_point())}
+        for name, t in (("tokens", batch.tokens), ("is_audio", batch.is_audio), ("labels", batch.labels),
+                        ("attention_mask", batch.attention_mask))
+    }
+
+
+def check_plain_integer_batch(facts: dict[str, dict[str, Any]]) -> None:
+    """Batches are plain integer tensors without autograd history: the design that cured "Trying to backward
+    through the graph a second time" (codes used to come out of a live codec graph). Raises RuntimeError if not."""
+    if any(f["requires_grad"] or f["has_grad_fn"] or f["is_floating_point"] for f in facts.values()):
+        raise RuntimeError(f"batch tensors must be plain integer tensors without autograd history: {facts}")
+
+
+def count_targets(batch: Batch) -> int:
+    """Loss targets in a batch (codes + AUDIO_END), counted exactly as `MoTAdapterModel.compute_loss` counts them."""
+    return int(((batch.labels != IGNORE_INDEX) & batch.is_audio[..., None]).sum())  # [B, S, J] -> []
+
+
+@dataclass
+class WindowStats:
+    """One accumulation window (all micro-batches of one optimizer step)."""
+
+    loss: float  # summed CE over the window's targets / their number (token-weighted, not a mean of means)
+    n_targets: int  # targets the loss was normalised by
+    ce_sum_per_codebook: torch.Tensor  # [K] float64, code targets only
+    count_per_codebook: torch.Tensor  # [K] long
+    n_tokens: int  # non-pad input positions
+
+
+def backward_window(model: torch.nn.Module, batches: list[Batch], *,
+                    autocast: Callable[[], contextlib.AbstractContextManager],
+                    scaler: torch.amp.GradScaler | None = None, n_window: int | None = None,
+                    step: int = 0) -> WindowStats:
+    """Forward + backward every micro-batch; the gradients add up to those of ONE batch holding all of them.
+
+    Each micro-batch's loss is its summed CE / `n_window` (default: the targets in `batches`), so a target weighs
+    the same whether its clip is short or long and whichever micro-batch it lands in (a mean of micro-batch means
+    would weigh the targets of short clips more). Pass `n_window` to normalise by a larger count (e.g. all ranks').
+    """
+    n_window = n_window if n_window is not None else sum(count_targets(b) for b in batches)
+    K = model.vocab.n_codebooks
+    loss_sum = 0.0
+    ce_k, n_k = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.long)
+    n_tok = 0
+    for batch in batches:
+        with autocast():
+            out = model.compute_loss(batch)  # LossOutput; out.loss: [] mean CE over this micro-batch's targets
+        n_batch = out.count_per_codebook.sum() + out.end_count  # [] the targets out.loss is the mean over
+        loss = out.loss * (n_batch / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
+                                     f"optimizer.warmup_steps or use trainer.precision=fp32")
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        loss_sum += loss.item()
+        ce_k += out.ce_sum_per_codebook.detach().double().cpu()
+        n_k += out.count_per_codebook.detach().cpu()
+        n_tok += int(batch.attention_mask.sum())
+    return WindowStats(loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k,
+                       n_tokens=n_tok)
