@@ -17,10 +17,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "pipeline"))  # the tests' media server and media writer
+sys.path.insert(0, str(HERE.parent))  # the repository root: the tests' media server and media writer
 
-from download_fixtures import MediaServer, write_csv_rows, write_media  # noqa: E402
-
+from tests.pipeline.media_server import MediaServer, write_csv_rows, write_media  # noqa: E402
 from tokenizer_pipeline.download import DownloadConfig, run_download  # noqa: E402
 
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

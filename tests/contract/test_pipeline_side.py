@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))  # shared test helpers
-from pipeline_fixtures import make_corpus, make_tiny_codec, pipeline_config  # noqa: E402
+from tests.pipeline.helpers import make_corpus, make_tiny_codec, pipeline_config
 
 JSON_TYPES = {
     "ytid": str, "start_s": float, "end_s": float, "audioset_positive_labels": list, "aspect_list": list,

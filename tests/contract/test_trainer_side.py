@@ -17,7 +17,7 @@ from adapter_trainer.data.shards import (
     read_manifest,
     verify_files,
 )
-from shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
+from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 
 
 def test_round_trip_reads_every_clip_in_order(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_fixtures import make_corpus, make_tiny_codec
+from tests.pipeline.helpers import make_corpus, make_tiny_codec
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,9 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from tests import REPO
 from tokenizer_pipeline.cli import CodecConfig, PipelineConfig, ShardConfig
 
-REPO = Path(__file__).resolve().parents[2]
 MUSICCAPS_CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 
 

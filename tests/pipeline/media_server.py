@@ -16,7 +16,7 @@ import soundfile as sf
 
 from tokenizer_pipeline.ffmpeg_binary import find_ffmpeg
 
-from pipeline_fixtures import MUSICCAPS_CSV
+from tests.pipeline.helpers import MUSICCAPS_CSV
 
 CONTENT_TYPES = {"wav": "audio/wav", "m4a": "audio/mp4", "webm": "audio/webm", "ogg": "audio/ogg"}
 

@@ -11,7 +11,7 @@ import pytest
 from tokenizer_pipeline.cli import PipelineConfig, config_from_overrides
 from tokenizer_pipeline.conf_dir import find_conf_dir
 
-from pipeline_fixtures import REPO
+from tests.pipeline.helpers import REPO
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -42,7 +42,7 @@ def test_cli_end_to_end_then_verify(corpus, tiny_codec: Path, tmp_path: Path) ->
     assert r.returncode == 0 and r.stdout.startswith("OK shards: 2 shards, 7 samples")
     # a changed config into the same directory is refused with the fix
     r = _run([*args, "shard.max_samples=2"], work)
-    assert r.returncode == 1 and "overwrite=true" in r.stderr
+    assert r.returncode == 2 and "overwrite=true" in r.stderr
     # corrupt a shard: verify exits non-zero and names it
     tar = work / "shards/train/shard-000000.tar"
     tar.write_bytes(tar.read_bytes()[:-1024])

@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import EncodecFeatureExtractor, EncodecModel
 
+from tests import REPO
 from tokenizer_pipeline.demo_codec import (
     build_random_model,
     code_stats,
@@ -26,7 +27,6 @@ from tokenizer_pipeline.demo_codec import (
 )
 from tokenizer_pipeline.standin_corpus import build_corpus
 
-REPO = Path(__file__).resolve().parents[2]
 CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 N_CLIPS, CLIP_S = 24, 5.0
 

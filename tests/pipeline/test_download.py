@@ -19,8 +19,8 @@ from tokenizer_pipeline import read_audio
 from tokenizer_pipeline.cli import run_pipeline
 from tokenizer_pipeline.download import DownloadConfig, DownloadConfigError, classify, config_from_overrides, run_download, ydl_params
 
-from download_fixtures import MediaServer, write_csv_rows, write_media
-from pipeline_fixtures import pipeline_config
+from tests.pipeline.media_server import MediaServer, write_csv_rows, write_media
+from tests.pipeline.helpers import pipeline_config
 
 SR = 44100
 
@@ -277,6 +277,12 @@ def test_cli_exits_non_zero_only_when_nothing_was_fetched(tmp_path: Path) -> Non
     csv_path, rows = write_csv_rows(tmp_path / "subset.csv", 2, [(0.5, 1.5)] * 2)
     r = _run_cli([f"csv={csv_path}"], tmp_path)
     assert r.returncode == 2 and "out_dir is required" in r.stderr
+    # user errors (a bad option, a missing CSV) exit 2 with the fix and no traceback, before anything is written
+    r = _run_cli([f"csv={csv_path}", "out_dir=audio", "workers=0"], tmp_path)
+    assert r.returncode == 2 and "workers=0 must be >= 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = _run_cli([f"csv={tmp_path / 'missing.csv'}", "out_dir=audio"], tmp_path)
+    assert r.returncode == 2 and "missing.csv" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "audio").exists()
     with MediaServer() as srv:  # no routes: every URL is a 404
         r = _run_cli([f"csv={csv_path}", "out_dir=audio", f"url_template='{srv.url_template}'", "limit=1"], tmp_path)
         assert r.returncode == 1 and "nothing could be fetched" in r.stderr and "unavailable 1" in r.stdout + r.stderr

@@ -147,6 +147,6 @@ def test_cli_prints_codec_errors_without_traceback(corpus, tmp_path: Path) -> No
          f"out_dir={tmp_path / 'o'}", f"codec.name_or_path={tmp_path / 'no_codec'}", "codec.device=cpu"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("error: codec") and f"codec directory {tmp_path / 'no_codec'} does not exist" in r.stderr
     assert "make codec" in r.stderr

@@ -8,7 +8,7 @@ import pytest
 from tokenizer_pipeline.errors import UserError
 from tokenizer_pipeline.musiccaps import ClipRow, CsvError, CsvRowError, read_musiccaps_csv
 
-from pipeline_fixtures import MUSICCAPS_CSV
+from tests.pipeline.helpers import MUSICCAPS_CSV
 
 HEADER = "ytid,start_s,end_s,audioset_positive_labels,aspect_list,caption,author_id,is_balanced_subset,is_audioset_eval\n"
 
@@ -111,6 +111,6 @@ def test_cli_prints_csv_errors_without_traceback(corpus, tiny_codec: Path, tmp_p
          f"codec.name_or_path={tiny_codec}", "codec.device=cpu"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"error: {bad}:2: column 'is_balanced_subset'") and "Fix or delete" in r.stderr
     assert not (tmp_path / "o").exists()  # refused before anything was written

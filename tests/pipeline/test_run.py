@@ -17,10 +17,10 @@ import torch
 import tokenizer_pipeline.run as run
 from tokenizer_pipeline.config import ShardConfig
 from tokenizer_pipeline.musiccaps import ClipRow
-from tokenizer_pipeline.run import DecodedClip, LengthBuckets, Ranks, run_pipeline
+from tokenizer_pipeline.run import DecodedClip, LengthBuckets, RankInfo, run_pipeline
 from tokenizer_pipeline.write_shards import PipelineError, ShardPlan
 
-from pipeline_fixtures import pipeline_config
+from tests.pipeline.helpers import pipeline_config
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
@@ -117,7 +117,7 @@ def test_config_errors_stop_before_encoding_without_traceback(corpus, tiny_codec
          f"codec.name_or_path={tiny_codec}", "codec.device=cpu"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert r.returncode == 1 and "bad.csv:3" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "bad.csv:3" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 # ---- 4. resume that heals
@@ -270,7 +270,7 @@ def test_length_buckets_batch_equal_lengths_and_bound_what_waits() -> None:
 @pytest.mark.parametrize("n_plans,world", [(7, 2), (3, 4), (10, 3)])
 def test_ranks_own_disjoint_contiguous_ranges_covering_the_plan(n_plans: int, world: int) -> None:
     plans = [ShardPlan("train", i, ()) for i in range(n_plans)]
-    owned = [Ranks(r, world, r, world).owned(plans) for r in range(world)]
+    owned = [RankInfo(r, world, r, world).owned(plans) for r in range(world)]
     assert [p for o in owned for p in o] == plans  # disjoint, in order, complete
     assert max(map(len, owned)) - min(map(len, owned)) <= 1
 

@@ -14,7 +14,7 @@ import torch
 
 from tokenizer_pipeline.run import run_pipeline
 
-from pipeline_fixtures import pipeline_config
+from tests.pipeline.helpers import pipeline_config
 
 
 

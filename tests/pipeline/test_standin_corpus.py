@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests import REPO
 from tokenizer_pipeline.standin_corpus import (
     SAMPLE_RATE,
     ClipAttributes,
@@ -19,7 +20,6 @@ from tokenizer_pipeline.standin_corpus import (
     render_clip,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 N_CLIPS = 16
 

@@ -16,7 +16,7 @@ from tokenizer_pipeline.manifest import Manifest
 from tokenizer_pipeline.verify import verify
 from tokenizer_pipeline.write_shards import PipelineError
 
-from pipeline_fixtures import pipeline_config
+from tests.pipeline.helpers import pipeline_config
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:

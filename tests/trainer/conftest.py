@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -29,7 +28,7 @@ def _index_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from shard_fixture import write_synthetic_set
+    from tests.contract.shard_fixture import write_synthetic_set
 
     return write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=8, n_eval=4, frames=(12, 20))
 
@@ -53,7 +52,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def step2_ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer_helpers import make_cfg
+    from tests.trainer.helpers import make_cfg
 
     from adapter_trainer.training.recipe import recipe_main
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 
 from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
@@ -55,3 +54,33 @@ def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) 
     ]
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         return to_train_config(compose("config", overrides=base + list(overrides)))
+
+
+def record_batch_keys(recipe) -> list[list[str]]:
+    """Wrap this recipe's public `next_train_batch`: the returned list fills with the clip keys of every
+    micro-batch this rank trains on (the recipe itself keeps no such record)."""
+    seen: list[list[str]] = []
+    fetch = recipe.next_train_batch
+
+    def next_train_batch(batches):
+        batch = fetch(batches)
+        seen.append(list(batch.keys))
+        return batch
+
+    recipe.next_train_batch = next_train_batch
+    return seen
+
+
+def run_recipe_recording_keys(cfg: TrainConfig) -> tuple[dict, list[list[str]]]:
+    """setup -> train -> cleanup as `recipe_main` runs them; returns (final metrics, keys of every micro-batch)."""
+    from adapter_trainer.training.distributed import teardown_distributed
+    from adapter_trainer.training.recipe import MoTAdapterRecipe
+
+    recipe = MoTAdapterRecipe(cfg)
+    try:
+        recipe.setup()
+        seen = record_batch_keys(recipe)
+        recipe.train()
+        return recipe.cleanup(), seen
+    finally:
+        teardown_distributed()

@@ -15,14 +15,13 @@ from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from shard_fixture import write_synthetic_set  # noqa: E402
+from tests import REPO
+from tests.contract.shard_fixture import write_synthetic_set
 
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
 from adapter_trainer.config import ConfigError, TrainConfig, schema_field_names, to_train_config  # noqa: E402
 
 CONF = find_conf_dir()
-REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
@@ -141,7 +140,7 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
     dev = _missing_device()
     if dev is None:
         pytest.skip("both cuda and mps exist here: no missing device to request")
-    from adapter_trainer.training.recipe import resolve_device
+    from adapter_trainer.training.device import resolve_device
 
     with pytest.raises(ConfigError, match=f"trainer.device={dev} was requested.*trainer.device=cpu"):
         resolve_device(dev)
@@ -155,7 +154,7 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
 
 
 def test_auto_device_picks_cpu_without_accelerators() -> None:
-    from adapter_trainer.training.recipe import resolve_device
+    from adapter_trainer.training.device import resolve_device
 
     want = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     assert resolve_device("auto").type == want

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set  # noqa: E402
+from tests.contract.shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set
 
 from adapter_trainer.data.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest  # noqa: E402
 

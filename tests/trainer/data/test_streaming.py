@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from shard_fixture import write_shard_set, synthetic_clips, write_synthetic_set  # noqa: E402
+from tests.contract.shard_fixture import write_shard_set, synthetic_clips, write_synthetic_set
 
 from adapter_trainer.data.streaming import ExampleSpec, TrainBatches, default_num_workers, epoch_permutation, train_loader  # noqa: E402
 from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets  # noqa: E402

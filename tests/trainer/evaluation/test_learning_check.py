@@ -1,4 +1,4 @@
-"""Eval honesty (issue 7 item 5): overlapping train/eval clips are refused (or, opted in, reported as NOT held-out),
+"""Eval honesty: overlapping train/eval clips are refused (or, opted in, reported as NOT held-out),
 and the caption-gain verdict needs >= 30 eval clips; identical captions give a gain of exactly 0, never PASS."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer_helpers import make_cfg
+from tests.trainer.helpers import make_cfg
 
 from adapter_trainer.evaluation.learning_check import (
     MIN_GAIN_CLIPS,
@@ -30,7 +30,7 @@ def test_eval_split_equal_to_train_is_refused(models, shards, tmp_path: Path) ->
 def test_two_shard_sets_sharing_clips_are_refused(models, shards, tmp_path: Path) -> None:
     """A second shard set whose eval split holds clips that are train clips of the first (its split column said
     otherwise): the keys decide, not the split names."""
-    from shard_fixture import synthetic_clips, write_shard_set
+    from tests.contract.shard_fixture import synthetic_clips, write_shard_set
 
     train = synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")  # the same clips as `shards`' train split
     other = write_shard_set(tmp_path / "other", {"train": synthetic_clips(4, frames=(12, 20), seed=5, prefix="zz"),
@@ -67,7 +67,7 @@ def test_caption_gain_verdict_needs_30_clips(n_clips: int, verdict: str) -> None
 
 
 def test_identical_captions_give_exactly_zero_gain_and_no_pass(models, tmp_path: Path) -> None:
-    from shard_fixture import synthetic_clips, write_shard_set
+    from tests.contract.shard_fixture import synthetic_clips, write_shard_set
 
     train = synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")
     evl = [(k, "the same caption for every clip", c) for k, _, c in synthetic_clips(32, frames=(8, 12), seed=1, prefix="ev")]

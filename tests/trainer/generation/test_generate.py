@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from shard_fixture import write_synthetic_set  # noqa: E402
+from tests import REPO
+from tests.contract.shard_fixture import write_synthetic_set
 
 from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
@@ -22,7 +22,6 @@ from adapter_trainer.generation.generate import run_generate, to_generate_config
 from adapter_trainer.generation.config import GenerateRunConfig  # noqa: E402
 from adapter_trainer.data.shards import load_split, read_manifest  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ import pytest
 import soundfile as sf
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
-from pipeline_fixtures import make_tiny_codec  # noqa: E402
+from tests.pipeline.helpers import make_tiny_codec
 
 from adapter_trainer.generation.generated_shards import SPLIT, GeneratedClip, write_generated_set  # noqa: E402
 from adapter_trainer.data.shards import ShardFormatError, load_split, read_manifest  # noqa: E402

@@ -74,7 +74,7 @@ def real_rows(batch: Batch, logits: torch.Tensor) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_eager_and_sdpa_loaded_llm_give_the_same_logits(model_dirs: dict[str, Path], variant: str) -> None:
-    """The MoT layers run their own masked attention: how the Llama was loaded no longer matters (issue 7.4)."""
+    """The MoT layers run their own masked attention: how the Llama was loaded does not matter."""
     batch = make_batch("delay")
     with torch.no_grad():
         a = make(model_dirs, variant, attn_implementation="sdpa")(batch.tokens, batch.is_audio, batch.attention_mask)
@@ -239,7 +239,7 @@ def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant
     """optimizer.pretrained_copy_lr_scale: separate's copied q/k/v/o + norm step at lr x scale, new adapters at lr.
     With scale 0 the copies stay bit-identical through AdamW steps (decay included) while the adapters move."""
     from adapter_trainer.config import OptimizerConfig
-    from adapter_trainer.training.recipe import param_groups
+    from adapter_trainer.training.optim import param_groups
 
     mot = make(model_dirs, variant, perturb_seed=None).train()
     copies = mot.pretrained_copy_parameters()
@@ -303,7 +303,7 @@ def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretraine
 
 def test_param_groups_split_only_when_there_are_copies() -> None:
     from adapter_trainer.config import OptimizerConfig
-    from adapter_trainer.training.recipe import param_groups
+    from adapter_trainer.training.optim import param_groups
 
     new, copy = [torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))], [torch.nn.Parameter(torch.ones(3))]
     cfg = OptimizerConfig(lr=1.0, weight_decay=0.1, pretrained_copy_lr_scale=0.5)

@@ -1,4 +1,4 @@
-"""Accumulation and resume (issue 7 item 6): window-normalised loss, the resume fingerprint, optimizer changes
+"""Accumulation and resume: window-normalised loss, the resume fingerprint, optimizer changes
 applied on resume, and fresh runs refused in a directory that holds checkpoints."""
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import example, make_cfg, tiny_mot
+from tests.trainer.helpers import example, make_cfg, tiny_mot
 
 from adapter_trainer.training.checkpoint import ResumeError, prepare_output_dir
-from adapter_trainer.training.recipe import MoTAdapterRecipe, WarmupCosine, backward_window, count_targets
+from adapter_trainer.training.optim import WarmupCosine
+from adapter_trainer.training.recipe import MoTAdapterRecipe
+from adapter_trainer.training.step import backward_window, count_targets
 from adapter_trainer.data.token_layout import collate
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from shard_fixture import write_synthetic_set  # noqa: E402
+from tests.contract.shard_fixture import write_synthetic_set
 
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
 from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
-from adapter_trainer.training.recipe import recipe_main  # noqa: E402
+from tests import REPO
+from tests.trainer.helpers import run_recipe_recording_keys
 
 STEPS, GLOBAL_BATCH = 4, 4
 
@@ -31,7 +31,7 @@ def overrides(models: dict[str, Path], shards: Path, out: Path, batch_size: int,
         f"trainer.batch_size={batch_size}", "trainer.log_every=1", "trainer.eval_every=0", "trainer.ckpt_every=2",
         f"trainer.max_steps={STEPS}", "trainer.progress_bar=false", "trainer.tensorboard=false",
         "trainer.eval_bootstrap=200", "trainer.eval_caption_shuffles=2", "optimizer.warmup_steps=2",
-        f"trainer.debug_dump_modules={out / 'dump.json'}", *extra,
+        *extra,
     ]
 
 
@@ -55,23 +55,26 @@ def setup_runs(tmp_path_factory: pytest.TempPathFactory):
     # one train shard (32 per shard > 20 clips): 2 ranks x 2 workers > 1 shard; 7 eval clips: 4 + 3 per rank
     shards = write_synthetic_set(root / "shards", n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=32)
     ref_out, ddp_out = root / "one", root / "two"
-    ref = recipe_main(compose(overrides(models, shards, ref_out, GLOBAL_BATCH, "trainer.num_workers=0")))
+    ref, ref_keys = run_recipe_recording_keys(
+        compose(overrides(models, shards, ref_out, GLOBAL_BATCH, "trainer.num_workers=0")))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "adapter_trainer",
+    # the real entry point on every rank, observed from outside the recipe (tests/trainer/observed_train.py)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "tests.trainer.observed_train", str(ddp_out / "dump.json"),
            *overrides(models, shards, ddp_out, GLOBAL_BATCH // 2, "trainer.num_workers=2")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return dict(models=models, shards=shards, ref_out=ref_out, ddp_out=ddp_out, ref=ref, stdout=proc.stdout,
-                root=root)
+    return dict(models=models, shards=shards, ref_out=ref_out, ddp_out=ddp_out, ref=ref, ref_keys=ref_keys,
+                stdout=proc.stdout, root=root)
 
 
 def test_two_ranks_see_exactly_the_examples_of_one_process(setup_runs) -> None:
-    ref = json.loads((setup_runs["ref_out"] / "dump.json").read_text())
+    ref_keys = setup_runs["ref_keys"]
     r0 = json.loads((setup_runs["ddp_out"] / "dump.json").read_text())
     r1 = json.loads((setup_runs["ddp_out"] / "dump.json.rank1").read_text())
     assert (r0["rank"], r0["world_size"], r1["rank"]) == (0, 2, 1)
-    assert len(ref["keys_seen"]) == STEPS and all(len(k) == GLOBAL_BATCH for k in ref["keys_seen"])
-    assert [a + b for a, b in zip(r0["keys_seen"], r1["keys_seen"])] == ref["keys_seen"]
+    assert len(ref_keys) == STEPS and all(len(k) == GLOBAL_BATCH for k in ref_keys)
+    assert [a + b for a, b in zip(r0["keys_seen"], r1["keys_seen"])] == ref_keys
     assert r0["keys_seen"] != r1["keys_seen"]  # the ranks really split the batch
 
 
@@ -98,11 +101,10 @@ def test_checkpoint_of_two_ranks_resumes_in_one_process(setup_runs, tmp_path: Pa
     out = tmp_path / "resumed"
     (out / "checkpoints").mkdir(parents=True)
     shutil.copytree(setup_runs["ddp_out"] / "checkpoints" / "step-000002", out / "checkpoints" / "step-000002")
-    recipe_main(compose(overrides(setup_runs["models"], setup_runs["shards"], out, GLOBAL_BATCH,
-                                  "trainer.num_workers=0", "trainer.resume=latest")))
+    _, keys = run_recipe_recording_keys(compose(overrides(setup_runs["models"], setup_runs["shards"], out,
+                                                          GLOBAL_BATCH, "trainer.num_workers=0", "trainer.resume=latest")))
     ref_l, got = losses(setup_runs["ref_out"]), losses(out)
     assert sorted(got) == [3, 4]
     for s in (3, 4):
         assert got[s] == pytest.approx(ref_l[s], rel=1e-4), (s, got[s], ref_l[s])
-    ref_keys = json.loads((setup_runs["ref_out"] / "dump.json").read_text())["keys_seen"]
-    assert json.loads((out / "dump.json").read_text())["keys_seen"] == ref_keys[2:]
+    assert keys == setup_runs["ref_keys"][2:]

@@ -1,4 +1,4 @@
-"""Precision (issue 7 item 3): trainable params are fp32 master weights whatever model.dtype is, the frozen towers
+"""Precision: trainable params are fp32 master weights whatever model.dtype is, the frozen towers
 follow model.dtype, fp16 is refused off CUDA with the alternative named; frozen towers stay in eval()."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import make_cfg, tiny_mot
+from tests.trainer.helpers import make_cfg, tiny_mot
 
 from adapter_trainer.config import ConfigError
 from adapter_trainer.training.recipe import MoTAdapterRecipe

@@ -14,17 +14,17 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from shard_fixture import write_synthetic_set  # noqa: E402
-from trainer_helpers import make_cfg  # noqa: E402
+from tests import REPO
+from tests.contract.shard_fixture import write_synthetic_set
+from tests.trainer.helpers import make_cfg
 
 from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
 from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement, unigram_ce, unigram_log_probs  # noqa: E402
 from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
-from adapter_trainer.training.recipe import MoTAdapterRecipe, WarmupCosine, recipe_main  # noqa: E402
+from adapter_trainer.training.optim import WarmupCosine
+from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
 from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +111,15 @@ def test_resume_from_missing_checkpoint_is_refused(models, shards, tmp_path: Pat
 
 
 def test_training_process_never_loads_the_codec(models, shards, tmp_path: Path) -> None:
-    """A real `python -m adapter_trainer +experiment=demo` run: afterwards no tokenizer_pipeline / EnCodec module is
-    imported, no EncodecModel exists, and batches were plain integer tensors. Also checks the run's outputs."""
+    """A real `python -m adapter_trainer +experiment=demo` run (the package's __main__ under runpy, observed from
+    outside by tests/trainer/observed_train.py): afterwards no tokenizer_pipeline / EnCodec module is imported, no
+    EncodecModel exists, and batches were plain integer tensors. Also checks the run's outputs."""
     out, dump = tmp_path / "run", tmp_path / "modules.json"
-    cmd = [sys.executable, "-m", "adapter_trainer", "+experiment=demo", f"model.llm={models['llm']}",
+    cmd = [sys.executable, "-m", "tests.trainer.observed_train", str(dump), "+experiment=demo", f"model.llm={models['llm']}",
            f"model.audio_lm={models['musicgen']}", f"data.shards=[{shards}]", f"trainer.output_dir={out}",
            "data.max_seq_len=48", "data.max_caption_tokens=12", "trainer.batch_size=2", "trainer.max_steps=4",
            "trainer.eval_every=2", "trainer.ckpt_every=2", "trainer.log_every=1", "trainer.progress_bar=false",
-           "trainer.eval_bootstrap=100", f"trainer.debug_dump_modules={dump}"]
+           "trainer.eval_bootstrap=100"]
     env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
