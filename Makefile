@@ -16,15 +16,15 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow bench clean listen listen-check
+.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench clean listen listen-check
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: constraints.txt packages/tokenizer_pipeline/pyproject.toml packages/adapter_trainer/pyproject.toml
+$(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/pyproject.toml packages/adapter_trainer/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -c constraints.txt \
-		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest
+		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest ruff
 	touch $@
 
 # ---- embedded default (offline): stand-in corpus -> demo codec -> shards -> tiny models -> training
@@ -99,6 +99,16 @@ verify: | setup
 test: | setup
 	$(PY) -m pytest tests -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# style: ruff's linter and formatter, configured in the top-level pyproject.toml
+LINT_PATHS := packages tests benchmarks
+lint: | setup
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+
+format: | setup
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
+	$(VENV)/bin/ruff format $(LINT_PATHS)
 
 # opt-in heavier checks (full-size demo run); never part of `make test`
 test-slow: | setup
