@@ -1,6 +1,6 @@
 """`make bench`: speed and memory figures for both stages, each measured in its own process.
 
-Writes build/bench/results.json and build/bench/results.md (the README's benchmark table comes from them).
+Writes build/bench/results.json and build/bench/results.md (docs/benchmarks.md's tables come from them).
 A bench script writes a list of rows, or `{"rows": [...], "summary": {...}}`, or a flat dict of figures;
 each script owns its summary keys, and all of them are merged into results.json's top-level `summary`.
 `--only GROUP` measures one group and merges it into an existing results.json (the other groups' rows and

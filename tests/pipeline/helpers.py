@@ -1,6 +1,5 @@
 """Helpers for the tokenizer_pipeline tests: a tiny random-weights EnCodec saved with save_pretrained
-(so the from_pretrained path runs) and a few generated clips for real MusicCaps CSV rows.
-(A uniquely named module: tests/ dirs have no __init__.py, so basenames must not collide.)"""
+(so the from_pretrained path runs) and a few generated clips for real MusicCaps CSV rows."""
 from __future__ import annotations
 
 import csv
@@ -91,7 +90,7 @@ def _merge(train: list[dict], evals: list[dict]) -> list[dict]:
 def pipeline_config(csv_path: Path, audio_dir: Path, out_dir: Path, codec_dir: Path, **overrides) -> PipelineConfig:
     cfg = PipelineConfig(
         csv=str(csv_path), audio_dir=str(audio_dir), out_dir=str(out_dir), min_seconds=0.5,
-        workers=0,  # decode in-process: forking workers costs more than these 1-s clips (test_pipeline_run covers 1 and 2)
+        workers=0,  # decode in-process: forking workers costs more than these 1-s clips (test_run covers 1 and 2)
         codec=CodecConfig(name_or_path=str(codec_dir), device="cpu", batch_size=3),
         shard=ShardConfig(max_samples=2),
     )  # fmt: skip

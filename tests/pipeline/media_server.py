@@ -1,7 +1,6 @@
 """Helpers for the downloader tests and benchmark: generated media files and a local HTTP server on
 127.0.0.1 (an ephemeral port, no other address) that plays the part of YouTube for yt-dlp's generic
-extractor: a direct media URL per ytid, plus routes that 404, 503 once, or cut the body short.
-(A uniquely named module: tests/ dirs have no __init__.py, so basenames must not collide.)"""
+extractor: a direct media URL per ytid, plus routes that 404, 503 once, or cut the body short."""
 from __future__ import annotations
 
 import csv

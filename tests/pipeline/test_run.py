@@ -264,7 +264,7 @@ def test_length_buckets_batch_equal_lengths_and_bound_what_waits() -> None:
     assert padded.add(_clip(10, 0)) == [] and len(padded.add(_clip(11, 1))[0]) == 2
 
 
-# ---- 6. rank ownership (the torchrun run itself: test_pipeline_torchrun.py)
+# ---- 6. rank ownership (the torchrun run itself: test_run_torchrun.py)
 
 
 @pytest.mark.parametrize("n_plans,world", [(7, 2), (3, 4), (10, 3)])

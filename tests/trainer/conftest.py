@@ -6,7 +6,7 @@
 - `one_thread`: one intra-op thread for a module's tiny matmuls (`pytestmark = pytest.mark.usefixtures("one_thread")`).
 - `shards`: a small synthetic shard set (8 train, 4 eval clips of 12-20 frames). A test module that needs another
   set defines its own `shards` fixture, which takes precedence over this one.
-- `step2_ckpt`: the checkpoint of a 2-step demo-preset run on the module's `shards` (trainer_helpers.make_cfg).
+- `step2_ckpt`: the checkpoint of a 2-step demo-preset run on the module's `shards` (tests.trainer.helpers.make_cfg).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Sampling logic on a scripted fake model that implements forward_step (tiny, fast): layouts, stopping, CFG,
-top-k / top-p, seeds. The real MoT model's KV cache is exercised in test_generate_cli.py."""
+top-k / top-p, seeds. The real MoT model's KV cache is exercised in test_generate.py."""
 from __future__ import annotations
 
 import numpy as np

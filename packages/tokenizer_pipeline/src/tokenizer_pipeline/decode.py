@@ -1,4 +1,4 @@
-"""`python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=...] [split=...] [limit=N] [device=auto]`.
+"""`python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=...] [split=...] [limit=N] [device=cpu]`.
 
 Codes -> wav files, with the codec that made them: the codec named in the manifest (or `codec=` for a copy
 elsewhere) is loaded with `EncodecModel.from_pretrained`, and its weight files must hash to the manifest's

@@ -18,7 +18,7 @@ exactly the examples of 2 ranks x batch 4 (each rank reads its own slice of each
 number of shards: no nodesplitter, no hang with fewer shards than ranks x workers). A shuffle buffer would
 change the order (and the learning curve) with the buffer size, the number of shards per rank and the
 workers, and makes exact resume a buffer snapshot. The cost is one seek per clip, which on local disk
-(page cache or SSD) is far below a training step (see the README's trainer_data_wait_fraction).
+(page cache or SSD) is far below a training step (see trainer_data_wait_fraction in docs/benchmarks.md).
 """
 from __future__ import annotations
 
