@@ -9,6 +9,7 @@ variant's overrides, `trainer.seed` and the `--set` overrides, one intra-op thre
 Markdown table <out>/table.md (every seed's row). Needs `make demo-shards demo-models`; the "random-init LLM" row
 also needs build/demo/models_random (`python -m adapter_trainer.demo_models --out build/demo/models_random`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,20 +24,36 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 VARIANTS: dict[str, list[str]] = {
-    "random-init LLM, shared": ["model.llm=build/demo/models_random/llm", "model.mot.audio_attention=shared",
-                                "model.mot.lora_rank=0"],
+    "random-init LLM, shared": [
+        "model.llm=build/demo/models_random/llm",
+        "model.mot.audio_attention=shared",
+        "model.mot.lora_rank=0",
+    ],
     "shared": ["model.mot.audio_attention=shared", "model.mot.lora_rank=0"],
     "lora r16": ["model.mot.audio_attention=lora", "model.mot.lora_rank=16"],
     "separate": ["model.mot.audio_attention=separate", "model.mot.lora_rank=0"],
-    "separate, copies at lr x0.1": ["model.mot.audio_attention=separate", "model.mot.lora_rank=0",
-                                    "optimizer.pretrained_copy_lr_scale=0.1"],
+    "separate, copies at lr x0.1": [
+        "model.mot.audio_attention=separate",
+        "model.mot.lora_rank=0",
+        "optimizer.pretrained_copy_lr_scale=0.1",
+    ],
 }
 
 
 def run_one(name: str, overrides: list[str], seed: int, out: Path, extra: list[str]) -> dict:
     run_dir = out / f"{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}-s{seed}"
-    cmd = [sys.executable, "-m", "adapter_trainer", "+experiment=demo", *overrides, *extra, f"trainer.seed={seed}",
-           f"trainer.output_dir={run_dir}", "trainer.progress_bar=false", "trainer.tensorboard=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "adapter_trainer",
+        "+experiment=demo",
+        *overrides,
+        *extra,
+        f"trainer.seed={seed}",
+        f"trainer.output_dir={run_dir}",
+        "trainer.progress_bar=false",
+        "trainer.tensorboard=false",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -50,34 +67,47 @@ def run_one(name: str, overrides: list[str], seed: int, out: Path, extra: list[s
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in recs if "train/tokens_per_s" in r]
     # s/step from the logged throughput: tokens in a log interval / tokens_per_s / steps in the interval
-    steps_s = [(b["train/tokens_seen"] - a["train/tokens_seen"]) / b["train/tokens_per_s"] / (b["step"] - a["step"])
-               for a, b in zip(train, train[1:])]
+    steps_s = [
+        (b["train/tokens_seen"] - a["train/tokens_seen"]) / b["train/tokens_per_s"] / (b["step"] - a["step"])
+        for a, b in zip(train, train[1:])
+    ]
     return {
-        "variant": name, "seed": seed, "eval_ce": lc["eval_ce"], "unigram_ce": lc["unigram_ce"],
-        "rel_to_unigram_pct": lc["rel_to_unigram_pct"], "caption_gain": lc["caption_gain"],
+        "variant": name,
+        "seed": seed,
+        "eval_ce": lc["eval_ce"],
+        "unigram_ce": lc["unigram_ce"],
+        "rel_to_unigram_pct": lc["rel_to_unigram_pct"],
+        "caption_gain": lc["caption_gain"],
         "caption_gain_ci95": lc["caption_gain_ci95"],
         "trainable_params": int(m.group(1).replace(",", "")) if m else None,
-        "s_per_step_median": statistics.median(steps_s) if steps_s else None, "wall_s": time.perf_counter() - t0,
+        "s_per_step_median": statistics.median(steps_s) if steps_s else None,
+        "wall_s": time.perf_counter() - t0,
     }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| variant | seed | held-out CE (% under unigram) | caption gain, nats/code [95% CI] | trainable params | s/step |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| variant | seed | held-out CE (% under unigram) | caption gain, nats/code [95% CI] | trainable params | s/step |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         lo, hi = r["caption_gain_ci95"]
-        lines.append(f"| {r['variant']} | {r['seed']} | {r['eval_ce']:.3f} ({r['rel_to_unigram_pct']:.1f}%) | "
-                     f"{r['caption_gain']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {r['trainable_params']:,} | "
-                     f"{r['s_per_step_median']:.2f} |")
+        lines.append(
+            f"| {r['variant']} | {r['seed']} | {r['eval_ce']:.3f} ({r['rel_to_unigram_pct']:.1f}%) | "
+            f"{r['caption_gain']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {r['trainable_params']:,} | "
+            f"{r['s_per_step_median']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def summary(rows: list[dict]) -> str:
     """Per variant: means over seeds and how many seeds meet the caption-conditioning targets (>= 20% under unigram; gain >= +0.04
     with the interval above 0)."""
-    lines = ["| variant | seeds | held-out CE, mean (% under unigram) | caption gain, mean [lowest CI low] | "
-             "seeds with CE >= 20% under | seeds with gain >= +0.04, CI > 0 | trainable params |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| variant | seeds | held-out CE, mean (% under unigram) | caption gain, mean [lowest CI low] | "
+        "seeds with CE >= 20% under | seeds with gain >= +0.04, CI > 0 | trainable params |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name in VARIANTS:
         rs = [r for r in rows if r["variant"] == name]
         if not rs:
@@ -86,8 +116,10 @@ def summary(rows: list[dict]) -> str:
         gain, lo = statistics.mean(r["caption_gain"] for r in rs), min(r["caption_gain_ci95"][0] for r in rs)
         ce_ok = sum(r["rel_to_unigram_pct"] >= 20.0 for r in rs)
         gain_ok = sum(r["caption_gain"] >= 0.04 and r["caption_gain_ci95"][0] > 0 for r in rs)
-        lines.append(f"| {name} | {len(rs)} | {ce:.3f} ({rel:.1f}%) | {gain:+.3f} [{lo:+.3f}] | {ce_ok}/{len(rs)} | "
-                     f"{gain_ok}/{len(rs)} | {rs[0]['trainable_params']:,} |")
+        lines.append(
+            f"| {name} | {len(rs)} | {ce:.3f} ({rel:.1f}%) | {gain:+.3f} [{lo:+.3f}] | {ce_ok}/{len(rs)} | "
+            f"{gain_ok}/{len(rs)} | {rs[0]['trainable_params']:,} |"
+        )
     return "\n".join(lines) + "\n"
 
 

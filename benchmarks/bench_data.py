@@ -7,6 +7,7 @@
 
 Usage: python benchmarks/bench_data.py --out FILE.json [--wait-steps 300] [--replicas 100] [--shards build/demo/shards]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,10 @@ def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
         for j in range(replicas):
             for s in info["shards"]:
                 rel = f"{split}/r{j:03d}-{Path(s['path']).name}"
-                with tarfile.open(src / s["path"]) as tin, tarfile.open(dst / rel, "w", format=tarfile.USTAR_FORMAT) as tout:
+                with (
+                    tarfile.open(src / s["path"]) as tin,
+                    tarfile.open(dst / rel, "w", format=tarfile.USTAR_FORMAT) as tout,
+                ):
                     for m in tin.getmembers():
                         key, member = m.name.split(".", 1)
                         data = tin.extractfile(m).read()
@@ -51,8 +55,14 @@ def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
                         info_out.size, info_out.mtime, info_out.mode = len(data), 0, 0o644
                         tout.addfile(info_out, io.BytesIO(data))
                 raw = (dst / rel).read_bytes()
-                shards.append({"path": rel, "n_samples": s["n_samples"], "bytes": len(raw),
-                               "sha256": hashlib.sha256(raw).hexdigest()})
+                shards.append(
+                    {
+                        "path": rel,
+                        "n_samples": s["n_samples"],
+                        "bytes": len(raw),
+                        "sha256": hashlib.sha256(raw).hexdigest(),
+                    }
+                )
         info["shards"] = shards
         info["n_samples"] = info["n_samples"] * replicas
     man["bench_replicas"] = replicas
@@ -72,20 +82,27 @@ def child(args: argparse.Namespace) -> None:
         cfg = to_train_config(compose("config", overrides=args.overrides))
     t0 = time.perf_counter()
     recipe_main(cfg)
-    print("RESULT " + json.dumps({
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-        "seconds": time.perf_counter() - t0}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+    )
 
 
 def run_child(*overrides: str) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", "--out", "-", *overrides], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", "--out", "-", *overrides], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark run failed ({overrides}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     found = re.search(r"workers/rank=(\d+)", proc.stdout)
-    return {**json.loads(line[len("RESULT "):]), "workers": int(found.group(1)) if found else None}
+    return {**json.loads(line[len("RESULT ") :]), "workers": int(found.group(1)) if found else None}
 
 
 def main() -> None:
@@ -102,8 +119,14 @@ def main() -> None:
         return child(args)
 
     # no periodic eval/checkpoint; the closing eval is cut to 16 clips x 1 derangement (it is not what is measured)
-    quiet = ["trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.eval_every=0", "trainer.ckpt_every=0",
-             "data.eval_max_clips=16", "trainer.eval_caption_shuffles=1"]
+    quiet = [
+        "trainer.progress_bar=false",
+        "trainer.tensorboard=false",
+        "trainer.eval_every=0",
+        "trainer.ckpt_every=0",
+        "data.eval_max_clips=16",
+        "trainer.eval_caption_shuffles=1",
+    ]
     # 1) data wait: a real demo run with the default workers (--wait-steps 0 skips it)
     out: dict = {}
     if args.wait_steps > 0:
@@ -117,14 +140,22 @@ def main() -> None:
 def measure_wait(args: argparse.Namespace, quiet: list[str]) -> dict:
     wait_dir = BENCH / "data_wait_run"
     shutil.rmtree(wait_dir, ignore_errors=True)
-    res = run_child("+experiment=demo", f"data.shards=[{args.shards}]", f"trainer.max_steps={args.wait_steps}",
-                    f"trainer.output_dir={wait_dir}", *quiet, *args.overrides)
+    res = run_child(
+        "+experiment=demo",
+        f"data.shards=[{args.shards}]",
+        f"trainer.max_steps={args.wait_steps}",
+        f"trainer.output_dir={wait_dir}",
+        *quiet,
+        *args.overrides,
+    )
     recs = [json.loads(ln) for ln in (wait_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     wait = sum(r["train/data_wait_s"] for r in recs if "train/data_wait_s" in r)
     step = sum(r["train/step_s"] for r in recs if "train/step_s" in r)
-    return {"trainer_data_wait_fraction": wait / step,
-            "data_wait_setting": f"+experiment=demo, {args.wait_steps} steps, trainer.num_workers=-1 (auto) -> "
-                                 f"{res['workers']} worker(s)"}
+    return {
+        "trainer_data_wait_fraction": wait / step,
+        "data_wait_setting": f"+experiment=demo, {args.wait_steps} steps, trainer.num_workers=-1 (auto) -> "
+        f"{res['workers']} worker(s)",
+    }
 
 
 def measure_rss(args: argparse.Namespace, quiet: list[str]) -> dict:
@@ -136,8 +167,10 @@ def measure_rss(args: argparse.Namespace, quiet: list[str]) -> dict:
     return {
         "trainer_rss_100x_vs_1x": big_rss["peak_rss_mb"] / small_rss["peak_rss_mb"],
         "rss_setting": f"+experiment=demo, {args.rss_steps} steps, train clips {n_small} vs {n_small * args.replicas}",
-        "rss_1x_mb": small_rss["peak_rss_mb"], "rss_100x_mb": big_rss["peak_rss_mb"],
-        "worker_rss_1x_mb": small_rss["worker_peak_rss_mb"], "worker_rss_100x_mb": big_rss["worker_peak_rss_mb"],
+        "rss_1x_mb": small_rss["peak_rss_mb"],
+        "rss_100x_mb": big_rss["peak_rss_mb"],
+        "worker_rss_1x_mb": small_rss["worker_peak_rss_mb"],
+        "worker_rss_100x_mb": big_rss["worker_peak_rss_mb"],
     }
 
 

@@ -7,6 +7,7 @@ Prints one row per worker count: clips/s, clips/s per worker, flac bytes per 10-
 downloaded per clip. Network time is ~0 here, so this is the local cost (yt-dlp + decode + flac
 encode) per clip; from YouTube the download itself adds source size / bandwidth per clip.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,9 @@ from tokenizer_pipeline.download import DownloadConfig, run_download  # noqa: E4
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clips", type=int, default=8)
-    ap.add_argument("--source-s", type=float, default=60.0, help="length of each source file (the window is [20, 30] s)")
+    ap.add_argument(
+        "--source-s", type=float, default=60.0, help="length of each source file (the window is [20, 30] s)"
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
@@ -37,7 +40,9 @@ def main() -> None:
         write_media(tmp / "media" / "src.webm", args.source_s, 48000, channels=2)
         for r in rows:
             srv.serve_file(r["ytid"], tmp / "media" / "src.webm")
-        warm = DownloadConfig(csv=str(csv_path), out_dir=str(tmp / "warm"), url_template=srv.url_template, workers=1, limit=1)
+        warm = DownloadConfig(
+            csv=str(csv_path), out_dir=str(tmp / "warm"), url_template=srv.url_template, workers=1, limit=1
+        )
         run_download(warm, progress=False)  # yt-dlp's first extraction in a process imports its networking stack (~2 s)
         for w in args.workers:
             out = tmp / f"out{w}"

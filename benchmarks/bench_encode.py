@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_encode.py --codec build/demo/codec --corpus build/demo/corpus --out FILE.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,17 +55,36 @@ def main() -> None:
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
         secs, codes = time_encode(enc, wavs, bs)
         ref = ref or codes
-        rows.append({"stage": "encode", "device": enc.device.type, "dtype": "float32", "batch_size": bs,
-                     "clips": len(wavs), "seconds": secs, "clips_per_s": len(wavs) / secs,
-                     "x_realtime": audio_s / secs})
+        rows.append(
+            {
+                "stage": "encode",
+                "device": enc.device.type,
+                "dtype": "float32",
+                "batch_size": bs,
+                "clips": len(wavs),
+                "seconds": secs,
+                "clips_per_s": len(wavs) / secs,
+                "x_realtime": audio_s / secs,
+            }
+        )
     bf16 = CodecEncoder(args.codec, device=args.device, dtype="bfloat16")
     few = wavs[: args.bf16_clips]
     secs, codes16 = time_encode(bf16, few, 1)
     agree = float(np.mean(np.concatenate([(a == b).ravel() for a, b in zip(ref, codes16)])))
     few_s = sum(w.numel() for w in few) / enc.sampling_rate
-    rows.append({"stage": "encode", "device": bf16.device.type, "dtype": "bfloat16", "batch_size": 1,
-                 "clips": len(few), "seconds": secs, "clips_per_s": len(few) / secs,
-                 "x_realtime": few_s / secs, "code_agreement_vs_fp32": agree})
+    rows.append(
+        {
+            "stage": "encode",
+            "device": bf16.device.type,
+            "dtype": "bfloat16",
+            "batch_size": 1,
+            "clips": len(few),
+            "seconds": secs,
+            "clips_per_s": len(few) / secs,
+            "x_realtime": few_s / secs,
+            "code_agreement_vs_fp32": agree,
+        }
+    )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     for r in rows:
         r["peak_rss_mb"] = peak_mb

@@ -8,6 +8,7 @@ crop window each example needs is encoded (the first version decoded the file an
 Usage: python benchmarks/bench_onthefly.py --out FILE.json [--steps 10] [hydra overrides...]
 Writes {"summary": {"shards_vs_onthefly_step_speedup"}, "rows": [...]}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,9 @@ from hydra import compose, initialize_config_dir
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import to_train_config
+from adapter_trainer.data.token_layout import collate, encode_example
 from adapter_trainer.training.recipe import MoTAdapterRecipe
 from adapter_trainer.training.step import backward_window
-from adapter_trainer.data.token_layout import collate, encode_example
 
 
 def main() -> None:
@@ -42,9 +43,21 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         warmup = 2
-        cfg = to_train_config(compose("config", overrides=[
-            "+experiment=demo", f"trainer.max_steps={warmup}", "trainer.eval_every=0", "trainer.ckpt_every=0",
-            "trainer.progress_bar=false", "trainer.tensorboard=false", f"trainer.output_dir={tmp}", *args.overrides]))
+        cfg = to_train_config(
+            compose(
+                "config",
+                overrides=[
+                    "+experiment=demo",
+                    f"trainer.max_steps={warmup}",
+                    "trainer.eval_every=0",
+                    "trainer.ckpt_every=0",
+                    "trainer.progress_bar=false",
+                    "trainer.tensorboard=false",
+                    f"trainer.output_dir={tmp}",
+                    *args.overrides,
+                ],
+            )
+        )
         recipe = MoTAdapterRecipe(cfg)
         recipe.setup()
         recipe.train()  # warm-up steps, not timed
@@ -62,7 +75,10 @@ def main() -> None:
             rows = [r for r in csv.DictReader(f) if (Path(args.corpus) / f"{r['ytid']}.wav").is_file()]
         rows = rows[: B * (args.steps + 1)]
         wavs = [load_audio(Path(args.corpus) / f"{r['ytid']}.wav", enc.sampling_rate) for r in rows]  # each [N]
-        caps = [list(recipe.tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[: d.max_caption_tokens] for r in rows]
+        caps = [
+            list(recipe.tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[: d.max_caption_tokens]
+            for r in rows
+        ]
         window = int(d.max_seq_len / enc.frame_rate * enc.sampling_rate)  # samples: enough frames for any caption
         rng = np.random.default_rng(0)
 
@@ -71,10 +87,20 @@ def main() -> None:
             for i in range(i0, i0 + B):
                 w = wavs[i % len(wavs)]
                 start = int(rng.integers(0, max(1, w.numel() - window)))
-                codes = enc.encode_batch([w[start:start + window]])[0]  # [T, K] int16, encoded in this process
-                examples.append(encode_example(caps[i % len(caps)], codes, vocab=recipe.vocab, pattern=d.pattern,
-                                               bos_id=recipe.bos_id, max_seq_len=d.max_seq_len,
-                                               max_caption_tokens=d.max_caption_tokens, crop="start", rng=rng))
+                codes = enc.encode_batch([w[start : start + window]])[0]  # [T, K] int16, encoded in this process
+                examples.append(
+                    encode_example(
+                        caps[i % len(caps)],
+                        codes,
+                        vocab=recipe.vocab,
+                        pattern=d.pattern,
+                        bos_id=recipe.bos_id,
+                        max_seq_len=d.max_seq_len,
+                        max_caption_tokens=d.max_caption_tokens,
+                        crop="start",
+                        rng=rng,
+                    )
+                )
             return collate(examples, pad_id=recipe.pad_id).to(recipe.device)
 
         model, opt = recipe.model, recipe.optimizer
@@ -89,12 +115,22 @@ def main() -> None:
             times.append(time.perf_counter() - t)
         onthefly_s = float(np.mean(times[1:]))
 
-    row = {"stage": "shards_vs_onthefly", "experiment": "demo", "pattern": cfg.data.pattern,
-           "device": recipe.device.type, "batch_size": B, "max_seq_len": d.max_seq_len, "steps": args.steps,
-           "shards_s_per_step": shards_s, "onthefly_s_per_step": onthefly_s, "speedup": onthefly_s / shards_s,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    Path(args.out).write_text(json.dumps({"summary": {"shards_vs_onthefly_step_speedup": row["speedup"]},
-                                          "rows": [row]}, indent=2))
+    row = {
+        "stage": "shards_vs_onthefly",
+        "experiment": "demo",
+        "pattern": cfg.data.pattern,
+        "device": recipe.device.type,
+        "batch_size": B,
+        "max_seq_len": d.max_seq_len,
+        "steps": args.steps,
+        "shards_s_per_step": shards_s,
+        "onthefly_s_per_step": onthefly_s,
+        "speedup": onthefly_s / shards_s,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    Path(args.out).write_text(
+        json.dumps({"summary": {"shards_vs_onthefly_step_speedup": row["speedup"]}, "rows": [row]}, indent=2)
+    )
     print(json.dumps(row, indent=2))
 
 

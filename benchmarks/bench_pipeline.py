@@ -11,6 +11,7 @@ Every case runs in its own interpreter (peak RSS per case); the driver writes `{
 
 Usage: python benchmarks/bench_pipeline.py --out build/bench/pipeline.json [--clips 24 --batch-size 4 --threads 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) ->
     with (corpus / "musiccaps-subset.csv").open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields, base = reader.fieldnames, list(reader)
-    with (Path(__file__).resolve().parents[1] / "data/musiccaps/musiccaps-public.csv").open(newline="", encoding="utf-8") as f:
+    with (Path(__file__).resolve().parents[1] / "data/musiccaps/musiccaps-public.csv").open(
+        newline="", encoding="utf-8"
+    ) as f:
         real = list(csv.DictReader(f))
     audio, src_dir = out / "audio", corpus
     audio.mkdir(parents=True, exist_ok=True)
@@ -119,8 +122,13 @@ def case_pipeline(args: argparse.Namespace, work: Path) -> dict:
     res = run_pipeline(_pipeline_cfg(csv_path, audio, work / "out", args.codec, args), progress=False)
     secs = time.perf_counter() - t0
     assert res.manifest.totals["encoded"] == args.clips, res.message
-    return {"case": "pipeline", "clips": args.clips, "seconds": secs, "audio_s_per_s": res.manifest.totals["audio_seconds"] / secs,
-            "workers": "default (CPU count)"}
+    return {
+        "case": "pipeline",
+        "clips": args.clips,
+        "seconds": secs,
+        "audio_s_per_s": res.manifest.totals["audio_seconds"] / secs,
+        "workers": "default (CPU count)",
+    }
 
 
 def case_first_version(args: argparse.Namespace, work: Path) -> dict:
@@ -141,7 +149,9 @@ def case_first_version(args: argparse.Namespace, work: Path) -> dict:
     )  # fmt: skip
     torch.manual_seed(0)
     model = MusicgenForConditionalGeneration(cfg).eval()
-    processor = EncodecFeatureExtractor(feature_size=1, sampling_rate=audio_cfg.sampling_rate)  # MusicgenProcessor's audio half
+    processor = EncodecFeatureExtractor(
+        feature_size=1, sampling_rate=audio_cfg.sampling_rate
+    )  # MusicgenProcessor's audio half
     npy = work / "npy"
     npy.mkdir()
     files = sorted(audio.iterdir())
@@ -169,8 +179,14 @@ def case_rss(args: argparse.Namespace, work: Path) -> dict:
     res = run_pipeline(_pipeline_cfg(csv_path, audio, work / "out", str(codec), args, min_seconds=0.5), progress=False)
     secs = time.perf_counter() - t0
     assert res.manifest.totals["encoded"] == args.clips, res.message
-    return {"case": f"rss_{args.clips}", "clip_seconds": 1.0, "clips": args.clips, "seconds": secs, "clips_per_s": args.clips / secs,
-            "workers_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    return {
+        "case": f"rss_{args.clips}",
+        "clip_seconds": 1.0,
+        "clips": args.clips,
+        "seconds": secs,
+        "clips_per_s": args.clips / secs,
+        "workers_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
 
 
 def case_zero_cost(args: argparse.Namespace, work: Path) -> dict:
@@ -191,7 +207,12 @@ def case_zero_cost(args: argparse.Namespace, work: Path) -> dict:
     res = run.run_pipeline(cfg, progress=False)
     secs = time.perf_counter() - t0
     assert res.manifest.totals["encoded"] == args.clips, res.message
-    return {"case": f"zero_cost_{args.workers}_workers", "clips": args.clips, "seconds": secs, "clips_per_s": args.clips / secs}
+    return {
+        "case": f"zero_cost_{args.workers}_workers",
+        "clips": args.clips,
+        "seconds": secs,
+        "clips_per_s": args.clips / secs,
+    }
 
 
 CASES = {"encoder_bound": case_encoder_bound, "pipeline": case_pipeline, "first_version": case_first_version,
@@ -228,7 +249,12 @@ def main() -> None:
     if args.case:  # child process: one case
         with tempfile.TemporaryDirectory() as tmp:
             r = CASES[args.case](args, Path(tmp))
-        r |= {"peak_rss_mb": peak_rss_mb(), "device": args.device, "threads": args.threads, "batch_size": args.batch_size}
+        r |= {
+            "peak_rss_mb": peak_rss_mb(),
+            "device": args.device,
+            "threads": args.threads,
+            "batch_size": args.batch_size,
+        }
         Path(args.result).write_text(json.dumps(r))
         return
 
@@ -242,7 +268,8 @@ def main() -> None:
         "pipeline_peak_rss_mb": by["pipeline"]["peak_rss_mb"],
         "first_version_peak_rss_mb": by["first_version"]["peak_rss_mb"],
         "pipeline_rss_1000_vs_100": by["rss_1000"]["peak_rss_mb"] / by["rss_100"]["peak_rss_mb"],
-        "decode_workers_speedup_2v1": by["zero_cost_2_workers"]["clips_per_s"] / by["zero_cost_1_workers"]["clips_per_s"],
+        "decode_workers_speedup_2v1": by["zero_cost_2_workers"]["clips_per_s"]
+        / by["zero_cost_1_workers"]["clips_per_s"],
         "zero_cost_clips_per_s_per_worker": {
             "1": by["zero_cost_1_workers"]["clips_per_s"],
             "2": by["zero_cost_2_workers"]["clips_per_s"] / 2,

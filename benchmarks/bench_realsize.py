@@ -7,6 +7,7 @@ Needs ~10-15 GB RAM and minutes of CPU; it runs in `make bench` only (never in `
 Usage: python benchmarks/bench_realsize.py --out FILE.json [--steps 2] [--seq 1024]
 Writes {"summary": {"realsize_cpu_peak_rss_gb", "realsize_cpu_s_per_step"}, "rows": [...]}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,6 +24,7 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import mot_fields, to_train_config
+from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example
 from adapter_trainer.model.builders import (
     llama3_2_1b_config,
     musicgen_small_decoder_config,
@@ -33,7 +35,6 @@ from adapter_trainer.model.builders import (
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 from adapter_trainer.training.optim import param_groups
 from adapter_trainer.training.step import backward_window
-from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example
 
 
 def peak_rss_gb() -> float:
@@ -49,13 +50,25 @@ def main() -> None:
     args = ap.parse_args()
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
-        cfg = to_train_config(compose("config", overrides=[
-            "+experiment=mps_small", "data.shards=[unused]", "trainer.output_dir=unused", "trainer.device=cpu",
-            f"data.max_seq_len={args.seq}"]))
+        cfg = to_train_config(
+            compose(
+                "config",
+                overrides=[
+                    "+experiment=mps_small",
+                    "data.shards=[unused]",
+                    "trainer.output_dir=unused",
+                    "trainer.device=cpu",
+                    f"data.max_seq_len={args.seq}",
+                ],
+            )
+        )
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    llm_cfg, audio_cfg = ((tiny_llama_config(), tiny_musicgen_decoder_config()) if args.tiny
-                          else (llama3_2_1b_config(), musicgen_small_decoder_config()))
+    llm_cfg, audio_cfg = (
+        (tiny_llama_config(), tiny_musicgen_decoder_config())
+        if args.tiny
+        else (llama3_2_1b_config(), musicgen_small_decoder_config())
+    )
     llm = LlamaForCausalLM(llm_cfg)  # random weights, real sizes (fp32: model.dtype=float32 in mps_small)
     audio_lm = MusicgenForCausalLM(audio_cfg)
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
@@ -65,16 +78,28 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     trainable = [p for p in model.parameters() if p.requires_grad]
     o = cfg.optimizer
-    optimizer = torch.optim.AdamW(param_groups(trainable, model.pretrained_copy_parameters(), o),  # the trainer's groups
-                                  lr=o.lr, betas=tuple(o.betas))
+    optimizer = torch.optim.AdamW(
+        param_groups(trainable, model.pretrained_copy_parameters(), o),  # the trainer's groups
+        lr=o.lr,
+        betas=tuple(o.betas),
+    )
 
     # One sequence that fills max_seq_len: a max-length caption, then enough frames to be cropped to the budget.
     rng = np.random.default_rng(0)
     caption = [int(x) for x in rng.integers(1000, 100_000, size=cfg.data.max_caption_tokens)]
     codes = rng.integers(0, C, size=(args.seq, K)).astype(np.int16)  # [T, K], more than fits
-    ex = encode_example(caption, codes, vocab=vocab, pattern=cfg.data.pattern, bos_id=128_000,
-                        max_seq_len=cfg.data.max_seq_len, max_caption_tokens=cfg.data.max_caption_tokens,
-                        crop="start", rng=rng, key="random")
+    ex = encode_example(
+        caption,
+        codes,
+        vocab=vocab,
+        pattern=cfg.data.pattern,
+        bos_id=128_000,
+        max_seq_len=cfg.data.max_seq_len,
+        max_caption_tokens=cfg.data.max_caption_tokens,
+        crop="start",
+        rng=rng,
+        key="random",
+    )
     batch = collate([ex], pad_id=128_001)  # tokens [1, S, J]
     seq = int(batch.tokens.shape[1])
 
@@ -89,14 +114,31 @@ def main() -> None:
         step_s.append(time.perf_counter() - t)
         print(f"step {len(step_s)}: {step_s[-1]:.1f} s, peak RSS {peak_rss_gb():.2f} GB", flush=True)
     n_all = sum(p.numel() for p in model.parameters())
-    row = {"stage": "realsize", "experiment": "mps_small sizes (random weights)", "device": "cpu",
-           "precision": cfg.trainer.precision, "model_dtype": cfg.model.dtype, "pattern": cfg.data.pattern,
-           "batch_size": 1, "seq_len": seq, "steps": args.steps, "params_total": n_all,
-           "params_trainable": sum(p.numel() for p in trainable), "build_s": build_s, "step_s": step_s,
-           "s_per_step": float(np.mean(step_s)), "peak_rss_gb": peak_rss_gb(), "torch_threads": torch.get_num_threads()}
+    row = {
+        "stage": "realsize",
+        "experiment": "mps_small sizes (random weights)",
+        "device": "cpu",
+        "precision": cfg.trainer.precision,
+        "model_dtype": cfg.model.dtype,
+        "pattern": cfg.data.pattern,
+        "batch_size": 1,
+        "seq_len": seq,
+        "steps": args.steps,
+        "params_total": n_all,
+        "params_trainable": sum(p.numel() for p in trainable),
+        "build_s": build_s,
+        "step_s": step_s,
+        "s_per_step": float(np.mean(step_s)),
+        "peak_rss_gb": peak_rss_gb(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if args.tiny:
         row["experiment"] = "tiny smoke test (not a real-size figure)"
-    summary = {} if args.tiny else {"realsize_cpu_peak_rss_gb": row["peak_rss_gb"], "realsize_cpu_s_per_step": row["s_per_step"]}
+    summary = (
+        {}
+        if args.tiny
+        else {"realsize_cpu_peak_rss_gb": row["peak_rss_gb"], "realsize_cpu_s_per_step": row["s_per_step"]}
+    )
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": [row]}, indent=2))
     print(json.dumps(row, indent=2))
 

@@ -7,6 +7,7 @@ asks for gigabytes fails instead of swapping the machine).
 
 Usage: python benchmarks/bench_resample.py [--out build/bench/resample.json] [--cap-gb 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,7 +102,9 @@ def main() -> None:
         results[method] = r
         print(method, json.dumps(r))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"setting": f"{SR} -> {TARGET} Hz, 10-s clips, one process", **results}, indent=2) + "\n")
+    Path(args.out).write_text(
+        json.dumps({"setting": f"{SR} -> {TARGET} Hz, 10-s clips, one process", **results}, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":

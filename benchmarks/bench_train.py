@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_train.py --pattern delay --steps 30 --out FILE.json [hydra overrides...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,21 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         warmup = 3
-        cfg = to_train_config(compose("config", overrides=[
-            f"+experiment={args.experiment}", f"data.pattern={args.pattern}",
-            f"trainer.max_steps={warmup}", "trainer.eval_every=0", "trainer.ckpt_every=0",
-            "trainer.progress_bar=false", f"trainer.output_dir={tmp}", *args.overrides]))
+        cfg = to_train_config(
+            compose(
+                "config",
+                overrides=[
+                    f"+experiment={args.experiment}",
+                    f"data.pattern={args.pattern}",
+                    f"trainer.max_steps={warmup}",
+                    "trainer.eval_every=0",
+                    "trainer.ckpt_every=0",
+                    "trainer.progress_bar=false",
+                    f"trainer.output_dir={tmp}",
+                    *args.overrides,
+                ],
+            )
+        )
         recipe = MoTAdapterRecipe(cfg)
         recipe.setup()
         recipe.train()  # warm-up steps, not timed
@@ -47,13 +59,21 @@ def main() -> None:
             torch.cuda.synchronize()
         secs = time.perf_counter() - t0
         tokens = recipe.progress.tokens_seen - tokens0
-        row = {"stage": "train", "experiment": args.experiment, "pattern": args.pattern,
-               "device": recipe.device.type, "precision": cfg.trainer.precision,
-               "batch_size": cfg.trainer.batch_size * cfg.trainer.grad_accum_steps,
-               "max_seq_len": cfg.data.max_seq_len, "steps": args.steps, "seconds": secs,
-               # positions/s (caption + audio, padding excluded): a delay position carries K codes, flatten 1
-               "s_per_step": secs / args.steps, "tokens_per_s": tokens / secs,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        row = {
+            "stage": "train",
+            "experiment": args.experiment,
+            "pattern": args.pattern,
+            "device": recipe.device.type,
+            "precision": cfg.trainer.precision,
+            "batch_size": cfg.trainer.batch_size * cfg.trainer.grad_accum_steps,
+            "max_seq_len": cfg.data.max_seq_len,
+            "steps": args.steps,
+            "seconds": secs,
+            # positions/s (caption + audio, padding excluded): a delay position carries K codes, flatten 1
+            "s_per_step": secs / args.steps,
+            "tokens_per_s": tokens / secs,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
         Path(args.out).write_text(json.dumps([row], indent=2))
 
 

@@ -19,6 +19,7 @@ Groups:
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N, --pipeline-clips N.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,12 @@ def main() -> None:
     ap.add_argument("--encode-clips", type=int, default=8)
     # full-size codec: ~1.7 s per clip on 2 idle cores; fewer clips let the pipeline's fixed start-up dominate
     ap.add_argument("--pipeline-clips", type=int, default=32)
-    ap.add_argument("--only", choices=["all", *GROUPS], default="all",
-                    help="measure one group and merge it into an existing results.json")
+    ap.add_argument(
+        "--only",
+        choices=["all", *GROUPS],
+        default="all",
+        help="measure one group and merge it into an existing results.json",
+    )
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     want = set(GROUPS) - {"download", "resample"} if args.only == "all" else {args.only}  # those two are opt-in
@@ -113,8 +118,15 @@ def main() -> None:
     if "core" in want:
         add("bench_encode.py", "encode.json", "--device", args.device, "--n-clips", str(args.encode_clips))
         for pattern in ("delay", "flatten"):
-            add("bench_train.py", f"train_{pattern}.json", "--pattern", pattern, "--steps", str(args.train_steps),
-                f"trainer.device={args.device}")
+            add(
+                "bench_train.py",
+                f"train_{pattern}.json",
+                "--pattern",
+                pattern,
+                "--steps",
+                str(args.train_steps),
+                f"trainer.device={args.device}",
+            )
     if "pipeline" in want:
         add("bench_pipeline.py", "pipeline.json", "--device", args.device, "--clips", str(args.pipeline_clips))
     if "data" in want:
@@ -131,8 +143,13 @@ def main() -> None:
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     results = merge_results(OUT / "results.json", machine, rows, summary)
-    summary_md = "\n".join(["| summary key | value |", "| --- | --- |",
-                            *(f"| `{k}` | {v:.3g} |" for k, v in sorted(results["summary"].items()))])
+    summary_md = "\n".join(
+        [
+            "| summary key | value |",
+            "| --- | --- |",
+            *(f"| `{k}` | {v:.3g} |" for k, v in sorted(results["summary"].items())),
+        ]
+    )
     md = f"Machine: {machine}\n\n{table(results['rows'])}\n\n{summary_md}\n"
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     (OUT / "results.md").write_text(md)

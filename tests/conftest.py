@@ -3,6 +3,7 @@ without the flag they are deselected and pytest reports them as deselected, not 
 
 `models`: the tiny demo models (real Llama/MusicGen classes, `adapter_trainer.demo.models`), built once per session
 for the trainer and generation tests; tests only read them."""
+
 from __future__ import annotations
 
 from pathlib import Path

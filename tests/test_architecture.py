@@ -1,9 +1,9 @@
 """The import rules docs/architecture.md promises, checked on the source (ast, nothing imported):
 
 - the two packages never import each other (the shard format is their only interface);
-- adapter_trainer's rooms import one way: model/ and data/ use only the top level (config, errors) and each
-  other's leaves; nothing but `__main__` imports the training recipe; generation/ and evaluation/ import no
-  training code but the library modules they share (device, checkpoint); demo/ is imported by no other room;
+- adapter_trainer's rooms import one way (ALLOWED below): data/ imports no other room, model/ and evaluation/
+  only data/; nothing but `__main__` imports the training recipe; generation/ imports no training code but the
+  library modules it shares with the recipe (device, checkpoint); demo/ is imported by no other room;
 - the top-level command modules only forward to the room that holds the code.
 """
 
@@ -61,8 +61,9 @@ def test_the_import_scanner_sees_imports() -> None:
     assert "tokenizer_pipeline.errors" in modules("tokenizer_pipeline")["tokenizer_pipeline.cli"]  # relative import
 
 
-@pytest.mark.parametrize("pkg, other", [("tokenizer_pipeline", "adapter_trainer"),
-                                        ("adapter_trainer", "tokenizer_pipeline")])
+@pytest.mark.parametrize(
+    "pkg, other", [("tokenizer_pipeline", "adapter_trainer"), ("adapter_trainer", "tokenizer_pipeline")]
+)
 def test_the_packages_never_import_each_other(pkg: str, other: str) -> None:
     bad = {m: sorted(i for i in imps if i.split(".")[0] == other) for m, imps in modules(pkg).items()}
     assert not {m: v for m, v in bad.items() if v}
@@ -99,8 +100,13 @@ def test_rooms_import_one_way() -> None:
 
 def test_generation_uses_only_the_shared_training_library() -> None:
     shared = ("adapter_trainer.training.device", "adapter_trainer.training.checkpoint")
-    bad = [f"{mod} -> {imp}" for mod, imps in modules("adapter_trainer").items() if room_of(mod) == "generation"
-           for imp in imps if room_of(imp) == "training" and not imp.startswith(shared)]
+    bad = [
+        f"{mod} -> {imp}"
+        for mod, imps in modules("adapter_trainer").items()
+        if room_of(mod) == "generation"
+        for imp in imps
+        if room_of(imp) == "training" and not imp.startswith(shared)
+    ]
     assert not bad
 
 

@@ -3,14 +3,15 @@
 Used by tests/contract/test_trainer_side.py and reused by the trainer tests (tests/trainer/*), so the trainer is
 always tested against the written contract, not against the pipeline's implementation of it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -44,16 +45,34 @@ def npy_bytes(codes: np.ndarray) -> bytes:
 
 def sample_json(key: str, caption: str, codes: np.ndarray, split: str, row: int, frame_rate: float) -> dict:
     return {
-        "ytid": key, "start_s": 30.0, "end_s": 40.0, "audioset_positive_labels": ["/m/04rlf"],
-        "aspect_list": ["synthetic"], "caption": caption, "author_id": 1, "is_balanced_subset": False,
-        "is_audioset_eval": split == "eval", "split": split, "csv_row": row, "n_frames": int(codes.shape[0]),
-        "n_codebooks": int(codes.shape[1]), "duration_s": codes.shape[0] / frame_rate,
-        "source_file": f"{key}.wav", "source_sha256": hashlib.sha256(key.encode()).hexdigest(),
+        "ytid": key,
+        "start_s": 30.0,
+        "end_s": 40.0,
+        "audioset_positive_labels": ["/m/04rlf"],
+        "aspect_list": ["synthetic"],
+        "caption": caption,
+        "author_id": 1,
+        "is_balanced_subset": False,
+        "is_audioset_eval": split == "eval",
+        "split": split,
+        "csv_row": row,
+        "n_frames": int(codes.shape[0]),
+        "n_codebooks": int(codes.shape[1]),
+        "duration_s": codes.shape[0] / frame_rate,
+        "source_file": f"{key}.wav",
+        "source_sha256": hashlib.sha256(key.encode()).hexdigest(),
     }
 
 
-def synthetic_clips(n: int, *, n_codebooks: int = 4, codebook_size: int = 2048, frames: tuple[int, int] = (20, 40),
-                    seed: int = 0, prefix: str = "clip") -> list[tuple[str, str, np.ndarray]]:
+def synthetic_clips(
+    n: int,
+    *,
+    n_codebooks: int = 4,
+    codebook_size: int = 2048,
+    frames: tuple[int, int] = (20, 40),
+    seed: int = 0,
+    prefix: str = "clip",
+) -> list[tuple[str, str, np.ndarray]]:
     """n clips (key, caption, codes [T, K] int16) whose codes depend on the caption's genre."""
     rng = np.random.default_rng(seed)
     band = max(codebook_size // (2 * len(GENRES)), 1)
@@ -96,7 +115,7 @@ def write_shard_set(
         shards = []
         n_frames_total = 0
         for s, start in enumerate(range(0, max(len(clips), 1), samples_per_shard)):
-            chunk = clips[start:start + samples_per_shard]
+            chunk = clips[start : start + samples_per_shard]
             if not chunk:
                 break
             rel = f"{split}/shard-{s:06d}.tar"
@@ -113,24 +132,42 @@ def write_shard_set(
                         _add_member(tar, name, payload)
                     planted = True
             data = path.read_bytes()
-            shards.append({"path": rel, "n_samples": len(chunk), "bytes": len(data),
-                           "sha256": hashlib.sha256(data).hexdigest()})
-        manifest_splits[split] = {"shards": shards, "n_samples": len(clips),
-                                  "audio_seconds": n_frames_total / frame_rate, "n_frames": n_frames_total}
+            shards.append(
+                {"path": rel, "n_samples": len(chunk), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            )
+        manifest_splits[split] = {
+            "shards": shards,
+            "n_samples": len(clips),
+            "audio_seconds": n_frames_total / frame_rate,
+            "n_frames": n_frames_total,
+        }
     total = sum(len(c) for c in splits.values())
     (root / "failures.jsonl").write_text("")
     manifest = {
         "format": format_name,
         "format_version": format_version,
         "created_by": {"package": "tests/contract/shard_fixture.py", "version": "0"},
-        "codec": {"name_or_path": "synthetic", "model_class": "EncodecModel", "sampling_rate": 32000,
-                  "frame_rate": frame_rate, "n_codebooks": n_codebooks, "codebook_size": codebook_size,
-                  "bandwidth_kbps": 2.2, "weights_sha256": "0" * 64, "dtype": "float32", "library_versions": {}},
+        "codec": {
+            "name_or_path": "synthetic",
+            "model_class": "EncodecModel",
+            "sampling_rate": 32000,
+            "frame_rate": frame_rate,
+            "n_codebooks": n_codebooks,
+            "codebook_size": codebook_size,
+            "bandwidth_kbps": 2.2,
+            "weights_sha256": "0" * 64,
+            "dtype": "float32",
+            "library_versions": {},
+        },
         "codes": {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"},
         "splits": manifest_splits,
-        "totals": {"rows": total, "encoded": total, "failed": 0,
-                   "audio_seconds": sum(v["audio_seconds"] for v in manifest_splits.values()),
-                   "n_frames": sum(v["n_frames"] for v in manifest_splits.values())},
+        "totals": {
+            "rows": total,
+            "encoded": total,
+            "failed": 0,
+            "audio_seconds": sum(v["audio_seconds"] for v in manifest_splits.values()),
+            "n_frames": sum(v["n_frames"] for v in manifest_splits.values()),
+        },
         "failures": [],
         "source": {"csv": "synthetic.csv", "csv_sha256": "0" * 64, "audio_dir": "none"},
         "config": {},
@@ -141,13 +178,24 @@ def write_shard_set(
     return root
 
 
-def write_synthetic_set(root: Path, *, n_train: int = 64, n_eval: int = 16, n_codebooks: int = 4,
-                        codebook_size: int = 2048, frames: tuple[int, int] = (20, 40), seed: int = 0,
-                        **kwargs) -> Path:
+def write_synthetic_set(
+    root: Path,
+    *,
+    n_train: int = 64,
+    n_eval: int = 16,
+    n_codebooks: int = 4,
+    codebook_size: int = 2048,
+    frames: tuple[int, int] = (20, 40),
+    seed: int = 0,
+    **kwargs,
+) -> Path:
     """A train + eval synthetic set (distinct keys) in one call."""
-    train = synthetic_clips(n_train, n_codebooks=n_codebooks, codebook_size=codebook_size, frames=frames,
-                            seed=seed, prefix="tr")
-    evl = synthetic_clips(n_eval, n_codebooks=n_codebooks, codebook_size=codebook_size, frames=frames,
-                          seed=seed + 1, prefix="ev")
-    return write_shard_set(root, {"train": train, "eval": evl}, n_codebooks=n_codebooks,
-                           codebook_size=codebook_size, **kwargs)
+    train = synthetic_clips(
+        n_train, n_codebooks=n_codebooks, codebook_size=codebook_size, frames=frames, seed=seed, prefix="tr"
+    )
+    evl = synthetic_clips(
+        n_eval, n_codebooks=n_codebooks, codebook_size=codebook_size, frames=frames, seed=seed + 1, prefix="ev"
+    )
+    return write_shard_set(
+        root, {"train": train, "eval": evl}, n_codebooks=n_codebooks, codebook_size=codebook_size, **kwargs
+    )

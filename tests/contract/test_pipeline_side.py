@@ -1,5 +1,6 @@
 """Pipeline side of the contract: what `tokenizer_pipeline` writes, read back with ONLY tarfile + numpy + json
 and checked line by line against docs/shard-format.md (no package code on the reading side)."""
+
 from __future__ import annotations
 
 import ast
@@ -8,7 +9,6 @@ import hashlib
 import io
 import json
 import re
-import sys
 import tarfile
 from pathlib import Path
 
@@ -59,7 +59,11 @@ def test_layout_and_manifest(shard_set) -> None:
     c = m["codec"]
     assert set(c) == {"name_or_path", "model_class", "sampling_rate", "frame_rate", "n_codebooks", "codebook_size",
                       "bandwidth_kbps", "weights_sha256", "dtype", "library_versions", "device", "num_threads"}  # fmt: skip
-    assert c["model_class"] == "EncodecModel" and c["dtype"] == "float32" and re.fullmatch(r"[0-9a-f]{64}", c["weights_sha256"])
+    assert (
+        c["model_class"] == "EncodecModel"
+        and c["dtype"] == "float32"
+        and re.fullmatch(r"[0-9a-f]{64}", c["weights_sha256"])
+    )
     assert set(c["library_versions"]) == {"torch", "soxr", "transformers", "webdataset", "numpy"}
     assert c["device"] == "cpu" and isinstance(c["num_threads"], int) and c["num_threads"] >= 1
     assert m["codes"] == {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}
@@ -74,7 +78,9 @@ def test_layout_and_manifest(shard_set) -> None:
             assert len(_samples(root / e["path"])[0]) == e["n_samples"]
         encoded += s["n_samples"]
     t = m["totals"]
-    assert t["rows"] == 7 and t["encoded"] == encoded == 6 and t["failed"] == 1 and t["encoded"] + t["failed"] == t["rows"]
+    assert (
+        t["rows"] == 7 and t["encoded"] == encoded == 6 and t["failed"] == 1 and t["encoded"] + t["failed"] == t["rows"]
+    )
     assert t["n_frames"] == sum(s["n_frames"] for s in m["splits"].values())
     f = m["failures"][0]
     assert m["failures"] == [{"ytid": rows[2]["ytid"], "csv_row": 4, "split": "eval", "reason": "missing_audio",
@@ -102,7 +108,9 @@ def test_samples(shard_set) -> None:
         split_keys: list[str] = []
         for e in s["shards"]:
             order, samples, infos = _samples(root / e["path"])
-            assert {(i.mtime, i.uid, i.gid, i.mode, i.uname, i.gname) for i in infos} == {(0, 0, 0, 0o444, "root", "root")}
+            assert {(i.mtime, i.uid, i.gid, i.mode, i.uname, i.gname) for i in infos} == {
+                (0, 0, 0, 0o444, "root", "root")
+            }
             for key in order:
                 assert "." not in key and re.fullmatch(r"[A-Za-z0-9_-]{11}", key)
                 assert set(samples[key]) == {"codes.npy", "json"}  # exactly two members
@@ -123,7 +131,10 @@ def test_samples(shard_set) -> None:
                 assert meta["source_file"] == f"{key}.wav" and re.fullmatch(r"[0-9a-f]{64}", meta["source_sha256"])
                 split_keys.append(key)
         # samples of a split are in CSV order
-        assert split_keys == [r["ytid"] for r in rows if (r["is_audioset_eval"] == "True") == (split == "eval") and r["ytid"] in split_keys]
+        assert split_keys == [
+            r["ytid"]
+            for r in rows
+            if (r["is_audioset_eval"] == "True") == (split == "eval") and r["ytid"] in split_keys
+        ]
         seen += split_keys
     assert len(seen) == len(set(seen)) == 6
-

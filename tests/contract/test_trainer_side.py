@@ -1,5 +1,6 @@
 """Trainer side of the shard contract (docs/shard-format.md): shards written with tarfile + numpy + json only
 (shard_fixture.py) are read by adapter_trainer.data.shards; bad sets are refused with a message; pickles never run."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,10 @@ def test_round_trip_reads_every_clip_in_order(tmp_path: Path) -> None:
     evl = synthetic_clips(5, seed=4, prefix="ev")
     root = write_shard_set(tmp_path / "set", {"train": train, "eval": evl}, samples_per_shard=16)
     assert sorted(p.name for p in (root / "train").iterdir()) == [
-        "shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+        "shard-000000.tar",
+        "shard-000001.tar",
+        "shard-000002.tar",
+    ]
     sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
     got = load_split(sets, "train", sha256=True)
     assert [c.key for c in got] == [k for k, _, _ in train]
@@ -86,8 +90,11 @@ def test_sets_not_matching_the_model_are_refused_with_the_fix(tmp_path: Path) ->
     assert "codebook_size=1024" in msg and "2048" in msg and "tiny-musicgen" in msg
     assert str(root / "manifest.json") in msg and "model.audio_lm" in msg
     with pytest.raises(ShardFormatError, match="n_codebooks=4"):
-        open_shard_sets([str(write_synthetic_set(tmp_path / "k4", n_train=2, n_eval=1))],
-                        model_n_codebooks=8, model_codebook_size=2048)
+        open_shard_sets(
+            [str(write_synthetic_set(tmp_path / "k4", n_train=2, n_eval=1))],
+            model_n_codebooks=8,
+            model_codebook_size=2048,
+        )
 
 
 def test_truncated_or_corrupt_shard_is_refused(tmp_path: Path) -> None:
@@ -164,8 +171,9 @@ def test_planted_pickle_inside_npy_is_refused_and_not_executed(tmp_path: Path) -
 
 def test_member_without_extension_is_refused(tmp_path: Path) -> None:
     """WebDataset silently skips names without a dot; the reader still refuses them."""
-    root = write_shard_set(tmp_path / "odd", {"train": synthetic_clips(2, prefix="od")},
-                           extra_members={"README": b"hello"})
+    root = write_shard_set(
+        tmp_path / "odd", {"train": synthetic_clips(2, prefix="od")}, extra_members={"README": b"hello"}
+    )
     sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
     with pytest.raises(ShardFormatError, match="'README'"):
         load_split(sets, "train")

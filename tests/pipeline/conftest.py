@@ -1,4 +1,5 @@
 """Fixtures for the tokenizer_pipeline tests (helpers live in tests/pipeline/helpers.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Helpers for the tokenizer_pipeline tests: a tiny random-weights EnCodec saved with save_pretrained
 (so the from_pretrained path runs) and a few generated clips for real MusicCaps CSV rows."""
+
 from __future__ import annotations
 
 import csv

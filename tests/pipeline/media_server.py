@@ -1,6 +1,7 @@
 """Helpers for the downloader tests and benchmark: generated media files and a local HTTP server on
 127.0.0.1 (an ephemeral port, no other address) that plays the part of YouTube for yt-dlp's generic
 extractor: a direct media URL per ytid, plus routes that 404, 503 once, or cut the body short."""
+
 from __future__ import annotations
 
 import csv
@@ -13,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from tokenizer_pipeline.ffmpeg_binary import find_ffmpeg
-
 from tests.pipeline.helpers import MUSICCAPS_CSV
+from tokenizer_pipeline.ffmpeg_binary import find_ffmpeg
 
 CONTENT_TYPES = {"wav": "audio/wav", "m4a": "audio/mp4", "webm": "audio/webm", "ogg": "audio/ogg"}
 
@@ -45,7 +45,9 @@ def write_media(path: Path, seconds: float, sr: int = 44100, channels: int = 2, 
     codec = {".wav": None, ".m4a": ["-c:a", "aac", "-b:a", "128k"], ".webm": ["-c:a", "libopus", "-b:a", "96k"],
              ".ogg": ["-c:a", "libvorbis"]}[path.suffix]  # fmt: skip
     if codec is not None:
-        subprocess.run([find_ffmpeg(), "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), *codec, str(path)], check=True)
+        subprocess.run(
+            [find_ffmpeg(), "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), *codec, str(path)], check=True
+        )
         wav.unlink()
     return ref
 
@@ -53,7 +55,9 @@ def write_media(path: Path, seconds: float, sr: int = 44100, channels: int = 2, 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def handle_error(self, request, client_address) -> None:  # clients hang up early on purpose (truncation, yt-dlp probing)
+    def handle_error(
+        self, request, client_address
+    ) -> None:  # clients hang up early on purpose (truncation, yt-dlp probing)
         pass
 
 

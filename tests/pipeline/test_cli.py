@@ -1,4 +1,5 @@
 """The Hydra CLI as users run it (subprocesses), and every YAML composed against the schema."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipeline.helpers import REPO
 from tokenizer_pipeline.cli import PipelineConfig, config_from_overrides
 from tokenizer_pipeline.conf_dir import find_conf_dir
-
-from tests.pipeline.helpers import REPO
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -64,7 +64,11 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
     else:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
-    assert yamls == ["download.yaml", "preset/demo.yaml", "shards.yaml"]  # a new YAML must be added to a test (download.yaml: test_download.py)
+    assert yamls == [
+        "download.yaml",
+        "preset/demo.yaml",
+        "shards.yaml",
+    ]  # a new YAML must be added to a test (download.yaml: test_download.py)
     assert find_conf_dir() == REPO / "conf" / "tokenizer_pipeline"
 
 

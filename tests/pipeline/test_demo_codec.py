@@ -3,6 +3,7 @@
 Full-size architecture (~0.23 s of CPU per second of audio), so the fixture fits on 24 clips of 5 s
 (6000 latent frames >= 2048 centroids) instead of 10-s clips.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,10 +46,24 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_config_is_encodec_32khz(fitted: dict) -> None:
     cfg = json.loads((fitted["out"] / "config.json").read_text())
     assert cfg["model_type"] == "encodec"
-    expect = {"sampling_rate": 32000, "audio_channels": 1, "num_filters": 64, "upsampling_ratios": [8, 5, 4, 4],
-              "target_bandwidths": [2.2], "codebook_size": 2048, "hidden_size": 128, "num_lstm_layers": 2,
-              "norm_type": "weight_norm", "normalize": False, "use_causal_conv": False, "pad_mode": "reflect",
-              "compress": 2, "use_conv_shortcut": False, "chunk_length_s": None, "overlap": None}
+    expect = {
+        "sampling_rate": 32000,
+        "audio_channels": 1,
+        "num_filters": 64,
+        "upsampling_ratios": [8, 5, 4, 4],
+        "target_bandwidths": [2.2],
+        "codebook_size": 2048,
+        "hidden_size": 128,
+        "num_lstm_layers": 2,
+        "norm_type": "weight_norm",
+        "normalize": False,
+        "use_causal_conv": False,
+        "pad_mode": "reflect",
+        "compress": 2,
+        "use_conv_shortcut": False,
+        "chunk_length_s": None,
+        "overlap": None,
+    }
     assert {k: cfg[k] for k in expect} == expect
     fe = EncodecFeatureExtractor.from_pretrained(fitted["out"])
     assert (fe.feature_size, fe.sampling_rate, fe.padding_value, fe.chunk_length_s) == (1, 32000, 0.0, None)

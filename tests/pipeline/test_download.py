@@ -2,6 +2,7 @@
 serves generated media (wav, AAC m4a, Opus webm) plus a 404, a 503-once, a body cut short, a source
 shorter than its window and a non-media file; then the downloads go through the shard pipeline.
 Also the ffmpeg program wrapper on its own and read_audio's fallback to it."""
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,18 @@ import soundfile as sf
 import torch
 
 import tokenizer_pipeline.ffmpeg_binary as fb
+from tests.pipeline.helpers import pipeline_config
+from tests.pipeline.media_server import MediaServer, write_csv_rows, write_media
 from tokenizer_pipeline import read_audio
 from tokenizer_pipeline.cli import run_pipeline
-from tokenizer_pipeline.download import DownloadConfig, DownloadConfigError, classify, config_from_overrides, run_download, ydl_params
-
-from tests.pipeline.media_server import MediaServer, write_csv_rows, write_media
-from tests.pipeline.helpers import pipeline_config
+from tokenizer_pipeline.download import (
+    DownloadConfig,
+    DownloadConfigError,
+    classify,
+    config_from_overrides,
+    run_download,
+    ydl_params,
+)
 
 SR = 44100
 
@@ -35,7 +42,10 @@ def fresh_ffmpeg_lookup():
 def _best_lag(x: np.ndarray, ref: np.ndarray, max_lag: int = 600) -> tuple[int, float]:
     """Lag (samples) maximising the normalised correlation of x against ref, and that correlation."""
     n = min(len(x), len(ref)) - 2 * max_lag
-    best = max(range(-max_lag, max_lag + 1), key=lambda k: float(np.dot(x[max_lag + k : max_lag + k + n], ref[max_lag : max_lag + n])))
+    best = max(
+        range(-max_lag, max_lag + 1),
+        key=lambda k: float(np.dot(x[max_lag + k : max_lag + k + n], ref[max_lag : max_lag + n])),
+    )
     a, b = x[max_lag + best : max_lag + best + n], ref[max_lag : max_lag + n]
     return best, float(np.dot(a, b) / np.sqrt(np.dot(a, a) * np.dot(b, b)))
 
@@ -67,10 +77,14 @@ def test_probe_and_decode_window_are_sample_exact_on_pcm(tmp_path: Path) -> None
     assert sr == SR and x.dtype == np.float32
     np.testing.assert_array_equal(x, ref[int(0.5 * SR) : int(1.5 * SR)].T)  # 16-bit PCM -> float: exact
     m, _ = fb.decode_window(tmp_path / "a.wav", start_s=0.5, duration_s=1.0, sample_rate=SR)  # [1, N]
-    np.testing.assert_allclose(m[0], ref[int(0.5 * SR) : int(1.5 * SR)].mean(axis=1), atol=1e-6)  # ffmpeg's downmix = mean
+    np.testing.assert_allclose(
+        m[0], ref[int(0.5 * SR) : int(1.5 * SR)].mean(axis=1), atol=1e-6
+    )  # ffmpeg's downmix = mean
     r, sr = fb.decode_window(tmp_path / "a.wav", sample_rate=32000)
     assert sr == 32000 and r.shape == (1, 96000)
-    tail, _ = fb.decode_window(tmp_path / "a.wav", start_s=2.5, duration_s=5.0, mono=False)  # past the end: what is there
+    tail, _ = fb.decode_window(
+        tmp_path / "a.wav", start_s=2.5, duration_s=5.0, mono=False
+    )  # past the end: what is there
     assert tail.shape == (2, int(0.5 * SR))
 
 
@@ -120,12 +134,16 @@ def test_cut_to_flac_is_exact_and_leaves_nothing_on_failure(tmp_path: Path) -> N
 
 def test_read_audio_falls_back_to_the_ffmpeg_program(tmp_path: Path, monkeypatch, fresh_ffmpeg_lookup) -> None:
     ref = write_media(tmp_path / "a.m4a", 3.0, SR, channels=2)  # [N, C]
-    no_libs = read_audio.ClipFailure("needs_ffmpeg", tmp_path / "a.m4a", "'m4a' audio needs FFmpeg, whose libraries are not installed here")
+    no_libs = read_audio.ClipFailure(
+        "needs_ffmpeg", tmp_path / "a.m4a", "'m4a' audio needs FFmpeg, whose libraries are not installed here"
+    )
 
     def torchcodec_without_libraries(*args):
         raise no_libs
 
-    monkeypatch.setattr(read_audio, "_decode_torchcodec", torchcodec_without_libraries)  # as on a machine without FFmpeg libraries
+    monkeypatch.setattr(
+        read_audio, "_decode_torchcodec", torchcodec_without_libraries
+    )  # as on a machine without FFmpeg libraries
     y = read_audio.load_audio(tmp_path / "a.m4a", 32000, start_s=1.0, end_s=2.0, crop_to_window=True)  # [N]
     assert y.dtype == torch.float32 and y.shape == (32000,)
     expect = read_audio.resample(ref[SR : 2 * SR].mean(axis=1).astype(np.float32), SR, 32000)  # [32000]
@@ -148,10 +166,19 @@ def test_read_audio_falls_back_to_the_ffmpeg_program(tmp_path: Path, monkeypatch
         ("[youtube] abc: Video unavailable. This video has been removed by the uploader", "unavailable"),
         ("[youtube] abc: Private video. Sign in if you've been granted access to this video", "private"),
         ("[youtube] abc: The uploader has not made this video available in your country", "region_blocked"),
-        ("[youtube] abc: Sign in to confirm you’re not a bot. Use --cookies-from-browser or --cookies", "login_required"),
-        ("[youtube] abc: Sign in to confirm your age. This video may be inappropriate for some users.", "login_required"),
+        (
+            "[youtube] abc: Sign in to confirm you’re not a bot. Use --cookies-from-browser or --cookies",
+            "login_required",
+        ),
+        (
+            "[youtube] abc: Sign in to confirm your age. This video may be inappropriate for some users.",
+            "login_required",
+        ),
         ("Unable to download webpage: HTTP Error 429: Too Many Requests", "rate_limited"),
-        ("[generic] x: Unable to download webpage: HTTP Error 404: Not Found (caused by <HTTPError 404: Not Found>)", "unavailable"),
+        (
+            "[generic] x: Unable to download webpage: HTTP Error 404: Not Found (caused by <HTTPError 404: Not Found>)",
+            "unavailable",
+        ),
         ("Unable to download webpage: HTTP Error 503: Service Unavailable", "network"),
         ("Got error: 441022 bytes read, 441022 more expected. Giving up after 1 retries", "network"),
         ("Unable to download webpage: <urlopen error [Errno 111] Connection refused>", "network"),
@@ -249,7 +276,9 @@ def test_download_local_server_rerun_then_shards(tmp_path: Path, tiny_codec: Pat
             (out / f"{ytids[CASES.index(c)]}.flac").stat().st_size for c in fetched
         )
         assert not [p for p in out.rglob("*") if p.suffix == ".tmp"]  # atomic writes left nothing behind
-        assert {p.suffix for p in (out / ".partial").iterdir()} == {".part"}  # only the resumable download of the cut-short body
+        assert {p.suffix for p in (out / ".partial").iterdir()} == {
+            ".part"
+        }  # only the resumable download of the cut-short body
         assert sum(srv.hits.values()) <= 40  # bounded: ~2 requests a clip, a few retries
 
         # 3. rerun: complete files are skipped without a request, failed rows are tried again
@@ -266,11 +295,19 @@ def test_download_local_server_rerun_then_shards(tmp_path: Path, tiny_codec: Pat
     result = run_pipeline(pipeline_config(csv_path, out, tmp_path / "shards", tiny_codec), progress=False)
     assert result.exit_code == 0, result.message
     assert result.manifest.totals["encoded"] == 6 and result.manifest.totals["failed"] == 3
-    assert sorted(f.csv_row for f in result.manifest.failures) == sorted(CASES.index(c) + 2 for c in ("truncated", "short", "not_media"))
+    assert sorted(f.csv_row for f in result.manifest.failures) == sorted(
+        CASES.index(c) + 2 for c in ("truncated", "short", "not_media")
+    )
 
 
 def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tokenizer_pipeline.download", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenizer_pipeline.download", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_exits_non_zero_only_when_nothing_was_fetched(tmp_path: Path) -> None:

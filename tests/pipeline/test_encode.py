@@ -27,7 +27,10 @@ def _assert_codes_agree(a: np.ndarray, b: np.ndarray) -> None:
 def _clips(lengths: list[int], seed: int = 0) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     t = torch.arange(max(lengths)) / 32000
-    return [(0.3 * torch.sin(2 * torch.pi * (200 + 50 * i) * t[:n]) + 0.05 * torch.randn(n, generator=g)) for i, n in enumerate(lengths)]
+    return [
+        (0.3 * torch.sin(2 * torch.pi * (200 + 50 * i) * t[:n]) + 0.05 * torch.randn(n, generator=g))
+        for i, n in enumerate(lengths)
+    ]
 
 
 def test_properties_and_shapes(tiny_codec: Path) -> None:

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipeline.helpers import MUSICCAPS_CSV
 from tokenizer_pipeline.errors import UserError
 from tokenizer_pipeline.musiccaps import ClipRow, CsvError, CsvRowError, read_musiccaps_csv
 
-from tests.pipeline.helpers import MUSICCAPS_CSV
-
-HEADER = "ytid,start_s,end_s,audioset_positive_labels,aspect_list,caption,author_id,is_balanced_subset,is_audioset_eval\n"
+HEADER = (
+    "ytid,start_s,end_s,audioset_positive_labels,aspect_list,caption,author_id,is_balanced_subset,is_audioset_eval\n"
+)
 
 
 def test_real_csv_rows_splits_and_types() -> None:
@@ -46,7 +47,7 @@ def test_configurable_split_names_and_column() -> None:
 @pytest.mark.parametrize(
     ("bad_row", "column"),
     [
-        ('abcdefghijk,30,40,"/m/1","[\'a\', \'b\'",cap,4,False,True\n', "aspect_list"),
+        ("abcdefghijk,30,40,\"/m/1\",\"['a', 'b'\",cap,4,False,True\n", "aspect_list"),
         ('abcdefghijk,thirty,40,"/m/1","[\'a\']",cap,4,False,True\n', "start_s"),
         ('abcdefghijk,30,40,"/m/1","[\'a\']",cap,4,Maybe,True\n', "is_balanced_subset"),
         ('abcdefghijk,30,40,"/m/1","__import__(\'os\')",cap,4,False,True\n', "aspect_list"),

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pickle
 import sys
 import tracemalloc
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -184,7 +184,9 @@ def test_long_file_with_crop_reads_only_the_window(tmp_path: Path, monkeypatch: 
     _write_long_wav(p, sr, 1200)
     reads: list[int] = []
     real_read = sf.SoundFile.read
-    monkeypatch.setattr(sf.SoundFile, "read", lambda self, frames=-1, **k: reads.append(frames) or real_read(self, frames, **k))
+    monkeypatch.setattr(
+        sf.SoundFile, "read", lambda self, frames=-1, **k: reads.append(frames) or real_read(self, frames, **k)
+    )
     y, peak = _peak_traced_bytes(lambda: load_audio(p, 32000, start_s=600.0, end_s=610.0, crop_to_window=True))
     assert y.shape == (320000,)
     assert reads == [10 * sr]

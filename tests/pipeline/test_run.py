@@ -1,4 +1,5 @@
 """run.py: per-clip isolation, config errors before encoding, healing resume, decode workers, lock, tar hygiene."""
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,11 @@ import soundfile as sf
 import torch
 
 import tokenizer_pipeline.run as run
+from tests.pipeline.helpers import pipeline_config
 from tokenizer_pipeline.config import ShardConfig
 from tokenizer_pipeline.musiccaps import ClipRow
 from tokenizer_pipeline.run import DecodedClip, LengthBuckets, RankInfo, run_pipeline
 from tokenizer_pipeline.write_shards import PipelineError, ShardPlan
-
-from tests.pipeline.helpers import pipeline_config
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
@@ -64,14 +64,20 @@ def test_any_decode_exception_is_one_failure(corpus, tiny_codec: Path, tmp_path:
     assert res.exit_code == 0 and res.manifest.totals["encoded"] == 6
     assert _reasons(tmp_path / "out") == {bad: "decode_error"}
     f = _failures(tmp_path / "out")[bad]
-    assert f["error_type"] == "RuntimeError" and "you tried to allocate 11294464000 bytes" in f["detail"] and bad in f["detail"]
+    assert (
+        f["error_type"] == "RuntimeError"
+        and "you tried to allocate 11294464000 bytes" in f["detail"]
+        and bad in f["detail"]
+    )
 
 
 def test_failed_batch_is_retried_clip_by_clip(corpus, tiny_codec: Path, tmp_path: Path, monkeypatch) -> None:
     """All clips 1 s long, batches of 3: a clip whose forward fails alone fails, its batch-mates are encoded."""
     csv_path, audio_dir, rows = corpus
     for i, r in enumerate(rows):
-        sf.write(audio_dir / f"{r['ytid']}.wav", (0.1 * np.sin(np.arange(16000) * 0.01 * (i + 1))).astype(np.float32), 16000)
+        sf.write(
+            audio_dir / f"{r['ytid']}.wav", (0.1 * np.sin(np.arange(16000) * 0.01 * (i + 1))).astype(np.float32), 16000
+        )
     cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, shard=ShardConfig(max_samples=4))
     first_train = next(r for r in run.load_rows(cfg) if r.split == "train")  # in the first batch encoded
     poisoned = run.ClipSource([first_train], cfg, 32000)[0].wav  # exactly as the pipeline decodes it
@@ -98,7 +104,9 @@ def test_config_errors_stop_before_encoding_without_traceback(corpus, tiny_codec
     lines = csv_path.read_text(encoding="utf-8").splitlines(keepends=True)
     bad_csv = tmp_path / "bad.csv"
     fields = lines[2].split(",")  # ytid,start_s,end_s,...: no quoted commas before the caption
-    bad_csv.write_text("".join([lines[0], lines[1], ",".join([*fields[:2], "ten", *fields[3:]]), *lines[3:]]), encoding="utf-8")
+    bad_csv.write_text(
+        "".join([lines[0], lines[1], ",".join([*fields[:2], "ten", *fields[3:]]), *lines[3:]]), encoding="utf-8"
+    )
     assert ",ten," in bad_csv.read_text()
     with pytest.raises(PipelineError, match=r"(?s)bad.csv:3: column .end_s.*Fix or delete that CSV row"):
         run_pipeline(pipeline_config(bad_csv, audio_dir, tmp_path / "o1", tiny_codec), progress=False)
@@ -137,7 +145,7 @@ def test_rerun_heals_exactly_the_changed_shards(corpus, tiny_codec: Path, tmp_pa
     shutil.copy(audio_dir / f"{rows[4]['ytid']}.wav", stash)
     sf.write(audio_dir / f"{rows[4]['ytid']}.wav", np.zeros(16000, np.float32), 16000)
     run_pipeline(cfg, progress=False)
-    assert _reasons(tmp_path / "out")[rows[0]["ytid"]]== "missing_audio"
+    assert _reasons(tmp_path / "out")[rows[0]["ytid"]] == "missing_audio"
 
     calls = _record_calls(monkeypatch)
     run_pipeline(cfg, progress=False)
@@ -156,7 +164,9 @@ def test_rerun_heals_exactly_the_changed_shards(corpus, tiny_codec: Path, tmp_pa
     assert calls == [] and _snapshot(tmp_path / "out") == fresh
 
 
-def test_ffmpeg_failures_are_counted_and_retried_once_installed(corpus, tiny_codec: Path, tmp_path: Path, monkeypatch) -> None:
+def test_ffmpeg_failures_are_counted_and_retried_once_installed(
+    corpus, tiny_codec: Path, tmp_path: Path, monkeypatch
+) -> None:
     csv_path, audio_dir, rows = corpus
     m4a = rows[5]["ytid"]
     (audio_dir / f"{m4a}.wav").rename(audio_dir / f"{m4a}.m4a")  # a wav under an FFmpeg-only name
@@ -164,7 +174,7 @@ def test_ffmpeg_failures_are_counted_and_retried_once_installed(corpus, tiny_cod
     cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
     res = run_pipeline(cfg, progress=False)
     assert "1 clips need FFmpeg" in res.message and "apt-get install ffmpeg" in res.message
-    assert _reasons(tmp_path / "out")[m4a]== "needs_ffmpeg"
+    assert _reasons(tmp_path / "out")[m4a] == "needs_ffmpeg"
 
     calls = _record_calls(monkeypatch)
     monkeypatch.setattr(run, "ffmpeg_available", lambda: False)
@@ -239,7 +249,9 @@ def test_output_is_byte_identical_for_0_1_2_workers(corpus, tiny_codec: Path, tm
     out = tmp_path / "out"
     for workers in (0, 1, 2):
         shutil.rmtree(out, ignore_errors=True)
-        res = run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec, workers=workers, prefetch=1), progress=False)
+        res = run_pipeline(
+            pipeline_config(csv_path, audio_dir, out, tiny_codec, workers=workers, prefetch=1), progress=False
+        )
         assert res.exit_code == 0 and res.manifest.totals["encoded"] == 7
         assert "workers" not in res.manifest.config  # output-neutral: not recorded
         snaps.append(_snapshot(out))
@@ -282,11 +294,15 @@ def test_a_second_run_on_the_same_out_dir_is_refused(corpus, tiny_codec: Path, t
     csv_path, audio_dir, _ = corpus
     out = tmp_path / "out"
     out.mkdir()
-    with filelock.FileLock(out / ".lock", timeout=0):  # another run holds it
-        with pytest.raises(PipelineError, match=r"another tokenizer_pipeline run is writing .*out/\.lock.*delete .*\.lock"):
-            run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False)
+    with (
+        filelock.FileLock(out / ".lock", timeout=0),  # another run holds it
+        pytest.raises(PipelineError, match=r"another tokenizer_pipeline run is writing .*out/\.lock.*delete .*\.lock"),
+    ):
+        run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False)
     assert not (out / "manifest.json").exists()
-    assert run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0  # released
+    assert (
+        run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0
+    )  # released
 
 
 def test_tar_members_have_integer_mtime_and_no_pax_headers(corpus, tiny_codec: Path, tmp_path: Path) -> None:
@@ -318,11 +334,15 @@ def test_threads_is_a_recorded_setting(corpus, tiny_codec: Path, tmp_path: Path)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        res = run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=1, limit=2), progress=False)
+        res = run_pipeline(
+            pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=1, limit=2), progress=False
+        )
         assert torch.get_num_threads() == 2  # the run's thread count does not leak into the caller's process
     finally:
         torch.set_num_threads(before)
     assert res.manifest.config["threads"] == 1
     with pytest.raises(PipelineError, match=r"changed: .*config\.threads"):
-        run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=2, limit=2), progress=False)
+        run_pipeline(
+            pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=2, limit=2), progress=False
+        )
     torch.set_num_threads(before)

@@ -3,6 +3,7 @@
 The set must be byte-identical to one process with the same per-process settings (threads=1), and a
 rerun after ranks died at different points must redo only what is missing and give the same bytes.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -12,10 +13,8 @@ from pathlib import Path
 
 import torch
 
-from tokenizer_pipeline.run import run_pipeline
-
 from tests.pipeline.helpers import pipeline_config
-
+from tokenizer_pipeline.run import run_pipeline
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:

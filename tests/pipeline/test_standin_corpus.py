@@ -1,4 +1,5 @@
 """Stand-in corpus: deterministic, right format, verbatim CSV subset, audio that follows the caption."""
+
 from __future__ import annotations
 
 import csv
@@ -91,8 +92,17 @@ def test_subset_csv_rows_verbatim(corpus_dirs: tuple[Path, Path]) -> None:
 
 
 def test_attribute_table() -> None:
-    a = derive_attributes(parse_aspects("['low quality', 'sustained strings melody', 'soft female vocal', 'sad', 'ballad']"))
-    assert (a.family, a.mode, a.tempo, a.noise, a.register, a.drums) == ("strings", "minor", "slow", True, "high", False)
+    a = derive_attributes(
+        parse_aspects("['low quality', 'sustained strings melody', 'soft female vocal', 'sad', 'ballad']")
+    )
+    assert (a.family, a.mode, a.tempo, a.noise, a.register, a.drums) == (
+        "strings",
+        "minor",
+        "slow",
+        True,
+        "high",
+        False,
+    )
     b = derive_attributes(parse_aspects("['bass guitar', 'fast tempo', 'punchy kick', 'happy', 'no voices']"))
     assert (b.family, b.mode, b.bpm, b.drums, b.register, b.noise) == ("bass", "major", 140.0, True, "low", False)
     c = derive_attributes(parse_aspects("['no percussion', 'no voices', 'organ']"))
@@ -100,8 +110,18 @@ def test_attribute_table() -> None:
 
 
 def _attrs(**kw: object) -> ClipAttributes:
-    base = dict(family="piano", bass_line=False, tempo="medium", bpm=100.0, mode="major", tonic_midi=60,
-                register="mid", drums=False, noise=False, matched={})
+    base = dict(
+        family="piano",
+        bass_line=False,
+        tempo="medium",
+        bpm=100.0,
+        mode="major",
+        tonic_midi=60,
+        register="mid",
+        drums=False,
+        noise=False,
+        matched={},
+    )
     base.update(kw)
     return ClipAttributes(**base)  # type: ignore[arg-type]
 
@@ -124,8 +144,10 @@ def test_tempo_sets_onset_rate() -> None:
 
 
 def test_families_have_distinct_spectra() -> None:
-    cents = {f: _spectrum_stats(render_clip(_attrs(family=f), "ccccccccccc"))[0]
-             for f in ("wind", "organ", "strings", "brass", "bass")}
+    cents = {
+        f: _spectrum_stats(render_clip(_attrs(family=f), "ccccccccccc"))[0]
+        for f in ("wind", "organ", "strings", "brass", "bass")
+    }
     assert cents["bass"] < cents["wind"] < cents["strings"], cents
     assert cents["wind"] < cents["brass"], cents
     assert len({round(c, -1) for c in cents.values()}) == len(cents)

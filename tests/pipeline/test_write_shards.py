@@ -1,4 +1,5 @@
 """End to end in tmp_path: generated wavs -> shards; determinism, resume, config changes, failures, verify."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,11 @@ import pytest
 import soundfile as sf
 
 import tokenizer_pipeline.run as run
+from tests.pipeline.helpers import pipeline_config
 from tokenizer_pipeline.cli import ShardConfig, run_pipeline
 from tokenizer_pipeline.manifest import Manifest
 from tokenizer_pipeline.verify import verify
 from tokenizer_pipeline.write_shards import PipelineError
-
-from tests.pipeline.helpers import pipeline_config
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
@@ -41,7 +41,13 @@ def test_shard_layout_and_manifest(corpus, tiny_codec: Path, tmp_path: Path) -> 
     m = Manifest.from_json((out / "manifest.json").read_text())
     assert [e.n_samples for e in m.splits["train"].shards] == [2, 2]
     assert [e.n_samples for e in m.splits["eval"].shards] == [2, 1]
-    assert m.totals == {"rows": 7, "encoded": 7, "failed": 0, "audio_seconds": m.totals["audio_seconds"], "n_frames": 350}
+    assert m.totals == {
+        "rows": 7,
+        "encoded": 7,
+        "failed": 0,
+        "audio_seconds": m.totals["audio_seconds"],
+        "n_frames": 350,
+    }
     assert m.codec.n_codebooks == 4 and m.codec.codebook_size == 64 and m.codec.weights_sha256
     assert m.config["shard"]["max_samples"] == 2 and m.source["csv"] == str(csv_path)
     assert (out / "failures.jsonl").read_text() == ""
@@ -83,7 +89,9 @@ def test_resume_after_interruption_is_byte_identical(corpus, tiny_codec: Path, t
     assert (out / "train/shard-000001.tar").exists() and not (out / "eval/shard-000000.tar").exists()
 
     calls.clear()
-    monkeypatch.setattr(run, "encode_shard", lambda plan, *a, **k: (calls.append(plan.relpath), real_encode_shard(plan, *a, **k))[1])
+    monkeypatch.setattr(
+        run, "encode_shard", lambda plan, *a, **k: (calls.append(plan.relpath), real_encode_shard(plan, *a, **k))[1]
+    )
     run_pipeline(cfg, progress=False)
     assert calls == ["eval/shard-000000.tar", "eval/shard-000001.tar"]  # completed shards were skipped
     assert _snapshot(out) == reference
@@ -174,7 +182,11 @@ def test_crop_to_window_cuts_full_length_audio(corpus, tiny_codec: Path, tmp_pat
     full = tmp_path / "full"
     full.mkdir()
     for r in rows[:2]:  # 45-s "source videos"; windows are [30, 31] s (make_corpus: 1-s windows)
-        sf.write(full / f"{r['ytid']}.flac", 0.1 * np.random.default_rng(0).standard_normal(45 * 8000).astype(np.float32), 8000)
+        sf.write(
+            full / f"{r['ytid']}.flac",
+            0.1 * np.random.default_rng(0).standard_normal(45 * 8000).astype(np.float32),
+            8000,
+        )
     out = tmp_path / "out"
     res = run_pipeline(pipeline_config(csv_path, full, out, tiny_codec, crop_to_window=True, limit=2), progress=False)
     assert res.exit_code == 0

@@ -8,14 +8,13 @@
   set defines its own `shards` fixture, which takes precedence over this one.
 - `step2_ckpt`: the checkpoint of a 2-step demo-preset run on the module's `shards` (tests.trainer.helpers.make_cfg).
 """
+
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -52,9 +51,8 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def step2_ckpt(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.trainer.helpers import make_cfg
-
     from adapter_trainer.training.recipe import recipe_main
+    from tests.trainer.helpers import make_cfg
 
     out = tmp_path_factory.mktemp("ckpt")
     recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.ckpt_every=2"))

@@ -1,15 +1,14 @@
 """Shared helpers for the trainer tests: a tiny MoT model built in memory, and a composed demo config."""
+
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-
-from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
+from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.data.token_layout import AudioVocab, Example, encode_example  # noqa: E402
 
 TEXT_VOCAB = 1000  # small text vocab for in-memory models (the demo models keep Llama 3's 128,256)
@@ -37,8 +36,18 @@ def example(vocab: AudioVocab, n_caption: int, n_frames: int, seed: int, pattern
     rng = np.random.default_rng(seed)
     caption = [int(x) for x in rng.integers(3, TEXT_VOCAB, size=n_caption)]
     codes = rng.integers(0, vocab.codebook_size, size=(n_frames, vocab.n_codebooks)).astype(np.int16)  # [T, K]
-    return encode_example(caption, codes, vocab=vocab, pattern=pattern, bos_id=1, max_seq_len=256,
-                          max_caption_tokens=32, crop="start", rng=rng, key=f"k{seed}")
+    return encode_example(
+        caption,
+        codes,
+        vocab=vocab,
+        pattern=pattern,
+        bos_id=1,
+        max_seq_len=256,
+        max_caption_tokens=32,
+        crop="start",
+        rng=rng,
+        key=f"k{seed}",
+    )
 
 
 def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) -> TrainConfig:
@@ -46,11 +55,23 @@ def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) 
     from hydra import compose, initialize_config_dir
 
     base = [
-        "+experiment=demo", f"model.llm={models['llm']}", f"model.audio_lm={models['musicgen']}",
-        f"data.shards=[{shards}]", f"trainer.output_dir={out}", "data.max_seq_len=48", "data.max_caption_tokens=12",
-        "trainer.batch_size=2", "trainer.log_every=1", "trainer.eval_every=0", "trainer.ckpt_every=0",
-        "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.eval_bootstrap=200",
-        "trainer.eval_caption_shuffles=1", "optimizer.warmup_steps=3", "trainer.device=cpu",
+        "+experiment=demo",
+        f"model.llm={models['llm']}",
+        f"model.audio_lm={models['musicgen']}",
+        f"data.shards=[{shards}]",
+        f"trainer.output_dir={out}",
+        "data.max_seq_len=48",
+        "data.max_caption_tokens=12",
+        "trainer.batch_size=2",
+        "trainer.log_every=1",
+        "trainer.eval_every=0",
+        "trainer.ckpt_every=0",
+        "trainer.progress_bar=false",
+        "trainer.tensorboard=false",
+        "trainer.eval_bootstrap=200",
+        "trainer.eval_caption_shuffles=1",
+        "optimizer.warmup_steps=3",
+        "trainer.device=cpu",
     ]
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         return to_train_config(compose("config", overrides=base + list(overrides)))

@@ -40,9 +40,19 @@ def main() -> None:
     rank = recipe.dist.rank
     path = out if rank == 0 else out.with_name(f"{out.name}.rank{rank}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"modules": sorted(sys.modules), "encodec_instances": encodec,
-                                "batch": recipe.last_batch_facts, "rank": rank,
-                                "world_size": recipe.dist.world_size, "keys_seen": state["keys"]}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "modules": sorted(sys.modules),
+                "encodec_instances": encodec,
+                "batch": recipe.last_batch_facts,
+                "rank": rank,
+                "world_size": recipe.dist.world_size,
+                "keys_seen": state["keys"],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Every YAML composes against the structured schema; experiments convert to TrainConfig; bad values fail with the
 fix; mps_small (pointed at tiny models, CPU) trains a couple of steps; a missing device is a clear error."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,15 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
-
-from tests import REPO
-from tests.contract.shard_fixture import write_synthetic_set
 
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
 from adapter_trainer.config import ConfigError, TrainConfig, schema_field_names, to_train_config  # noqa: E402
+from tests import REPO
+from tests.contract.shard_fixture import write_synthetic_set
 
 CONF = find_conf_dir()
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -101,8 +101,15 @@ def test_bad_values_name_key_and_fix(override: str, needle: str) -> None:
 
 
 def test_every_value_is_overridable_and_hydra_writes_under_output_dir() -> None:
-    overrides = ("+experiment=demo", "optimizer.lr=0.5", "model.mot.audio_attention=lora", "model.mot.lora_rank=4", "data.eval_max_clips=3",
-                 "trainer.output_dir=/tmp/somewhere", "model.mot.layer_map=[0,1,2,3]")
+    overrides = (
+        "+experiment=demo",
+        "optimizer.lr=0.5",
+        "model.mot.audio_attention=lora",
+        "model.mot.lora_rank=4",
+        "data.eval_max_clips=3",
+        "trainer.output_dir=/tmp/somewhere",
+        "model.mot.layer_map=[0,1,2,3]",
+    )
     hydra_cfg = _compose(*overrides, return_hydra_config=True).hydra
     assert hydra_cfg.run.dir == "/tmp/somewhere"
     assert hydra_cfg.sweep.dir == "/tmp/somewhere"
@@ -121,7 +128,9 @@ def test_resolved_config_round_trips_to_yaml() -> None:
     from adapter_trainer.config import config_to_yaml
 
     typed = to_train_config(_compose("+experiment=demo"))
-    back = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.create(config_to_yaml(typed))))
+    back = OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.create(config_to_yaml(typed)))
+    )
     assert back == typed
 
 
@@ -145,9 +154,21 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=f"trainer.device={dev} was requested.*trainer.device=cpu"):
         resolve_device(dev)
     env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
-    proc = subprocess.run([sys.executable, "-m", "adapter_trainer", "+experiment=demo", f"trainer.device={dev}",
-                           f"trainer.output_dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "adapter_trainer",
+            "+experiment=demo",
+            f"trainer.device={dev}",
+            f"trainer.output_dir={tmp_path / 'run'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 2
     assert "trainer.device=cpu" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
     assert (tmp_path / "run" / ".hydra").is_dir()  # Hydra's run dir is trainer.output_dir
@@ -175,11 +196,21 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_mps_small_runs_on_cpu_when_pointed_at_tiny_models(tiny: dict[str, Path], tmp_path: Path) -> None:
     from adapter_trainer.training.recipe import recipe_main
 
-    cfg = to_train_config(_compose(
-        "+experiment=mps_small", f"model.llm={tiny['llm']}", f"model.audio_lm={tiny['musicgen']}",
-        f"data.shards=[{tiny['shards']}]", "trainer.device=cpu", f"trainer.output_dir={tmp_path}",
-        "trainer.max_steps=2", "trainer.grad_accum_steps=3", "trainer.progress_bar=false",
-        "trainer.eval_bootstrap=50", "trainer.log_every=1"))
+    cfg = to_train_config(
+        _compose(
+            "+experiment=mps_small",
+            f"model.llm={tiny['llm']}",
+            f"model.audio_lm={tiny['musicgen']}",
+            f"data.shards=[{tiny['shards']}]",
+            "trainer.device=cpu",
+            f"trainer.output_dir={tmp_path}",
+            "trainer.max_steps=2",
+            "trainer.grad_accum_steps=3",
+            "trainer.progress_bar=false",
+            "trainer.eval_bootstrap=50",
+            "trainer.log_every=1",
+        )
+    )
     assert cfg.trainer.batch_size == 1 and cfg.data.max_seq_len == 1024  # the experiment's own values survive
     final = recipe_main(cfg)
     assert final["step"] == 2 and final["progress"]["index"] + 8 * final["progress"]["epoch"] == 2 * 3
@@ -189,12 +220,31 @@ def test_mps_small_runs_on_cpu_when_pointed_at_tiny_models(tiny: dict[str, Path]
 def test_multirun_gives_each_job_its_own_dir(tiny: dict[str, Path], tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
     proc = subprocess.run(
-        [sys.executable, "-m", "adapter_trainer", "--multirun", "+experiment=demo", f"model.llm={tiny['llm']}",
-         f"model.audio_lm={tiny['musicgen']}", f"data.shards=[{tiny['shards']}]", f"trainer.output_dir={tmp_path}",
-         "data.max_seq_len=40", "data.max_caption_tokens=8", "trainer.batch_size=2", "trainer.max_steps=1",
-         "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.eval_bootstrap=20",
-         "optimizer.lr=1e-3,2e-3"],
-        cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
+        [
+            sys.executable,
+            "-m",
+            "adapter_trainer",
+            "--multirun",
+            "+experiment=demo",
+            f"model.llm={tiny['llm']}",
+            f"model.audio_lm={tiny['musicgen']}",
+            f"data.shards=[{tiny['shards']}]",
+            f"trainer.output_dir={tmp_path}",
+            "data.max_seq_len=40",
+            "data.max_caption_tokens=8",
+            "trainer.batch_size=2",
+            "trainer.max_steps=1",
+            "trainer.progress_bar=false",
+            "trainer.tensorboard=false",
+            "trainer.eval_bootstrap=20",
+            "optimizer.lr=1e-3,2e-3",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job, lr in (("0", 1e-3), ("1", 2e-3)):
         d = tmp_path / job

@@ -1,18 +1,17 @@
 """adapter_trainer.data.shards beyond the contract: manifest hygiene, sample/manifest consistency, limits."""
+
 from __future__ import annotations
 
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.contract.shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set
-
 from adapter_trainer.data.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest  # noqa: E402
+from tests.contract.shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set
 
 
 def _open(root: Path):
@@ -84,7 +83,9 @@ def test_sample_missing_its_json_or_with_inconsistent_json(tmp_path: Path) -> No
         list(iter_clips(read_manifest(root), "train"))
     meta = sample_json("k0000000001", "cap", codes, "train", 2, 50.0)
     meta["n_frames"] = 7
-    _write_raw_shard(root, [("k0000000001.codes.npy", npy_bytes(codes)), ("k0000000001.json", json.dumps(meta).encode())])
+    _write_raw_shard(
+        root, [("k0000000001.codes.npy", npy_bytes(codes)), ("k0000000001.json", json.dumps(meta).encode())]
+    )
     with pytest.raises(ShardFormatError, match="json disagrees"):
         list(iter_clips(read_manifest(root), "train"))
 
@@ -93,8 +94,10 @@ def test_directory_and_dotted_members_are_refused(tmp_path: Path) -> None:
     root = write_shard_set(tmp_path / "s", {"train": synthetic_clips(1)})
     codes = np.zeros((6, 4), dtype=np.int16)
     meta = json.dumps(sample_json("k0000000001", "cap", codes, "train", 2, 50.0)).encode()
-    _write_raw_shard(root, [("k0000000001.codes.npy", npy_bytes(codes)), ("k0000000001.json", meta),
-                            ("k0000000001.extra.pickle", b"x")])
+    _write_raw_shard(
+        root,
+        [("k0000000001.codes.npy", npy_bytes(codes)), ("k0000000001.json", meta), ("k0000000001.extra.pickle", b"x")],
+    )
     with pytest.raises(ShardFormatError, match="k0000000001.extra.pickle"):
         list(iter_clips(read_manifest(root), "train"))
 

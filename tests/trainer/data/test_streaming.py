@@ -1,8 +1,8 @@
 """Streaming input: header-only shard index, random-access reads equal to the sequential reader, bounded per-clip
 memory, a deterministic global order split across ranks, and worker-built batches equal to in-process ones."""
+
 from __future__ import annotations
 
-import sys
 import tarfile
 from pathlib import Path
 
@@ -10,11 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from tests.contract.shard_fixture import write_shard_set, synthetic_clips, write_synthetic_set
-
-from adapter_trainer.data.streaming import ExampleSpec, TrainBatches, default_num_workers, epoch_permutation, train_loader  # noqa: E402
 from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets  # noqa: E402
+from adapter_trainer.data.streaming import (  # noqa: E402
+    ExampleSpec,
+    TrainBatches,
+    default_num_workers,
+    epoch_permutation,
+    train_loader,
+)
 from adapter_trainer.data.token_layout import AudioVocab  # noqa: E402
+from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 
 
 def _open(*roots: Path):
@@ -28,16 +33,22 @@ class _WordTokenizer:
         return {"input_ids": [3 + sum(map(ord, w)) % 90 for w in text.split()]}
 
 
-SPEC = ExampleSpec(vocab=AudioVocab(text_vocab_size=100, n_codebooks=4, codebook_size=2048), pattern="delay",
-                   text="caption", bos_id=1, pad_id=2, max_seq_len=24, max_caption_tokens=6)
+SPEC = ExampleSpec(
+    vocab=AudioVocab(text_vocab_size=100, n_codebooks=4, codebook_size=2048),
+    pattern="delay",
+    text="caption",
+    bos_id=1,
+    pad_id=2,
+    max_seq_len=24,
+    max_caption_tokens=6,
+)
 
 
 @pytest.fixture(scope="module")
 def two_sets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("sets")
     a = write_synthetic_set(root / "a", n_train=21, n_eval=5, frames=(8, 30), samples_per_shard=4)
-    b = write_shard_set(root / "b", {"train": synthetic_clips(7, seed=5, prefix="bb"), "eval": []},
-                        samples_per_shard=3)
+    b = write_shard_set(root / "b", {"train": synthetic_clips(7, seed=5, prefix="bb"), "eval": []}, samples_per_shard=3)
     return [a, b]
 
 
@@ -122,8 +133,9 @@ def test_index_refuses_bad_members_and_wrong_counts(tmp_path: Path) -> None:
 
     mpath = lone / "manifest.json"
     man = json.loads(mpath.read_text())
-    man["splits"]["train"]["shards"][0].update(bytes=tar_path.stat().st_size,
-                                               sha256=hashlib.sha256(tar_path.read_bytes()).hexdigest())
+    man["splits"]["train"]["shards"][0].update(
+        bytes=tar_path.stat().st_size, sha256=hashlib.sha256(tar_path.read_bytes()).hexdigest()
+    )
     mpath.write_text(json.dumps(man))
     with pytest.raises(ShardFormatError, match=r"sample 'tr0000002' has members \['codes.npy'\]"):
         build_index(_open(lone), "train")

@@ -1,4 +1,5 @@
 """Token layout: round trips, delay pattern vs a loop reference and vs transformers' MusicGen, loss mask, crops."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -94,8 +95,15 @@ def test_delay_pattern_matches_transformers_musicgen() -> None:
 def test_round_trip_without_crop(pattern: str, T: int) -> None:
     codes = _codes(T, seed=T)
     ex = encode_example(
-        [5, 6, 7], codes, vocab=VOCAB, pattern=pattern, bos_id=BOS, max_seq_len=10_000,
-        max_caption_tokens=64, crop="start", rng=np.random.default_rng(0),
+        [5, 6, 7],
+        codes,
+        vocab=VOCAB,
+        pattern=pattern,
+        bos_id=BOS,
+        max_seq_len=10_000,
+        max_caption_tokens=64,
+        crop="start",
+        rng=np.random.default_rng(0),
     )
     J = 1 if pattern == "flatten" else K
     assert ex.tokens.shape[1] == J
@@ -115,8 +123,15 @@ def test_random_crop_is_contiguous_window_and_fits(pattern: str) -> None:
     for max_len in (20, 41, 64, 131, 200):
         for _ in range(20):
             ex = encode_example(
-                list(range(10, 40)), codes, vocab=VOCAB, pattern=pattern, bos_id=BOS, max_seq_len=max_len,
-                max_caption_tokens=8, crop="random", rng=rng,
+                list(range(10, 40)),
+                codes,
+                vocab=VOCAB,
+                pattern=pattern,
+                bos_id=BOS,
+                max_seq_len=max_len,
+                max_caption_tokens=8,
+                crop="random",
+                rng=rng,
             )
             assert ex.tokens.shape[0] <= max_len
             got = decode_audio_tokens(_audio_part(ex, pattern), vocab=VOCAB, pattern=pattern)  # [T', K]
@@ -140,7 +155,9 @@ def test_start_crop_is_deterministic_and_begins_at_frame_zero() -> None:
     assert torch.equal(a.tokens, b.tokens) and a.tokens.shape[0] <= 40
     got = decode_audio_tokens(_audio_part(a, "delay"), vocab=VOCAB, pattern="delay")
     np.testing.assert_array_equal(got, codes[: got.shape[0]])
-    assert 6 * 1 == a.tokens[:6, 0].eq(torch.tensor([BOS, 9, 9, 9, 9, VOCAB.audio_start])).sum()  # caption truncated to 4
+    assert (
+        a.tokens[:6, 0].eq(torch.tensor([BOS, 9, 9, 9, 9, VOCAB.audio_start])).sum() == 6 * 1
+    )  # caption truncated to 4
 
 
 @pytest.mark.parametrize("pattern", ["flatten", "delay"])
@@ -148,8 +165,15 @@ def test_labels_and_is_audio(pattern: str) -> None:
     caption = [11, 12, 13]
     codes = _codes(6)
     ex = encode_example(
-        caption, codes, vocab=VOCAB, pattern=pattern, bos_id=BOS, max_seq_len=1000,
-        max_caption_tokens=64, crop="start", rng=np.random.default_rng(0),
+        caption,
+        codes,
+        vocab=VOCAB,
+        pattern=pattern,
+        bos_id=BOS,
+        max_seq_len=1000,
+        max_caption_tokens=64,
+        crop="start",
+        rng=np.random.default_rng(0),
     )
     S, J = ex.tokens.shape
     n_prefix = 1 + len(caption) + 1
@@ -178,13 +202,27 @@ def test_labels_and_is_audio(pattern: str) -> None:
 def test_too_short_max_seq_len_names_the_fix() -> None:
     with pytest.raises(ValueError, match="raise max_seq_len"):
         encode_example(
-            [1] * 20, _codes(10), vocab=VOCAB, pattern="delay", bos_id=BOS, max_seq_len=24,
-            max_caption_tokens=20, crop="start", rng=np.random.default_rng(0),
+            [1] * 20,
+            _codes(10),
+            vocab=VOCAB,
+            pattern="delay",
+            bos_id=BOS,
+            max_seq_len=24,
+            max_caption_tokens=20,
+            crop="start",
+            rng=np.random.default_rng(0),
         )
     with pytest.raises(ValueError, match=r"\[T, 4\]"):
         encode_example(
-            [1], _codes(10)[:, :3], vocab=VOCAB, pattern="delay", bos_id=BOS, max_seq_len=100,
-            max_caption_tokens=20, crop="start", rng=np.random.default_rng(0),
+            [1],
+            _codes(10)[:, :3],
+            vocab=VOCAB,
+            pattern="delay",
+            bos_id=BOS,
+            max_seq_len=100,
+            max_caption_tokens=20,
+            crop="start",
+            rng=np.random.default_rng(0),
         )
 
 

@@ -1,13 +1,12 @@
 """Eval honesty: overlapping train/eval clips are refused (or, opted in, reported as NOT held-out),
 and the caption-gain verdict needs >= 30 eval clips; identical captions give a gain of exactly 0, never PASS."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.trainer.helpers import make_cfg
 
 from adapter_trainer.evaluation.learning_check import (
     MIN_GAIN_CLIPS,
@@ -17,6 +16,7 @@ from adapter_trainer.evaluation.learning_check import (
     make_report,
 )
 from adapter_trainer.training.recipe import MoTAdapterRecipe
+from tests.trainer.helpers import make_cfg
 
 
 def test_eval_split_equal_to_train_is_refused(models, shards, tmp_path: Path) -> None:
@@ -33,16 +33,23 @@ def test_two_shard_sets_sharing_clips_are_refused(models, shards, tmp_path: Path
     from tests.contract.shard_fixture import synthetic_clips, write_shard_set
 
     train = synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")  # the same clips as `shards`' train split
-    other = write_shard_set(tmp_path / "other", {"train": synthetic_clips(4, frames=(12, 20), seed=5, prefix="zz"),
-                                                 "eval": train[:3]})
+    other = write_shard_set(
+        tmp_path / "other", {"train": synthetic_clips(4, frames=(12, 20), seed=5, prefix="zz"), "eval": train[:3]}
+    )
     cfg = make_cfg(models, shards, tmp_path / "run", f"data.shards=[{shards},{other}]")
     with pytest.raises(EvalOverlapError, match="3 of 7 eval clips"):
         MoTAdapterRecipe(cfg).setup()
 
 
 def test_opted_in_overlap_is_reported_as_not_held_out(models, shards, tmp_path: Path) -> None:
-    cfg = make_cfg(models, shards, tmp_path / "run", "data.eval_split=train", "data.allow_eval_overlap=true",
-                   "data.eval_max_clips=3")
+    cfg = make_cfg(
+        models,
+        shards,
+        tmp_path / "run",
+        "data.eval_split=train",
+        "data.allow_eval_overlap=true",
+        "data.eval_max_clips=3",
+    )
     recipe = MoTAdapterRecipe(cfg)
     recipe.setup()
     report = recipe.evaluate()
@@ -60,8 +67,16 @@ def test_caption_gain_verdict_needs_30_clips(n_clips: int, verdict: str) -> None
     n = np.full(n_clips, 50)
     true = rng.uniform(2.0, 3.0, n_clips) * n
     shuf = true + 0.5 * n  # every clip gains 0.5 nats/code: the interval is far above 0
-    r = make_report(step=1, model_true=_target_ce(true, n), model_shuf=_target_ce(shuf, n), unigram=_target_ce(true, n),
-                    end_ce_sum=0.0, end_count=0, n_bootstrap=200, seed=0)
+    r = make_report(
+        step=1,
+        model_true=_target_ce(true, n),
+        model_shuf=_target_ce(shuf, n),
+        unigram=_target_ce(true, n),
+        end_ce_sum=0.0,
+        end_count=0,
+        n_bootstrap=200,
+        seed=0,
+    )
     assert r.caption_gain_lo > 0.4 and r.caption_gain_verdict == verdict
     assert f"[{verdict}:" in learning_check_text(r)
 
@@ -70,7 +85,10 @@ def test_identical_captions_give_exactly_zero_gain_and_no_pass(models, tmp_path:
     from tests.contract.shard_fixture import synthetic_clips, write_shard_set
 
     train = synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")
-    evl = [(k, "the same caption for every clip", c) for k, _, c in synthetic_clips(32, frames=(8, 12), seed=1, prefix="ev")]
+    evl = [
+        (k, "the same caption for every clip", c)
+        for k, _, c in synthetic_clips(32, frames=(8, 12), seed=1, prefix="ev")
+    ]
     same = write_shard_set(tmp_path / "same", {"train": train, "eval": evl})
     cfg = make_cfg(models, same, tmp_path / "run", "trainer.batch_size=8", "trainer.eval_caption_shuffles=2")
     recipe = MoTAdapterRecipe(cfg)

@@ -1,15 +1,20 @@
 """The attribute probe (synthetic codes whose histograms follow the caption's attributes)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from adapter_trainer.evaluation.probe import NAMES, attribute_labels, make_report
 from adapter_trainer.data.shards import Clip
+from adapter_trainer.evaluation.probe import NAMES, attribute_labels, make_report
 
 C = 64
-TEXTS = ("solo piano, slow, sad", "electric guitar, drums, fast, happy", "female vocal, calm, happy",
-         "drums, techno, dark")
+TEXTS = (
+    "solo piano, slow, sad",
+    "electric guitar, drums, fast, happy",
+    "female vocal, calm, happy",
+    "drums, techno, dark",
+)
 
 
 def test_attribute_labels_from_keywords() -> None:
@@ -25,8 +30,9 @@ def synth(text: str, key: str, rng: np.random.Generator, follow: bool = True, T:
     """Codebooks 0/1: each defined positive attribute a adds codes from its own band [8a, 8a + 8)."""
     lab = attribute_labels(text if follow else TEXTS[rng.integers(len(TEXTS))])
     bands = [a for a in range(len(NAMES)) if lab[a] == 1] or [len(NAMES)]
-    codes = np.stack([rng.choice(np.concatenate([np.arange(8 * a, 8 * a + 8) for a in bands]), size=T)
-                      for _ in range(4)], axis=1).astype(np.int16)  # [T, 4]
+    codes = np.stack(
+        [rng.choice(np.concatenate([np.arange(8 * a, 8 * a + 8) for a in bands]), size=T) for _ in range(4)], axis=1
+    ).astype(np.int16)  # [T, 4]
     return Clip(key=key, caption=text, aspects=tuple(t.strip() for t in text.split(",")), codes=codes)
 
 
@@ -40,7 +46,11 @@ def test_probe_separates_caption_following_from_ignoring() -> None:
     bad = make_report(train, real_eval, ignores, C, n_bootstrap=200)
     assert good["probe_ceiling_real_eval"] > 0.95
     assert good["accuracy_true_captions"] > 0.95 and good["true_minus_deranged_ci95"][0] > 0.1
-    assert good["accuracy_true_captions_ci95"][0] <= good["accuracy_true_captions"] <= good["accuracy_true_captions_ci95"][1]
+    assert (
+        good["accuracy_true_captions_ci95"][0]
+        <= good["accuracy_true_captions"]
+        <= good["accuracy_true_captions_ci95"][1]
+    )
     assert 0.3 < good["chance"] < 0.9 and good["accuracy_deranged_captions"] < good["accuracy_true_captions"]
     assert bad["true_minus_deranged_ci95"][0] < 0.05  # codes that ignore the caption: no clear gain over deranged
     assert bad["accuracy_true_captions"] < good["accuracy_true_captions"] - 0.15

@@ -1,6 +1,7 @@
 """`adapter_trainer.generate` on the tiny demo models + synthetic shards: a 2-step run's checkpoint, sampled with
 the real MoT KV cache; the set it writes passes verify and the trainer's reader; reruns reproduce; a checkpoint
 of other data is refused; the CLI process never imports the codec; caption dropout reaches the batches."""
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
+from adapter_trainer.data.shards import load_split, read_manifest  # noqa: E402
+from adapter_trainer.generation.config import GenerateRunConfig  # noqa: E402
+from adapter_trainer.generation.generate import run_generate, to_generate_config
+from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
-
-from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
-from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
-from adapter_trainer.generation.generate import run_generate, to_generate_config
-from adapter_trainer.generation.config import GenerateRunConfig  # noqa: E402
-from adapter_trainer.data.shards import load_split, read_manifest  # noqa: E402
-
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +29,29 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def overrides(models: dict[str, Path], shards: Path, out: Path) -> list[str]:
-    return ["+experiment=demo", f"model.llm={models['llm']}", f"model.audio_lm={models['musicgen']}",
-            f"data.shards=[{shards}]", f"trainer.output_dir={out}", "data.max_seq_len=48", "data.max_caption_tokens=12",
-            "trainer.batch_size=2", "trainer.log_every=1", "trainer.eval_every=0", "trainer.ckpt_every=0",
-            "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.eval_bootstrap=50",
-            "optimizer.warmup_steps=1", "data.caption_dropout=0.5"]
+    return [
+        "+experiment=demo",
+        f"model.llm={models['llm']}",
+        f"model.audio_lm={models['musicgen']}",
+        f"data.shards=[{shards}]",
+        f"trainer.output_dir={out}",
+        "data.max_seq_len=48",
+        "data.max_caption_tokens=12",
+        "trainer.batch_size=2",
+        "trainer.log_every=1",
+        "trainer.eval_every=0",
+        "trainer.ckpt_every=0",
+        "trainer.progress_bar=false",
+        "trainer.tensorboard=false",
+        "trainer.eval_bootstrap=50",
+        "optimizer.warmup_steps=1",
+        "data.caption_dropout=0.5",
+    ]
 
 
 def compose(config: str, args: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         return hydra_compose(config, overrides=args)
@@ -55,8 +68,13 @@ def run_dir(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def gen_cfg(models, shards, run_dir: Path, *extra: str) -> GenerateRunConfig:
-    return to_generate_config(compose("generate", overrides(models, shards, run_dir) + [
-        "generate.n=3", "generate.seconds=0.2", "generate.batch_size=2", "generate.overwrite=true", *extra]))
+    return to_generate_config(
+        compose(
+            "generate",
+            overrides(models, shards, run_dir)
+            + ["generate.n=3", "generate.seconds=0.2", "generate.batch_size=2", "generate.overwrite=true", *extra],
+        )
+    )
 
 
 def test_generate_writes_a_verified_reproducible_set(models, shards, run_dir: Path, tmp_path: Path) -> None:
@@ -91,25 +109,34 @@ class FullRecompute:
         hist_t = tokens if cache is None else torch.cat([cache[0], tokens], 1)
         hist_a = is_audio if cache is None else torch.cat([cache[1], is_audio], 1)
         logits, _ = self.model.forward_step(hist_t, hist_a, attention_mask, None)
-        return logits[:, -tokens.shape[1]:], (hist_t, hist_a)
+        return logits[:, -tokens.shape[1] :], (hist_t, hist_a)
 
 
 def test_kv_cache_sampling_equals_full_recompute(models) -> None:
+    from adapter_trainer.data.token_layout import AudioVocab
+    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
     from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
     from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
-    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
-    from adapter_trainer.data.token_layout import AudioVocab
 
     torch.manual_seed(0)
     llm, mg = load_llm(models["llm"]), load_musicgen_decoder(models["musicgen"])
     vocab = AudioVocab(llm.config.vocab_size, mg.config.num_codebooks, mg.config.vocab_size)
-    model = MoTAdapterModel(llm, mg, vocab, "delay", MoTConfig(audio_embed_init="random", audio_head_init="random")).eval()
+    model = MoTAdapterModel(
+        llm, mg, vocab, "delay", MoTConfig(audio_embed_init="random", audio_head_init="random")
+    ).eval()
     with torch.no_grad():  # non-zero experts, so audio rows really differ from text rows
         for layer in model.layers:
             layer.audio.up.weight.normal_(0, 0.05)
     captions = [[100, 200, 300, 400], [500], [600, 700]]  # different lengths: left padding + CFG rows
-    kw = dict(vocab=vocab, pattern="delay", bos_id=128000, pad_id=128001, max_frames=6, row_seeds=[1, 2, 3],
-              sampling=SamplingConfig(temperature=0.0, top_k=0, cfg_scale=3.0))
+    kw = dict(
+        vocab=vocab,
+        pattern="delay",
+        bos_id=128000,
+        pad_id=128001,
+        max_frames=6,
+        row_seeds=[1, 2, 3],
+        sampling=SamplingConfig(temperature=0.0, top_k=0, cfg_scale=3.0),
+    )
     fast = generate_codes(model, captions, **kw)
     slow = generate_codes(FullRecompute(model), captions, **kw)
     for a, b in zip(fast.codes, slow.codes):
@@ -118,35 +145,49 @@ def test_kv_cache_sampling_equals_full_recompute(models) -> None:
 
 def test_checkpoint_of_other_data_is_refused(models, shards, run_dir: Path, tmp_path: Path) -> None:
     other = write_synthetic_set(tmp_path / "other", n_train=4, n_eval=3, frames=(12, 24), seed=5)
-    cfg = to_generate_config(compose("generate", overrides(models, other, run_dir) + [
-        "generate.n=3", f"generate.out_dir={tmp_path / 'x'}"]))
+    cfg = to_generate_config(
+        compose("generate", overrides(models, other, run_dir) + ["generate.n=3", f"generate.out_dir={tmp_path / 'x'}"])
+    )
     with pytest.raises(ResumeError, match="data.manifest_sha256"):
         run_generate(cfg)
     assert not (tmp_path / "x").exists()
 
 
 def test_cli_process_never_imports_the_codec(models, shards, run_dir: Path, tmp_path: Path) -> None:
-    args = overrides(models, shards, run_dir) + ["generate.n=2", "generate.seconds=0.1", f"generate.out_dir={tmp_path / 'g'}"]
-    code = ("import runpy, sys, json; sys.argv = ['generate'] + sys.argv[1:]\n"
-            "try:\n    runpy.run_module('adapter_trainer.generate', run_name='__main__')\n"
-            "finally:\n    print('MODULES ' + json.dumps(sorted(sys.modules)))")
+    args = overrides(models, shards, run_dir) + [
+        "generate.n=2",
+        "generate.seconds=0.1",
+        f"generate.out_dir={tmp_path / 'g'}",
+    ]
+    code = (
+        "import runpy, sys, json; sys.argv = ['generate'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('adapter_trainer.generate', run_name='__main__')\n"
+        "finally:\n    print('MODULES ' + json.dumps(sorted(sys.modules)))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
-    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     mods = json.loads(proc.stdout.split("MODULES ", 1)[1])
     assert "adapter_trainer.model.mot" in mods and "adapter_trainer.generation.sampling" in mods
     assert not [m for m in mods if m.startswith(("tokenizer_pipeline", "transformers.models.encodec"))]
     assert "positions/s" in proc.stdout and (tmp_path / "g" / "manifest.json").is_file()
     assert not (run_dir / ".hydra").exists() and not (REPO / ".hydra").exists()  # sampling writes no Hydra run dir
-    bad = subprocess.run([sys.executable, "-m", "adapter_trainer.generate", *args, "generate.captions=nope"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-m", "adapter_trainer.generate", *args, "generate.captions=nope"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert bad.returncode == 2 and "generate.captions='nope'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_caption_dropout_empties_some_training_captions(models, shards, tmp_path: Path) -> None:
-    from adapter_trainer.data.caption_dropout import drop_caption
     from adapter_trainer.config import to_train_config
+    from adapter_trainer.data.caption_dropout import drop_caption
     from adapter_trainer.training.recipe import MoTAdapterRecipe
 
     rng = np.random.default_rng(0)
@@ -156,8 +197,13 @@ def test_caption_dropout_empties_some_training_captions(models, shards, tmp_path
         drop_caption([1], 1.0, rng)
 
     def empty_captions(p: float) -> int:
-        cfg = to_train_config(compose("config", overrides(models, shards, tmp_path / f"r{p}") + [
-            f"data.caption_dropout={p}", "trainer.batch_size=12", "trainer.num_workers=0"]))
+        cfg = to_train_config(
+            compose(
+                "config",
+                overrides(models, shards, tmp_path / f"r{p}")
+                + [f"data.caption_dropout={p}", "trainer.batch_size=12", "trainer.num_workers=0"],
+            )
+        )
         recipe = MoTAdapterRecipe(cfg)
         recipe.setup()
         batch = recipe.next_train_batch(recipe.train_batches())  # [B, S, J]: BOS then AUDIO_START = the empty caption

@@ -1,6 +1,7 @@
 """Generated codes as a shard set (trainer side) -> accepted by tokenizer_pipeline.verify and the trainer's reader
 -> decoded to 32 kHz wavs by `python -m tokenizer_pipeline.decode` in its own process, with the codec whose
 weights hash matches the manifest (refused otherwise, naming both hashes). Tiny random codec, a few clips."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from tests.pipeline.helpers import make_tiny_codec
-
-from adapter_trainer.generation.generated_shards import SPLIT, GeneratedClip, write_generated_set  # noqa: E402
 from adapter_trainer.data.shards import ShardFormatError, load_split, read_manifest  # noqa: E402
+from adapter_trainer.generation.generated_shards import SPLIT, GeneratedClip, write_generated_set  # noqa: E402
+from tests.pipeline.helpers import make_tiny_codec
 
 K, C, HOP = 4, 64, 640
 
@@ -29,23 +29,49 @@ def codec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def source_manifest(codec_dir: Path) -> dict:
     from tokenizer_pipeline.encode import hash_weight_files
 
-    return {"format": "musiccaps-encodec-shards", "format_version": 1,
-            "codec": {"name_or_path": str(codec_dir), "model_class": "EncodecModel", "sampling_rate": 32000,
-                      "frame_rate": 50, "n_codebooks": K, "codebook_size": C, "bandwidth_kbps": 1.2,
-                      "weights_sha256": hash_weight_files(codec_dir), "dtype": "float32", "library_versions": {}},
-            "codes": {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}}
+    return {
+        "format": "musiccaps-encodec-shards",
+        "format_version": 1,
+        "codec": {
+            "name_or_path": str(codec_dir),
+            "model_class": "EncodecModel",
+            "sampling_rate": 32000,
+            "frame_rate": 50,
+            "n_codebooks": K,
+            "codebook_size": C,
+            "bandwidth_kbps": 1.2,
+            "weights_sha256": hash_weight_files(codec_dir),
+            "dtype": "float32",
+            "library_versions": {},
+        },
+        "codes": {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"},
+    }
 
 
 def clips(n: int = 3, seed: int = 0) -> list[GeneratedClip]:
     rng = np.random.default_rng(seed)
-    return [GeneratedClip(key=f"gen-{i:04d}-abc_DEF-{i}", caption=f"caption {i} with drums", aspects=["drums"],
-                          codes=rng.integers(0, C, size=(10 + 5 * i, K)).astype(np.int16), source_key=f"abc_DEF-{i}",
-                          csv_row=0) for i in range(n)]
+    return [
+        GeneratedClip(
+            key=f"gen-{i:04d}-abc_DEF-{i}",
+            caption=f"caption {i} with drums",
+            aspects=["drums"],
+            codes=rng.integers(0, C, size=(10 + 5 * i, K)).astype(np.int16),
+            source_key=f"abc_DEF-{i}",
+            csv_row=0,
+        )
+        for i in range(n)
+    ]
 
 
 def write(out: Path, codec_dir: Path, **kw) -> Path:
-    return write_generated_set(out, clips(), source_manifest=source_manifest(codec_dir),
-                               generated={"checkpoint": "ckpt", "sampling": {"cfg_scale": 3.0}}, config={"x": 1}, **kw)
+    return write_generated_set(
+        out,
+        clips(),
+        source_manifest=source_manifest(codec_dir),
+        generated={"checkpoint": "ckpt", "sampling": {"cfg_scale": 3.0}},
+        config={"x": 1},
+        **kw,
+    )
 
 
 def test_generated_set_passes_verify_and_the_trainer_reader(codec: Path, tmp_path: Path) -> None:
@@ -80,8 +106,9 @@ def test_generated_set_refuses_overwrite_and_bad_keys(codec: Path, tmp_path: Pat
 
 
 def run_decode(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tokenizer_pipeline.decode", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenizer_pipeline.decode", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_decode_writes_32khz_wavs_equal_to_the_codec_decoder(codec: Path, tmp_path: Path) -> None:

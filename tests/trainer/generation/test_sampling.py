@@ -1,13 +1,14 @@
 """Sampling logic on a scripted fake model that implements forward_step (tiny, fast): layouts, stopping, CFG,
 top-k / top-p, seeds. The real MoT model's KV cache is exercised in test_generate.py."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.generation.sampling import SamplingConfig, apply_cfg, filter_logits, generate_codes, left_pad
 from adapter_trainer.data.token_layout import AudioVocab, DelayPattern
+from adapter_trainer.generation.sampling import SamplingConfig, apply_cfg, filter_logits, generate_codes, left_pad
 
 V, K, C = 50, 3, 16
 VOCAB = AudioVocab(text_vocab_size=V, n_codebooks=K, codebook_size=C)
@@ -64,8 +65,17 @@ def expected(T: int, cond: bool = True) -> np.ndarray:
 
 
 def run(model, captions, *, pattern="delay", max_frames=6, sampling=GREEDY, seeds=None):
-    return generate_codes(model, captions, vocab=VOCAB, pattern=pattern, bos_id=BOS, pad_id=PAD,
-                          max_frames=max_frames, sampling=sampling, row_seeds=seeds or list(range(len(captions))))
+    return generate_codes(
+        model,
+        captions,
+        vocab=VOCAB,
+        pattern=pattern,
+        bos_id=BOS,
+        pad_id=PAD,
+        max_frames=max_frames,
+        sampling=sampling,
+        row_seeds=seeds or list(range(len(captions))),
+    )
 
 
 def test_delay_greedy_reaches_max_frames_and_feeds_the_delay_pattern() -> None:
@@ -136,8 +146,12 @@ def test_top_k_sampling_only_draws_from_the_top_k() -> None:
             logits, cache = super().forward_step(tokens, is_audio, attention_mask, cache)
             return table.expand_as(logits).clone(), cache
 
-    res = run(Table("delay", flat_logits=True), [[10]] * 4, max_frames=30,
-              sampling=SamplingConfig(temperature=1.0, top_k=3, cfg_scale=1.0))
+    res = run(
+        Table("delay", flat_logits=True),
+        [[10]] * 4,
+        max_frames=30,
+        sampling=SamplingConfig(temperature=1.0, top_k=3, cfg_scale=1.0),
+    )
     top3 = set(torch.topk(table[:C], 3).indices.tolist())  # END is never allowed on heads 1..K-1
     drawn = set(np.concatenate([c.reshape(-1) for c in res.codes]).tolist())
     assert drawn <= top3 and len(drawn) > 1

@@ -1,4 +1,5 @@
 """Builders and loaders: demo models load through the real from_pretrained paths; no codec, no T5, no downloads."""
+
 from __future__ import annotations
 
 import json
@@ -92,7 +93,7 @@ def test_musicgen_composite_layout_loads_decoder_only(demo: dict[str, Path]) -> 
     assert isinstance(model, MusicgenForCausalLM)
     assert model.config.num_codebooks == 4 and model.config.vocab_size == 2048
     state = model.state_dict()
-    assert set(f"decoder.{k}" for k in state) == set(saved)
+    assert {f"decoder.{k}" for k in state} == set(saved)
     for k, v in state.items():
         assert torch.equal(v, saved[f"decoder.{k}"]), k
 
@@ -165,13 +166,20 @@ def test_missing_weights_error_names_the_fix(tmp_path: Path) -> None:
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert "ERR" in out.stdout and "make demo-models" in out.stdout and "model.llm=" in out.stdout, out.stdout + out.stderr
+    assert "ERR" in out.stdout and "make demo-models" in out.stdout and "model.llm=" in out.stdout, (
+        out.stdout + out.stderr
+    )
 
 
 def test_tiny_musicgen_config_matches_brief() -> None:
     c = tiny_musicgen_decoder_config()
     assert (c.num_codebooks, c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.ffn_dim) == (
-        4, 2048, 64, 6, 4, 256,
+        4,
+        2048,
+        64,
+        6,
+        4,
+        256,
     )
 
 
@@ -185,14 +193,19 @@ def _caption_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
     return path
 
 
-PRETRAIN_ROWS = [(f"yt{i}", c) for i, c in enumerate([
-    "A mellow piano ballad with soft female vocals and sustained strings.",
-    "Fast punk rock with distorted guitars, loud drums and a shouting male singer.",
-    "An ambient synth pad drone with reverb, slow and calm.",
-    "A jazz trio: upright bass, brushed drums and a swinging piano solo.",
-    "Latin percussion with congas and a complex rhythm, live recording.",
-    "A bagpipe ensemble playing a quick melody in unison.",
-])]
+PRETRAIN_ROWS = [
+    (f"yt{i}", c)
+    for i, c in enumerate(
+        [
+            "A mellow piano ballad with soft female vocals and sustained strings.",
+            "Fast punk rock with distorted guitars, loud drums and a shouting male singer.",
+            "An ambient synth pad drone with reverb, slow and calm.",
+            "A jazz trio: upright bass, brushed drums and a swinging piano solo.",
+            "Latin percussion with congas and a complex rhythm, live recording.",
+            "A bagpipe ensemble playing a quick melody in unison.",
+        ]
+    )
+]
 
 
 def test_read_captions_excludes_the_corpus_ytids(tmp_path: Path) -> None:
@@ -231,7 +244,9 @@ def test_pretraining_learns_captions_deterministically_and_touches_only_seen_row
     assert torch.equal(emb[unseen], emb0[unseen])  # ids that never occur keep their init
     assert not torch.equal(emb[seen], emb0[seen])
     assert torch.equal(models[0]["lm_head.weight"], emb)  # still tied
-    assert not torch.equal(models[0]["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        models[0]["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"]
+    )
 
 
 def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path) -> None:
@@ -239,8 +254,9 @@ def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path)
 
     full = _caption_csv(tmp_path / "full.csv", PRETRAIN_ROWS)
     corpus = _caption_csv(tmp_path / "corpus.csv", PRETRAIN_ROWS[:2])
-    paths = write_demo_models(tmp_path / "m", seed=0, captions_csv=full, exclude_csv=corpus,
-                              pretrain=PretrainConfig(steps=3, batch_size=2))
+    paths = write_demo_models(
+        tmp_path / "m", seed=0, captions_csv=full, exclude_csv=corpus, pretrain=PretrainConfig(steps=3, batch_size=2)
+    )
     record = json.loads((paths["llm"] / "demo_pretraining.json").read_text())
     assert record["report"]["n_captions"] == 4 and record["config"]["steps"] == 3
     readme = (tmp_path / "m" / "README.md").read_text()

@@ -1,4 +1,5 @@
 """MoT adapter: starts as the frozen LLM, trains only adapters, masks text out of the loss, both patterns."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig, default_layer_map
-from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 
 V, K, C = 128_256, 4, 2048
 VOCAB = AudioVocab(V, K, C)
@@ -17,7 +18,6 @@ BOS, PAD = 128_000, 128_004
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 
 def make(model_dirs: dict[str, Path], pattern: str = "delay", **cfg) -> MoTAdapterModel:
@@ -30,9 +30,16 @@ def make_batch(pattern: str, n: int = 2, frames: int = 8, seed: int = 0) -> Batc
     rng = np.random.default_rng(seed)
     exs = [
         encode_example(
-            list(range(2000 + 7 * i, 2003 + 8 * i)), rng.integers(0, C, (frames + 3 * i, K)).astype(np.int16),
-            vocab=VOCAB, pattern=pattern, bos_id=BOS, max_seq_len=256, max_caption_tokens=16, crop="start",
-            rng=rng, key=f"k{i}",
+            list(range(2000 + 7 * i, 2003 + 8 * i)),
+            rng.integers(0, C, (frames + 3 * i, K)).astype(np.int16),
+            vocab=VOCAB,
+            pattern=pattern,
+            bos_id=BOS,
+            max_seq_len=256,
+            max_caption_tokens=16,
+            crop="start",
+            rng=rng,
+            key=f"k{i}",
         )
         for i in range(n)
     ]
@@ -71,15 +78,25 @@ def test_training_touches_only_trainable_and_every_one_gets_grad(model_dirs: dic
     mot = make(model_dirs, audio_attention="lora", lora_rank=2)
     trainable = {n for n, p in mot.named_parameters() if p.requires_grad}
     assert set(mot.trainable_state_dict()) == trainable
-    for must in ("layers.0.audio.up.weight", "layers.0.audio.down.weight", "layers.0.audio.norm.weight",
-                 "embed_adapter.weight", "special_embed", "out_adapter.weight", "end_head",
-                 # audio embeddings / heads / output norm: initialised from MusicGen's, trained as copies
-                 "code_embed", "lm_heads.0.weight", "audio_out_norm.weight",
-                 "layers.0.audio_lora.q_proj.lora_A.weight", "layers.0.audio_lora.v_proj.lora_B.weight"):
+    for must in (
+        "layers.0.audio.up.weight",
+        "layers.0.audio.down.weight",
+        "layers.0.audio.norm.weight",
+        "embed_adapter.weight",
+        "special_embed",
+        "out_adapter.weight",
+        "end_head",
+        # audio embeddings / heads / output norm: initialised from MusicGen's, trained as copies
+        "code_embed",
+        "lm_heads.0.weight",
+        "audio_out_norm.weight",
+        "layers.0.audio_lora.q_proj.lora_A.weight",
+        "layers.0.audio_lora.v_proj.lora_B.weight",
+    ):
         assert must in trainable, must
     assert not any(".mlp." in n or "fc1" in n or "embed_tokens" in n for n in trainable)
     frozen = _frozen_snapshot(mot)
-    got_grad = {n: False for n in trainable}
+    got_grad = dict.fromkeys(trainable, False)
     opt = torch.optim.AdamW([p for p in mot.parameters() if p.requires_grad], lr=1e-2)
     batch = make_batch("delay")
     for step in range(3):
@@ -163,7 +180,9 @@ def test_local_targets() -> None:
 @pytest.mark.parametrize(("pattern", "init"), [("delay", "random"), ("flatten", "musicgen")])
 def test_fifty_steps_and_overfit(model_dirs: dict[str, Path], pattern: str, init: str) -> None:
     """50 optimizer steps on the same module (no autograd error) and the loss falls on one tiny batch."""
-    mot = make(model_dirs, pattern=pattern, audio_embed_init=init, audio_head_init=init, audio_attention="lora", lora_rank=2)
+    mot = make(
+        model_dirs, pattern=pattern, audio_embed_init=init, audio_head_init=init, audio_attention="lora", lora_rank=2
+    )
     batch = make_batch(pattern, n=2, frames=4)
     opt = torch.optim.AdamW([p for p in mot.parameters() if p.requires_grad], lr=1e-2)
     losses = []

@@ -5,6 +5,7 @@ out or never read, results are compared with torch.equal. Where batch shapes dif
 a time vs the whole sequence, a text-only LlamaModel vs the mixed sequence), matmul blocking may differ, so fp32
 results are compared with atol/rtol 1e-5 (a leak of information through the mask moves logits by ~1e-1).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,9 +15,9 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
 from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig, MoTKVCache
-from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
 
 V, K, C = 128_256, 4, 2048
 VOCAB = AudioVocab(V, K, C)
@@ -28,14 +29,23 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
-def make(model_dirs: dict[str, Path], variant: str = "shared", pattern: str = "delay", perturb_seed: int | None = 1,
-         attn_implementation: str = "sdpa") -> MoTAdapterModel:
+def make(
+    model_dirs: dict[str, Path],
+    variant: str = "shared",
+    pattern: str = "delay",
+    perturb_seed: int | None = 1,
+    attn_implementation: str = "sdpa",
+) -> MoTAdapterModel:
     """MoT model; perturb_seed moves every trainable tensor off its init (zero up adapters, zero LoRA B, copies)."""
     torch.manual_seed(0)
     llm = LlamaForCausalLM.from_pretrained(str(model_dirs["llm"]), attn_implementation=attn_implementation)
-    mot = MoTAdapterModel(llm, load_musicgen_decoder(model_dirs["musicgen"]), VOCAB, pattern,
-                          MoTConfig(audio_attention=variant, **VARIANTS[variant])).eval()
+    mot = MoTAdapterModel(
+        llm,
+        load_musicgen_decoder(model_dirs["musicgen"]),
+        VOCAB,
+        pattern,
+        MoTConfig(audio_attention=variant, **VARIANTS[variant]),
+    ).eval()
     if perturb_seed is not None:
         g = torch.Generator().manual_seed(perturb_seed)
         with torch.no_grad():
@@ -50,9 +60,16 @@ def make_batch(pattern: str, n: int = 3, seed: int = 0) -> Batch:
     rng = np.random.default_rng(seed)
     exs = [
         encode_example(
-            list(range(2000 + 7 * i, 2003 + 5 * i)), rng.integers(0, C, (5 + 3 * i, K)).astype(np.int16),
-            vocab=VOCAB, pattern=pattern, bos_id=BOS, max_seq_len=256, max_caption_tokens=16, crop="start",
-            rng=rng, key=f"k{i}",
+            list(range(2000 + 7 * i, 2003 + 5 * i)),
+            rng.integers(0, C, (5 + 3 * i, K)).astype(np.int16),
+            vocab=VOCAB,
+            pattern=pattern,
+            bos_id=BOS,
+            max_seq_len=256,
+            max_caption_tokens=16,
+            crop="start",
+            rng=rng,
+            key=f"k{i}",
         )
         for i in range(n)
     ]
@@ -112,8 +129,9 @@ def test_padding_left_or_right_never_changes_real_positions(model_dirs: dict[str
         out_o = mot.forward_step(other, right.is_audio, right.attention_mask)[0]
         for b, (r, l) in enumerate(zip(real_rows(right, out_r), real_rows(left, out_l))):
             n = int(right.attention_mask[b].sum())
-            alone = mot.forward_step(right.tokens[b : b + 1, :n], right.is_audio[b : b + 1, :n],
-                                     right.attention_mask[b : b + 1, :n])[0][0]  # [n, H, size] no padding at all
+            alone = mot.forward_step(
+                right.tokens[b : b + 1, :n], right.is_audio[b : b + 1, :n], right.attention_mask[b : b + 1, :n]
+            )[0][0]  # [n, H, size] no padding at all
             torch.testing.assert_close(r, alone, **TOL)
             torch.testing.assert_close(l, alone, **TOL)
     assert torch.equal(out_r[right.attention_mask], out_o[right.attention_mask])  # pad contents are never read
@@ -130,8 +148,9 @@ def test_kv_cache_steps_equal_full_forward(model_dirs: dict[str, Path], variant:
         full, full_cache = mot.forward_step(batch.tokens, batch.is_audio, batch.attention_mask)
         cache, pieces, start = None, [], 0
         for end in [S // 2, S // 2 + 1, S // 2 + 3, S]:
-            logits, cache = mot.forward_step(batch.tokens[:, start:end], batch.is_audio[:, start:end],
-                                             batch.attention_mask[:, :end], cache)
+            logits, cache = mot.forward_step(
+                batch.tokens[:, start:end], batch.is_audio[:, start:end], batch.attention_mask[:, :end], cache
+            )
             assert cache.seq_len == end and cache.keys[0].shape[:2] == (3, mot.llm.config.num_key_value_heads)
             pieces.append(logits)
             start = end
@@ -149,9 +168,12 @@ def test_cache_select_reorders_rows(model_dirs: dict[str, Path]) -> None:
     batch = left_pad(make_batch("delay"))
     S, rev = batch.tokens.shape[1], torch.tensor([2, 0])
     with torch.no_grad():
-        _, cache = mot.forward_step(batch.tokens[:, : S - 1], batch.is_audio[:, : S - 1], batch.attention_mask[:, : S - 1])
-        got, _ = mot.forward_step(batch.tokens[rev, S - 1 :], batch.is_audio[rev, S - 1 :], batch.attention_mask[rev],
-                                  cache.select(rev))
+        _, cache = mot.forward_step(
+            batch.tokens[:, : S - 1], batch.is_audio[:, : S - 1], batch.attention_mask[:, : S - 1]
+        )
+        got, _ = mot.forward_step(
+            batch.tokens[rev, S - 1 :], batch.is_audio[rev, S - 1 :], batch.attention_mask[rev], cache.select(rev)
+        )
         want, _ = mot.forward_step(batch.tokens[rev], batch.is_audio[rev], batch.attention_mask[rev])
     torch.testing.assert_close(got[:, 0], want[:, -1], **TOL)
     with pytest.raises(ValueError, match="S_past"):
@@ -188,17 +210,27 @@ def test_separate_projections_start_equal_to_llamas(model_dirs: dict[str, Path])
         assert torch.equal(layer.audio_attn["input_layernorm"].weight, layer.llm_layer.input_layernorm.weight)
     batch = make_batch("delay")
     with torch.no_grad():  # same weights: the separate model starts as the shared one (routed matmuls: tolerance)
-        torch.testing.assert_close(sep(batch.tokens, batch.is_audio, batch.attention_mask),
-                                   shared(batch.tokens, batch.is_audio, batch.attention_mask), **TOL)
+        torch.testing.assert_close(
+            sep(batch.tokens, batch.is_audio, batch.attention_mask),
+            shared(batch.tokens, batch.is_audio, batch.attention_mask),
+            **TOL,
+        )
 
 
 @pytest.mark.parametrize("variant", ["lora", "separate"])
 def test_gradients_reach_only_trainable_parameters(model_dirs: dict[str, Path], variant: str) -> None:
     mot = make(model_dirs, variant, perturb_seed=None).train()
     frozen = {n: p.detach().clone() for n, p in mot.named_parameters(remove_duplicate=False) if not p.requires_grad}
-    names = {"lora": ("audio_lora.q_proj.lora_A.weight", "audio_lora.v_proj.lora_B.weight"),
-             "separate": ("audio_attn.q_proj.weight", "audio_attn.k_proj.weight", "audio_attn.v_proj.weight",
-                          "audio_attn.o_proj.weight", "audio_attn.input_layernorm.weight")}[variant]
+    names = {
+        "lora": ("audio_lora.q_proj.lora_A.weight", "audio_lora.v_proj.lora_B.weight"),
+        "separate": (
+            "audio_attn.q_proj.weight",
+            "audio_attn.k_proj.weight",
+            "audio_attn.v_proj.weight",
+            "audio_attn.o_proj.weight",
+            "audio_attn.input_layernorm.weight",
+        ),
+    }[variant]
     trainable = {n for n, p in mot.named_parameters() if p.requires_grad}
     assert all(f"layers.{l}.{n}" in trainable for l in range(len(mot.layers)) for n in names)
     assert set(mot.trainable_state_dict()) == trainable
@@ -222,8 +254,10 @@ def test_gradients_reach_only_trainable_parameters(model_dirs: dict[str, Path], 
     fresh.load_trainable_state_dict(mot.trainable_state_dict())
     with torch.no_grad():
         mot.eval()
-        assert torch.equal(fresh(batch.tokens, batch.is_audio, batch.attention_mask),
-                           mot(batch.tokens, batch.is_audio, batch.attention_mask))
+        assert torch.equal(
+            fresh(batch.tokens, batch.is_audio, batch.attention_mask),
+            mot(batch.tokens, batch.is_audio, batch.attention_mask),
+        )
 
 
 def test_lora_rank_belongs_to_the_lora_variant(model_dirs: dict[str, Path]) -> None:
@@ -276,21 +310,46 @@ def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str, free
     in_place = {id(p) for p in [*llm.parameters(), *mg.parameters()]}
     ref = [p.detach().clone() for p in [*llm.parameters(), *mg.parameters()]]
     ref.append(torch.cat([e.weight.detach()[:C] for e in mg.model.decoder.embed_tokens]))  # code_embed's source rows
-    mot = MoTAdapterModel(llm, mg, VOCAB, "delay", MoTConfig(
-        audio_attention=variant, **VARIANTS[variant], audio_embed_init=init, audio_head_init=init,
-        freeze_audio_ffn=freeze_audio_ffn))
-    return {n for n, p in mot.named_parameters() if p.requires_grad and (
-        id(p) in in_place or any(r.shape == p.shape and torch.equal(r, p.detach()) for r in ref))}
+    mot = MoTAdapterModel(
+        llm,
+        mg,
+        VOCAB,
+        "delay",
+        MoTConfig(
+            audio_attention=variant,
+            **VARIANTS[variant],
+            audio_embed_init=init,
+            audio_head_init=init,
+            freeze_audio_ffn=freeze_audio_ffn,
+        ),
+    )
+    return {
+        n
+        for n, p in mot.named_parameters()
+        if p.requires_grad
+        and (id(p) in in_place or any(r.shape == p.shape and torch.equal(r, p.detach()) for r in ref))
+    }
 
 
 @pytest.mark.parametrize("freeze_audio_ffn", [True, False])
 @pytest.mark.parametrize("init", ["musicgen", "random"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretrained(
-        model_dirs: dict[str, Path], variant: str, init: str, freeze_audio_ffn: bool) -> None:
-    mot = MoTAdapterModel(load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"]), VOCAB, "delay",
-                          MoTConfig(audio_attention=variant, **VARIANTS[variant], audio_embed_init=init,
-                                    audio_head_init=init, freeze_audio_ffn=freeze_audio_ffn))
+    model_dirs: dict[str, Path], variant: str, init: str, freeze_audio_ffn: bool
+) -> None:
+    mot = MoTAdapterModel(
+        load_llm(model_dirs["llm"]),
+        load_musicgen_decoder(model_dirs["musicgen"]),
+        VOCAB,
+        "delay",
+        MoTConfig(
+            audio_attention=variant,
+            **VARIANTS[variant],
+            audio_embed_init=init,
+            audio_head_init=init,
+            freeze_audio_ffn=freeze_audio_ffn,
+        ),
+    )
     names = {id(p): n for n, p in mot.named_parameters()}
     got = {names[id(p)] for p in mot.pretrained_copy_parameters()}
     expected = pretrained_starts(model_dirs, variant, init, freeze_audio_ffn)
@@ -305,7 +364,10 @@ def test_param_groups_split_only_when_there_are_copies() -> None:
     from adapter_trainer.config import OptimizerConfig
     from adapter_trainer.training.optim import param_groups
 
-    new, copy = [torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))], [torch.nn.Parameter(torch.ones(3))]
+    new, copy = (
+        [torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))],
+        [torch.nn.Parameter(torch.ones(3))],
+    )
     cfg = OptimizerConfig(lr=1.0, weight_decay=0.1, pretrained_copy_lr_scale=0.5)
     assert [len(g["params"]) for g in param_groups(new, [], cfg)] == [1, 1]
     groups = param_groups(new + copy, copy, cfg)

@@ -1,5 +1,6 @@
 """Accumulation and resume: window-normalised loss, the resume fingerprint, optimizer changes
 applied on resume, and fresh runs refused in a directory that holds checkpoints."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.helpers import example, make_cfg, tiny_mot
-
+from adapter_trainer.data.token_layout import collate
 from adapter_trainer.training.checkpoint import ResumeError, prepare_output_dir
 from adapter_trainer.training.optim import WarmupCosine
 from adapter_trainer.training.recipe import MoTAdapterRecipe
 from adapter_trainer.training.step import backward_window, count_targets
-from adapter_trainer.data.token_layout import collate
+from tests.trainer.helpers import example, make_cfg, tiny_mot
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -54,26 +54,51 @@ def test_accumulated_micro_batches_give_the_big_batch_gradient() -> None:
 
 
 def test_fingerprint_covers_seed_text_and_sequence_budgets(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
-    cfg = make_cfg(models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}",
-                   "trainer.seed=7", "data.text=aspects", "data.max_seq_len=40", "data.max_caption_tokens=8")
+    cfg = make_cfg(
+        models,
+        shards,
+        tmp_path / "r",
+        "trainer.max_steps=4",
+        f"trainer.resume={step2_ckpt}",
+        "trainer.seed=7",
+        "data.text=aspects",
+        "data.max_seq_len=40",
+        "data.max_caption_tokens=8",
+    )
     with pytest.raises(ResumeError) as e:
         MoTAdapterRecipe(cfg).setup()
     msg = str(e.value)
-    for line in ("trainer.seed: checkpoint=1234 run=7", "data.text: checkpoint='caption' run='aspects'",
-                 "data.max_seq_len: checkpoint=48 run=40", "data.max_caption_tokens: checkpoint=12 run=8"):
+    for line in (
+        "trainer.seed: checkpoint=1234 run=7",
+        "data.text: checkpoint='caption' run='aspects'",
+        "data.max_seq_len: checkpoint=48 run=40",
+        "data.max_caption_tokens: checkpoint=12 run=8",
+    ):
         assert line in msg, (line, msg)
 
 
 def test_changed_optimizer_settings_are_applied_on_resume(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
-    same = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "a", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}"))
+    same = MoTAdapterRecipe(
+        make_cfg(models, shards, tmp_path / "a", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}")
+    )
     same.setup()
     saved = torch.load(step2_ckpt / "optimizer.pt", weights_only=True)
     assert same.optimizer_changes == []
     assert same.optimizer.param_groups[0]["lr"] == pytest.approx(saved["param_groups"][0]["lr"], rel=1e-12)
 
-    changed = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "b", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}",
-                                        "optimizer.lr=1e-3", "optimizer.betas=[0.8,0.9]", "optimizer.weight_decay=0.1",
-                                        "optimizer.pretrained_copy_lr_scale=0.5"))
+    changed = MoTAdapterRecipe(
+        make_cfg(
+            models,
+            shards,
+            tmp_path / "b",
+            "trainer.max_steps=4",
+            f"trainer.resume={step2_ckpt}",
+            "optimizer.lr=1e-3",
+            "optimizer.betas=[0.8,0.9]",
+            "optimizer.weight_decay=0.1",
+            "optimizer.pretrained_copy_lr_scale=0.5",
+        )
+    )
     changed.setup()
     factor = WarmupCosine(3, 4, changed.cfg.optimizer.min_lr_ratio)(2)  # the schedule at step 2 under the new config
     decay, no_decay, copy_decay, copy_no_decay = changed.optimizer.param_groups  # new tensors, then pretrained copies
@@ -113,8 +138,12 @@ def test_resume_with_other_optimizer_groups_is_refused_clearly() -> None:
     ps = [torch.nn.Parameter(torch.zeros(2, 2)) for _ in range(3)]
     old = torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-3)
     old_sched = torch.optim.lr_scheduler.LambdaLR(old, lambda step: 1.0)
-    new = torch.optim.AdamW([{"params": ps[:1]}, {"params": ps[2:]}, {"params": ps[1:2], "lr": 1e-4}, {"params": []}], lr=1e-3)
+    new = torch.optim.AdamW(
+        [{"params": ps[:1]}, {"params": ps[2:]}, {"params": ps[1:2], "lr": 1e-4}, {"params": []}], lr=1e-3
+    )
     new_sched = torch.optim.lr_scheduler.LambdaLR(new, lambda step: 1.0)
     with pytest.raises(ResumeError, match="pretrained_copy_lr_scale"):
         load_optimizer_with_config(new, new_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)
-    load_optimizer_with_config(old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)  # same groups: fine
+    load_optimizer_with_config(
+        old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0
+    )  # same groups: fine

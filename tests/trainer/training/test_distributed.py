@@ -2,6 +2,7 @@
 rank 0 alone writes, and a checkpoint written by 2 ranks resumes in 1 process (another world size, same global
 batch). The shard set has ONE train shard and each rank 2 workers: fewer shards than ranks x workers must not hang.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.shard_fixture import write_synthetic_set
-
 from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
 from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
 from tests import REPO
+from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import run_recipe_recording_keys
 
 STEPS, GLOBAL_BATCH = 4, 4
@@ -26,17 +26,30 @@ STEPS, GLOBAL_BATCH = 4, 4
 
 def overrides(models: dict[str, Path], shards: Path, out: Path, batch_size: int, *extra: str) -> list[str]:
     return [
-        "+experiment=demo", f"model.llm={models['llm']}", f"model.audio_lm={models['musicgen']}",
-        f"data.shards=[{shards}]", f"trainer.output_dir={out}", "data.max_seq_len=48", "data.max_caption_tokens=12",
-        f"trainer.batch_size={batch_size}", "trainer.log_every=1", "trainer.eval_every=0", "trainer.ckpt_every=2",
-        f"trainer.max_steps={STEPS}", "trainer.progress_bar=false", "trainer.tensorboard=false",
-        "trainer.eval_bootstrap=200", "trainer.eval_caption_shuffles=2", "optimizer.warmup_steps=2",
+        "+experiment=demo",
+        f"model.llm={models['llm']}",
+        f"model.audio_lm={models['musicgen']}",
+        f"data.shards=[{shards}]",
+        f"trainer.output_dir={out}",
+        "data.max_seq_len=48",
+        "data.max_caption_tokens=12",
+        f"trainer.batch_size={batch_size}",
+        "trainer.log_every=1",
+        "trainer.eval_every=0",
+        "trainer.ckpt_every=2",
+        f"trainer.max_steps={STEPS}",
+        "trainer.progress_bar=false",
+        "trainer.tensorboard=false",
+        "trainer.eval_bootstrap=200",
+        "trainer.eval_caption_shuffles=2",
+        "optimizer.warmup_steps=2",
         *extra,
     ]
 
 
 def compose(ov: list[str]) -> TrainConfig:
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         return to_train_config(hydra_compose("config", overrides=ov))
@@ -56,16 +69,33 @@ def setup_runs(tmp_path_factory: pytest.TempPathFactory):
     shards = write_synthetic_set(root / "shards", n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=32)
     ref_out, ddp_out = root / "one", root / "two"
     ref, ref_keys = run_recipe_recording_keys(
-        compose(overrides(models, shards, ref_out, GLOBAL_BATCH, "trainer.num_workers=0")))
+        compose(overrides(models, shards, ref_out, GLOBAL_BATCH, "trainer.num_workers=0"))
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     # the real entry point on every rank, observed from outside the recipe (tests/trainer/observed_train.py)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "tests.trainer.observed_train", str(ddp_out / "dump.json"),
-           *overrides(models, shards, ddp_out, GLOBAL_BATCH // 2, "trainer.num_workers=2")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "tests.trainer.observed_train",
+        str(ddp_out / "dump.json"),
+        *overrides(models, shards, ddp_out, GLOBAL_BATCH // 2, "trainer.num_workers=2"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return dict(models=models, shards=shards, ref_out=ref_out, ddp_out=ddp_out, ref=ref, ref_keys=ref_keys,
-                stdout=proc.stdout, root=root)
+    return dict(
+        models=models,
+        shards=shards,
+        ref_out=ref_out,
+        ddp_out=ddp_out,
+        ref=ref,
+        ref_keys=ref_keys,
+        stdout=proc.stdout,
+        root=root,
+    )
 
 
 def test_two_ranks_see_exactly_the_examples_of_one_process(setup_runs) -> None:
@@ -101,8 +131,18 @@ def test_checkpoint_of_two_ranks_resumes_in_one_process(setup_runs, tmp_path: Pa
     out = tmp_path / "resumed"
     (out / "checkpoints").mkdir(parents=True)
     shutil.copytree(setup_runs["ddp_out"] / "checkpoints" / "step-000002", out / "checkpoints" / "step-000002")
-    _, keys = run_recipe_recording_keys(compose(overrides(setup_runs["models"], setup_runs["shards"], out,
-                                                          GLOBAL_BATCH, "trainer.num_workers=0", "trainer.resume=latest")))
+    _, keys = run_recipe_recording_keys(
+        compose(
+            overrides(
+                setup_runs["models"],
+                setup_runs["shards"],
+                out,
+                GLOBAL_BATCH,
+                "trainer.num_workers=0",
+                "trainer.resume=latest",
+            )
+        )
+    )
     ref_l, got = losses(setup_runs["ref_out"]), losses(out)
     assert sorted(got) == [3, 4]
     for s in (3, 4):

@@ -1,5 +1,6 @@
 """Precision: trainable params are fp32 master weights whatever model.dtype is, the frozen towers
 follow model.dtype, fp16 is refused off CUDA with the alternative named; frozen towers stay in eval()."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,23 +8,32 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.helpers import make_cfg, tiny_mot
-
 from adapter_trainer.config import ConfigError
 from adapter_trainer.training.recipe import MoTAdapterRecipe
+from tests.trainer.helpers import make_cfg, tiny_mot
 
 
 def test_bf16_towers_keep_fp32_trainable_weights_and_tiny_updates(models, shards, tmp_path: Path) -> None:
-    cfg = make_cfg(models, shards, tmp_path / "run", "model.dtype=bfloat16", "trainer.precision=bf16",
-                   "trainer.max_steps=1", "optimizer.lr=1e-5", "optimizer.warmup_steps=0", "optimizer.grad_clip=0")
+    cfg = make_cfg(
+        models,
+        shards,
+        tmp_path / "run",
+        "model.dtype=bfloat16",
+        "trainer.precision=bf16",
+        "trainer.max_steps=1",
+        "optimizer.lr=1e-5",
+        "optimizer.warmup_steps=0",
+        "optimizer.grad_clip=0",
+    )
     recipe = MoTAdapterRecipe(cfg)
     recipe.setup()
     named = dict(recipe.model.named_parameters())
     trainable = {n: p for n, p in named.items() if p.requires_grad}
     frozen = {n: p for n, p in named.items() if not p.requires_grad}
     assert trainable and frozen
-    assert {str(p.dtype) for p in trainable.values()} == {"torch.float32"}, \
-        {n: p.dtype for n, p in trainable.items() if p.dtype != torch.float32}
+    assert {str(p.dtype) for p in trainable.values()} == {"torch.float32"}, {
+        n: p.dtype for n, p in trainable.items() if p.dtype != torch.float32
+    }
     assert {str(p.dtype) for p in frozen.values()} == {"torch.bfloat16"}
 
     # AdamW's first step moves each weight by ~lr = 1e-5. For |w| >= 2^-6, bf16's spacing is >= 2^-13, so a bf16
@@ -52,8 +62,10 @@ def test_fp16_on_cpu_is_refused_with_the_alternative(models, shards, tmp_path: P
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
-@pytest.mark.parametrize("dtype,precision,fix", [("bfloat16", "fp32", "trainer.precision=bf16"),
-                                                 ("float16", "bf16", "trainer.precision=fp16")])
+@pytest.mark.parametrize(
+    "dtype,precision,fix",
+    [("bfloat16", "fp32", "trainer.precision=bf16"), ("float16", "bf16", "trainer.precision=fp16")],
+)
 def test_low_precision_towers_need_the_matching_autocast(models, shards, tmp_path: Path, dtype, precision, fix) -> None:
     with pytest.raises(ConfigError) as e:
         make_cfg(models, shards, tmp_path / "run", f"model.dtype={dtype}", f"trainer.precision={precision}")
@@ -62,8 +74,15 @@ def test_low_precision_towers_need_the_matching_autocast(models, shards, tmp_pat
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 + GradScaler runs only on CUDA (refused on CPU above)")
 def test_fp16_with_grad_scaler_trains_on_cuda(models, shards, tmp_path: Path) -> None:
-    cfg = make_cfg(models, shards, tmp_path / "run", "model.dtype=float16", "trainer.precision=fp16",
-                   "trainer.device=cuda", "trainer.max_steps=2")
+    cfg = make_cfg(
+        models,
+        shards,
+        tmp_path / "run",
+        "model.dtype=float16",
+        "trainer.precision=fp16",
+        "trainer.device=cuda",
+        "trainer.max_steps=2",
+    )
     recipe = MoTAdapterRecipe(cfg)
     recipe.setup()
     recipe.train()  # used to fail with "Attempting to unscale FP16 gradients"

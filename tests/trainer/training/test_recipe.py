@@ -1,5 +1,6 @@
 """Recipe on tiny demo models + synthetic shards: many backward steps, exact resume, refused resumes, encoder
 isolation in a real `python -m adapter_trainer` subprocess, and the eval math."""
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from tests import REPO
-from tests.contract.shard_fixture import write_synthetic_set
-from tests.trainer.helpers import make_cfg
-
-from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab  # noqa: E402
 from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement, unigram_ce, unigram_log_probs  # noqa: E402
+from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
 from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
 from adapter_trainer.training.optim import WarmupCosine
 from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
-from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab  # noqa: E402
-
+from tests import REPO
+from tests.contract.shard_fixture import write_synthetic_set
+from tests.trainer.helpers import make_cfg
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +89,9 @@ def test_resume_continues_identically(models, shards, tmp_path: Path) -> None:
 
 
 def test_resume_with_different_pattern_is_refused(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
-    cfg = make_cfg(models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}",
-                   "data.pattern=flatten")
+    cfg = make_cfg(
+        models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}", "data.pattern=flatten"
+    )
     with pytest.raises(ResumeError) as e:
         MoTAdapterRecipe(cfg).setup()
     assert "data.pattern: checkpoint='delay' run='flatten'" in str(e.value) and str(step2_ckpt) in str(e.value)
@@ -115,17 +115,34 @@ def test_training_process_never_loads_the_codec(models, shards, tmp_path: Path) 
     outside by tests/trainer/observed_train.py): afterwards no tokenizer_pipeline / EnCodec module is imported, no
     EncodecModel exists, and batches were plain integer tensors. Also checks the run's outputs."""
     out, dump = tmp_path / "run", tmp_path / "modules.json"
-    cmd = [sys.executable, "-m", "tests.trainer.observed_train", str(dump), "+experiment=demo", f"model.llm={models['llm']}",
-           f"model.audio_lm={models['musicgen']}", f"data.shards=[{shards}]", f"trainer.output_dir={out}",
-           "data.max_seq_len=48", "data.max_caption_tokens=12", "trainer.batch_size=2", "trainer.max_steps=4",
-           "trainer.eval_every=2", "trainer.ckpt_every=2", "trainer.log_every=1", "trainer.progress_bar=false",
-           "trainer.eval_bootstrap=100"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.trainer.observed_train",
+        str(dump),
+        "+experiment=demo",
+        f"model.llm={models['llm']}",
+        f"model.audio_lm={models['musicgen']}",
+        f"data.shards=[{shards}]",
+        f"trainer.output_dir={out}",
+        "data.max_seq_len=48",
+        "data.max_caption_tokens=12",
+        "trainer.batch_size=2",
+        "trainer.max_steps=4",
+        "trainer.eval_every=2",
+        "trainer.ckpt_every=2",
+        "trainer.log_every=1",
+        "trainer.progress_bar=false",
+        "trainer.eval_bootstrap=100",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(dump.read_text())
     mods = info["modules"]
-    assert "adapter_trainer.training.recipe" in mods and "adapter_trainer.model.mot" in mods  # the dump is from a real run
+    assert (
+        "adapter_trainer.training.recipe" in mods and "adapter_trainer.model.mot" in mods
+    )  # the dump is from a real run
     assert not [m for m in mods if m == "tokenizer_pipeline" or m.startswith("tokenizer_pipeline.")]
     assert not [m for m in mods if m.startswith("transformers.models.encodec")]
     assert info["encodec_instances"] == 0

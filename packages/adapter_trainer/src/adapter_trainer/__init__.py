@@ -22,8 +22,15 @@ from typing import Any
 from adapter_trainer.config import ConfigError, TrainConfig, to_train_config
 from adapter_trainer.errors import UserError
 
-__all__ = ["ConfigError", "TrainConfig", "UserError", "build_mot_model", "recipe_main", "run_generate",
-           "to_train_config"]
+__all__ = [
+    "ConfigError",
+    "TrainConfig",
+    "UserError",
+    "build_mot_model",
+    "recipe_main",
+    "run_generate",
+    "to_train_config",
+]
 
 _LAZY = {  # name -> module: these pull in torch + transformers, so they load on first use
     "build_mot_model": "adapter_trainer.model.builders",

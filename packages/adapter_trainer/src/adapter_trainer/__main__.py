@@ -5,6 +5,7 @@ the DictConfig stops here: `to_train_config` turns it into a typed, validated Tr
 Errors a user can fix by changing the config, the data or the checkpoint (every `errors.UserError`: ConfigError,
 ShardFormatError, ResumeError, EvalOverlapError) end the process with their message and exit code 2, no stack trace.
 """
+
 from __future__ import annotations
 
 import os

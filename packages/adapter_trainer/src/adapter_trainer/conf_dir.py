@@ -5,6 +5,7 @@ and handed to Hydra as an absolute path. Order: $ADAPTER_TRAINER_CONF_DIR, the r
 (source tree / editable install), the copy a normal wheel carries (`adapter_trainer/conf`).
 Hydra's own `--config-dir` adds a directory on top of whichever is found.
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ instance with `to_train_config()`; from there on only typed values travel (no Di
 Required values are `???` (MISSING). Value sets that OmegaConf cannot type (Literal) are checked in
 `validate_config`, which names the key, the allowed values and the override that fixes it.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -38,7 +39,9 @@ class DataConfig:
     max_seq_len: int = 1024  # tokens per sequence (caption + audio); longer clips are cropped
     max_caption_tokens: int = 64  # caption tokens kept (without BOS); longer captions are truncated
     pattern: str = "delay"  # flatten | delay: how the K codebooks are laid out in time
-    text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
+    text: str = (
+        "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
+    )
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
     # --- streaming (adapter_trainer/data/streaming.py)
@@ -103,7 +106,9 @@ class TrainerConfig:
     # true: a fresh run (no trainer.resume) deletes output_dir/checkpoints left by an older run; false: it refuses
     overwrite: bool = False
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
-    eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
+    eval_caption_shuffles: int = (
+        4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
+    )
     # --- data loading + distributed (see adapter_trainer/data/streaming.py, training/distributed.py)
     num_workers: int = -1  # DataLoader workers per rank building batches; -1 = auto (half the rank's CPUs, 1..8)
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
@@ -132,7 +137,9 @@ register_configs()
 
 def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not supported; choose one of {', '.join(allowed)} (e.g. {key}={allowed[0]})")
+        raise ConfigError(
+            f"{key}={value!r} is not supported; choose one of {', '.join(allowed)} (e.g. {key}={allowed[0]})"
+        )
 
 
 def _check_positive(key: str, value: int | float, *, zero_ok: bool = False) -> None:
@@ -157,32 +164,53 @@ def validate_config(cfg: TrainConfig) -> None:
         )
     if not cfg.data.shards:
         raise ConfigError("data.shards is empty; give at least one shard-set dir, e.g. data.shards=[build/demo/shards]")
-    for key in ("data.max_seq_len", "data.max_caption_tokens", "trainer.batch_size", "trainer.grad_accum_steps",
-                "trainer.max_steps", "trainer.log_every", "trainer.eval_bootstrap",
-                "trainer.eval_caption_shuffles"):
+    for key in (
+        "data.max_seq_len",
+        "data.max_caption_tokens",
+        "trainer.batch_size",
+        "trainer.grad_accum_steps",
+        "trainer.max_steps",
+        "trainer.log_every",
+        "trainer.eval_bootstrap",
+        "trainer.eval_caption_shuffles",
+    ):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name))
-    for key in ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "data.unigram_max_clips",
-                "optimizer.warmup_steps", "optimizer.weight_decay", "optimizer.grad_clip",
-                "optimizer.pretrained_copy_lr_scale"):
+    for key in (
+        "trainer.eval_every",
+        "trainer.ckpt_every",
+        "data.eval_max_clips",
+        "data.unigram_max_clips",
+        "optimizer.warmup_steps",
+        "optimizer.weight_decay",
+        "optimizer.grad_clip",
+        "optimizer.pretrained_copy_lr_scale",
+    ):
         section, name = key.split(".")
         _check_positive(key, getattr(getattr(cfg, section), name), zero_ok=True)
     if cfg.trainer.num_workers < -1:
-        raise ConfigError(f"trainer.num_workers={cfg.trainer.num_workers} must be -1 (auto), 0 (build batches in the "
-                          f"training process) or a number of worker processes, e.g. trainer.num_workers=2")
+        raise ConfigError(
+            f"trainer.num_workers={cfg.trainer.num_workers} must be -1 (auto), 0 (build batches in the "
+            f"training process) or a number of worker processes, e.g. trainer.num_workers=2"
+        )
     _check_positive("trainer.prefetch_factor", cfg.trainer.prefetch_factor)
     # Frozen towers in bf16/fp16 meet fp32 trainable weights in every layer: only autocast mixes the two dtypes.
     needed = {"bfloat16": "bf16", "float16": "fp16"}.get(cfg.model.dtype)
     if needed is not None and cfg.trainer.precision != needed:
-        alt = ("trainer.precision=bf16" if needed == "bf16"
-               else "trainer.precision=fp16 (CUDA only), or model.dtype=bfloat16 trainer.precision=bf16")
+        alt = (
+            "trainer.precision=bf16"
+            if needed == "bf16"
+            else "trainer.precision=fp16 (CUDA only), or model.dtype=bfloat16 trainer.precision=bf16"
+        )
         raise ConfigError(
             f"model.dtype={cfg.model.dtype} with trainer.precision={cfg.trainer.precision}: the frozen towers are "
             f"{cfg.model.dtype} and the trainable weights fp32, which only {needed} autocast can mix. Use {alt}, "
             f"or model.dtype=float32"
         )
     if not 0.0 <= cfg.data.caption_dropout < 1.0:
-        raise ConfigError(f"data.caption_dropout={cfg.data.caption_dropout} must be in [0, 1), e.g. data.caption_dropout=0.1")
+        raise ConfigError(
+            f"data.caption_dropout={cfg.data.caption_dropout} must be in [0, 1), e.g. data.caption_dropout=0.1"
+        )
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

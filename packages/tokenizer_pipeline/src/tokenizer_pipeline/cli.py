@@ -4,6 +4,7 @@ Configs: conf/tokenizer_pipeline/shards.yaml over the `PipelineConfig` schema (c
 `--explain` prints how to point it at audio. Under `torchrun --nproc_per_node=N -m tokenizer_pipeline`
 every rank parses the same overrides; only rank 0 prints the summary.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,16 @@ from .config import CodecConfig, PipelineConfig, ShardConfig, SplitConfig
 from .errors import USER_ERROR_EXIT, UserError
 from .run import EXPLAIN, RunResult, run_pipeline
 
-__all__ = ["CodecConfig", "PipelineConfig", "ShardConfig", "SplitConfig", "RunResult", "run_pipeline", "main", "config_from_overrides"]
+__all__ = [
+    "CodecConfig",
+    "PipelineConfig",
+    "ShardConfig",
+    "SplitConfig",
+    "RunResult",
+    "run_pipeline",
+    "main",
+    "config_from_overrides",
+]
 
 ConfigStore.instance().store(name="shards_schema", node=PipelineConfig)
 
@@ -34,7 +44,9 @@ def _hydra_main(dcfg: DictConfig) -> None:
     rank0 = os.environ.get("RANK", "0") == "0"
     try:
         result = run_pipeline(cfg)
-    except UserError as e:  # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
+    except (
+        UserError
+    ) as e:  # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
         if rank0:
             print(f"error: {e}", file=sys.stderr)
         raise SystemExit(USER_ERROR_EXIT) from None

@@ -5,6 +5,7 @@ and handed to Hydra as an absolute path. Order: $TOKENIZER_PIPELINE_CONF_DIR, th
 (source tree / editable install), the copy a normal wheel carries (`tokenizer_pipeline/conf`).
 Hydra's own `--config-dir` adds a directory on top of whichever is found.
 """
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 
 `cli.py` registers `PipelineConfig` in Hydra's ConfigStore; `run.py` takes it, typed, and nothing else.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,7 +14,9 @@ from .read_audio import DURATION_TOLERANCE_S
 
 @dataclass
 class CodecConfig:
-    name_or_path: str = "facebook/encodec_32khz"  # hub id (must be in the local HF cache offline) or a save_pretrained dir
+    name_or_path: str = (
+        "facebook/encodec_32khz"  # hub id (must be in the local HF cache offline) or a save_pretrained dir
+    )
     device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps; under torchrun each rank uses cuda:LOCAL_RANK
     dtype: str = "float32"  # float32 | bfloat16 (explicit opt-in: faster on GPU, may change codes)
     batch_size: int = 8  # clips per forward pass; higher = faster on GPU, more memory
@@ -38,16 +41,22 @@ class PipelineConfig:
     csv: str = "data/musiccaps/musiccaps-public.csv"  # MusicCaps metadata (relative to the launch directory)
     audio_dir: str = MISSING  # directory with {ytid}.<ext> files; required (see --explain)
     out_dir: str = "build/shards"  # shard set goes here
-    audio_ext: list[str] = field(default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"])  # lookup order
+    audio_ext: list[str] = field(
+        default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"]
+    )  # lookup order
     crop_to_window: bool = False  # true: audio files are full-length videos, cut [start_s, end_s] here
     min_seconds: float = 1.0  # shorter clips are recorded as failures
     duration_tolerance_s: float = DURATION_TOLERANCE_S  # |file duration - CSV window| allowed, else duration_mismatch
     max_failure_fraction: float = 0.5  # exit non-zero above this fraction of failed rows
     overwrite: bool = False  # true: delete shards of a previous, different config in out_dir
     limit: int | None = None  # first N CSV rows only (null = all); for quick tries
-    workers: int | None = None  # decode+resample processes per rank; null = CPU cores / ranks on this node; 0 = in the main process
+    workers: int | None = (
+        None  # decode+resample processes per rank; null = CPU cores / ranks on this node; 0 = in the main process
+    )
     prefetch: int = 4  # decoded clips each worker may hold ahead of the encoder (memory: workers x prefetch x one clip)
-    threads: int | None = None  # torch intra-op threads of the encoder (torch.set_num_threads); null = torch's default here.
+    threads: int | None = (
+        None  # torch intra-op threads of the encoder (torch.set_num_threads); null = torch's default here.
+    )
     #                             Recorded in the manifest: codes are reproducible only with the same thread count
     codec: CodecConfig = field(default_factory=CodecConfig)
     split: SplitConfig = field(default_factory=SplitConfig)

@@ -11,6 +11,7 @@ Writes `<out_dir>/<key>.wav` (mono, the codec's sampling rate, 16-bit PCM, clipp
 `<out_dir>/decoded.json` (one entry per clip: key, wav, caption, frames, seconds, peak, clipped fraction, plus
 the codec's identity and whether it is the offline demo codec, whose decoder weights are random).
 """
+
 from __future__ import annotations
 
 import io
@@ -48,16 +49,24 @@ class DecodeArgs:
 
 def parse_args(argv: list[str]) -> DecodeArgs:
     """`<shard-set> out_dir=DIR [codec=..] [split=..] [limit=N] [device=..]` (Hydra-style key=value)."""
-    usage = ("usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N] "
-             "[max_seconds=S] [device=cpu|auto|cuda|mps]")
+    usage = (
+        "usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N] "
+        "[max_seconds=S] [device=cpu|auto|cuda|mps]"
+    )
     pos = [a for a in argv if "=" not in a]
     kv = dict(a.split("=", 1) for a in argv if "=" in a)
     unknown = sorted(set(kv) - {"out_dir", "codec", "split", "limit", "max_seconds", "device"})
     if len(pos) != 1 or "out_dir" not in kv or unknown:
         raise DecodeError(f"{usage}" + (f" (unknown keys: {unknown})" if unknown else ""))
-    return DecodeArgs(shard_set=Path(pos[0]), out_dir=Path(kv["out_dir"]), codec=kv.get("codec"),
-                      split=kv.get("split"), limit=int(kv.get("limit", 0)),
-                      max_seconds=float(kv.get("max_seconds", 0.0)), device=kv.get("device", "cpu"))
+    return DecodeArgs(
+        shard_set=Path(pos[0]),
+        out_dir=Path(kv["out_dir"]),
+        codec=kv.get("codec"),
+        split=kv.get("split"),
+        limit=int(kv.get("limit", 0)),
+        max_seconds=float(kv.get("max_seconds", 0.0)),
+        device=kv.get("device", "cpu"),
+    )
 
 
 def iter_samples(root: Path, manifest: dict, split: str | None):
@@ -65,8 +74,10 @@ def iter_samples(root: Path, manifest: dict, split: str | None):
     splits = [split] if split else list(manifest["splits"])
     for name in splits:
         if name not in manifest["splits"]:
-            raise DecodeError(f"{root / 'manifest.json'} has no split {name!r} (has {list(manifest['splits'])}); "
-                              f"pass split=<one of them>")
+            raise DecodeError(
+                f"{root / 'manifest.json'} has no split {name!r} (has {list(manifest['splits'])}); "
+                f"pass split=<one of them>"
+            )
         for entry in manifest["splits"][name]["shards"]:
             path = root / entry["path"]
             samples: dict[str, dict[str, bytes]] = {}
@@ -74,8 +85,10 @@ def iter_samples(root: Path, manifest: dict, split: str | None):
                 for m in tar:
                     key, _, member = m.name.partition(".")
                     if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER):
-                        raise DecodeError(f"{path}: unexpected member {m.name!r}; verify the set with "
-                                          f"`python -m tokenizer_pipeline.verify {root}`")
+                        raise DecodeError(
+                            f"{path}: unexpected member {m.name!r}; verify the set with "
+                            f"`python -m tokenizer_pipeline.verify {root}`"
+                        )
                     samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
             for key, members in samples.items():
                 codes = np.load(io.BytesIO(members[CODES_MEMBER]), allow_pickle=False)  # [T, K]
@@ -92,19 +105,24 @@ def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, d
         model_dir = _local_model_dir(name)
         have = hash_weight_files(model_dir)
     except (OSError, ConfigError) as e:  # missing dir / no weight files
-        raise DecodeError(f"codec {name!r} (from {'codec=' if name_or_path else where / 'manifest.json'}) is not "
-                          f"available here: {e}. Pass codec=/path/to/the/codec/dir") from e
+        raise DecodeError(
+            f"codec {name!r} (from {'codec=' if name_or_path else where / 'manifest.json'}) is not "
+            f"available here: {e}. Pass codec=/path/to/the/codec/dir"
+        ) from e
     want = info["weights_sha256"]
     if have != want:
         raise DecodeError(
             f"codec {name!r} has weights sha256 {have}, but {where / 'manifest.json'} was encoded with weights sha256 "
             f"{want}: these codes would decode to the wrong audio. Pass codec=<the directory of the codec that made "
-            f"the shards>")
+            f"the shards>"
+        )
     model = EncodecModel.from_pretrained(str(model_dir)).to(device).eval()
     cfg = model.config
     if int(cfg.sampling_rate) != int(info["sampling_rate"]) or int(cfg.codebook_size) != int(info["codebook_size"]):
-        raise DecodeError(f"codec {name!r}: sampling_rate/codebook_size {cfg.sampling_rate}/{cfg.codebook_size} != "
-                          f"manifest {info['sampling_rate']}/{info['codebook_size']}")
+        raise DecodeError(
+            f"codec {name!r}: sampling_rate/codebook_size {cfg.sampling_rate}/{cfg.codebook_size} != "
+            f"manifest {info['sampling_rate']}/{info['codebook_size']}"
+        )
     is_demo = (model_dir / DEMO_CODEC_MARKER).is_file()
     return model, str(model_dir), is_demo
 
@@ -140,15 +158,31 @@ def run_decode(args: DecodeArgs) -> Path:
         peak = float(np.abs(wav).max()) if wav.size else 0.0
         clipped = float((np.abs(wav) > 1.0).mean()) if wav.size else 0.0
         sf.write(args.out_dir / f"{key}.wav", np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16")
-        entries.append({"key": key, "split": split, "wav": f"{key}.wav", "caption": meta.get("caption", ""),
-                        "n_frames": int(codes.shape[0]), "seconds": len(wav) / sr, "peak": peak,
-                        "clipped_fraction": clipped})
-    index = {"shard_set": str(root), "codec": {**manifest["codec"], "loaded_from": codec_dir}, "demo_codec": is_demo,
-             "sampling_rate": sr, "clips": entries}
+        entries.append(
+            {
+                "key": key,
+                "split": split,
+                "wav": f"{key}.wav",
+                "caption": meta.get("caption", ""),
+                "n_frames": int(codes.shape[0]),
+                "seconds": len(wav) / sr,
+                "peak": peak,
+                "clipped_fraction": clipped,
+            }
+        )
+    index = {
+        "shard_set": str(root),
+        "codec": {**manifest["codec"], "loaded_from": codec_dir},
+        "demo_codec": is_demo,
+        "sampling_rate": sr,
+        "clips": entries,
+    }
     out = args.out_dir / "decoded.json"
     out.write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"decode: {len(entries)} clips from {root} -> {args.out_dir} ({sr} Hz wav, codec {codec_dir}"
-          f"{', DEMO codec: random decoder weights' if is_demo else ''})")
+    print(
+        f"decode: {len(entries)} clips from {root} -> {args.out_dir} ({sr} Hz wav, codec {codec_dir}"
+        f"{', DEMO codec: random decoder weights' if is_demo else ''})"
+    )
     return out
 
 

@@ -14,6 +14,7 @@ Output (`--out`): `config.json` + `model.safetensors` (EncodecModel.save_pretrai
 `preprocessor_config.json` (EncodecFeatureExtractor), `DEMO_CODEC.md`. Load it like the real one:
 `EncodecModel.from_pretrained(out)`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -129,8 +130,7 @@ def fit_codebooks(model: EncodecModel, latents: np.ndarray, seed: int, max_iter:
         # init on `size` distinct random frames: sklearn's k-means++ costs minutes for 2048 centroids on 2 cores
         rng = np.random.default_rng(seed + i)
         init = residual[np.sort(rng.choice(residual.shape[0], size=size, replace=False))]  # [C, D]
-        km = KMeans(n_clusters=size, init=init, n_init=1, max_iter=max_iter, random_state=seed + i,
-                    algorithm="lloyd")
+        km = KMeans(n_clusters=size, init=init, n_init=1, max_iter=max_iter, random_state=seed + i, algorithm="lloyd")
         km.fit(residual)
         embed = torch.from_numpy(km.cluster_centers_.astype(np.float32))  # [C, D]
         cb = layer.codebook
@@ -172,8 +172,9 @@ def encode_file(model: EncodecModel, path: Path) -> torch.Tensor:
     return enc.audio_codes[0, 0]  # [chunks=1, B=1, K, T] -> [K, T]
 
 
-def fit_demo_codec(files: list[Path], seed: int = 0,
-                   max_iter: int = KMEANS_MAX_ITER) -> tuple[EncodecModel, list[torch.Tensor]]:
+def fit_demo_codec(
+    files: list[Path], seed: int = 0, max_iter: int = KMEANS_MAX_ITER
+) -> tuple[EncodecModel, list[torch.Tensor]]:
     """Seeded random EncodecModel with RVQ codebooks fitted on `files`. Returns (model, latents n x [T, D])."""
     model = build_random_model(seed)
     latents = encode_latents(model, files)  # n x [T, D]
@@ -185,12 +186,12 @@ def save_demo_codec(model: EncodecModel, out: Path) -> None:
     """save_pretrained the model and the encodec_32khz feature extractor into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLING_RATE, padding_value=0.0,
-                            chunk_length_s=None, overlap=None).save_pretrained(out)
+    EncodecFeatureExtractor(
+        feature_size=1, sampling_rate=SAMPLING_RATE, padding_value=0.0, chunk_length_s=None, overlap=None
+    ).save_pretrained(out)
 
 
-def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0,
-                     max_iter: int = KMEANS_MAX_ITER) -> dict:
+def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> dict:
     """Build, fit, save, reload and summarise the demo codec. Returns the summary dict."""
     files = corpus_files(corpus, n_clips)
     t0 = time.perf_counter()
@@ -211,8 +212,9 @@ def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0,
         raise RuntimeError(f"loaded model.encode({files[0].name}) differs from the fitted codes")
 
     stats = code_stats(codes, loaded.config.codebook_size)
-    table = "\n".join(f"| {k} | {d} | {h:.3f} | {math.log(loaded.config.codebook_size):.3f} |"
-                      for k, (d, h) in enumerate(stats))
+    table = "\n".join(
+        f"| {k} | {d} | {h:.3f} | {math.log(loaded.config.codebook_size):.3f} |" for k, (d, h) in enumerate(stats)
+    )
     (out / "DEMO_CODEC.md").write_text(
         DEMO_NOTE.format(seed=seed, n_clips=len(files), corpus=corpus.name, n_frames=codes.shape[0], table=table),
         encoding="utf-8",
@@ -224,14 +226,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.demo_codec", description=__doc__.split("\n")[0])
     p.add_argument("--corpus", type=Path, required=True, help="stand-in corpus directory (make corpus)")
     p.add_argument("--out", type=Path, required=True, help="output model directory")
-    p.add_argument("--n-clips", type=int, default=40, help="clips whose latents fit the codebooks (~1.5 s each on 2 CPU cores)")
+    p.add_argument(
+        "--n-clips", type=int, default=40, help="clips whose latents fit the codebooks (~1.5 s each on 2 CPU cores)"
+    )
     p.add_argument("--seed", type=int, default=0, help="weight init and k-means seed")
     p.add_argument("--max-iter", type=int, default=KMEANS_MAX_ITER, help="k-means iterations per codebook")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     s = build_demo_codec(args.corpus, args.out, args.n_clips, args.seed, args.max_iter)
-    print(f"demo codec -> {args.out}: {s['n_clips']} clips, {s['n_frames']} frames; encode + k-means "
-          f"{s['fit_s']:.1f} s, total {time.perf_counter() - t0:.1f} s")
+    print(
+        f"demo codec -> {args.out}: {s['n_clips']} clips, {s['n_frames']} frames; encode + k-means "
+        f"{s['fit_s']:.1f} s, total {time.perf_counter() - t0:.1f} s"
+    )
     print(f"reloaded with EncodecModel.from_pretrained({args.out}); codes over the fitting clips:")
     for k, (d, h) in enumerate(s["stats"]):
         print(f"  codebook {k}: {d:4d} distinct codes, entropy {h:.3f} nats (max {math.log(2048):.3f})")

@@ -12,6 +12,7 @@ retries transient errors with backoff) -> `download_failures.jsonl` + `download_
 Failures never stop the run; it exits non-zero only when nothing at all could be fetched.
 Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema below.
 """
+
 from __future__ import annotations
 
 import glob
@@ -76,10 +77,16 @@ REASON_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
         ("region_blocked", r"in your country|geo.?restrict"),
         ("login_required", r"sign in to confirm|login required|members.only|join this channel|age.restrict"),
         ("rate_limited", r"HTTP Error 429|too many requests"),
-        ("unavailable", r"video unavailable|not available|has been removed|been terminated|no longer available|"
-                        r"does not exist|copyright|HTTP Error 4(?:04|10)"),  # fmt: skip
-        ("network", r"HTTP Error 5\d\d|timed? ?out|connection|network|name resolution|temporary failure|"
-                    r"content too short|incomplete|bytes read|did not get any data|unable to download|ssl|reset by peer"),  # fmt: skip
+        (
+            "unavailable",
+            r"video unavailable|not available|has been removed|been terminated|no longer available|"
+            r"does not exist|copyright|HTTP Error 4(?:04|10)",
+        ),  # fmt: skip
+        (
+            "network",
+            r"HTTP Error 5\d\d|timed? ?out|connection|network|name resolution|temporary failure|"
+            r"content too short|incomplete|bytes read|did not get any data|unable to download|ssl|reset by peer",
+        ),  # fmt: skip
     )
 )
 TRANSIENT = frozenset({"network", "rate_limited"})
@@ -248,10 +255,14 @@ def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Worke
             if e.reason in TRANSIENT and attempt <= cfg.retries:
                 time.sleep(cfg.backoff_s * 2 ** (attempt - 1) * random.uniform(0.75, 1.25))
                 continue
-            for stale in partial.glob(f"{glob.escape(row.ytid)}.*"):  # a bad source or cut must not be reused by the next run
+            for stale in partial.glob(
+                f"{glob.escape(row.ytid)}.*"
+            ):  # a bad source or cut must not be reused by the next run
                 if not stale.name.endswith(".part"):
                     stale.unlink()
-            return ClipResult(row.ytid, "failed", failure=DownloadFailure(row.ytid, row.csv_row, e.reason, str(e), attempt))
+            return ClipResult(
+                row.ytid, "failed", failure=DownloadFailure(row.ytid, row.csv_row, e.reason, str(e), attempt)
+            )
 
 
 @dataclass(frozen=True)
@@ -273,14 +284,20 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     if cfg.retries < 0 or cfg.backoff_s < 0:
         raise DownloadConfigError(f"retries={cfg.retries} and backoff_s={cfg.backoff_s} must be >= 0")
     if "{ytid}" not in cfg.url_template:
-        raise DownloadConfigError(f"url_template={cfg.url_template!r} has no {{ytid}} placeholder, every row would fetch the same URL")
+        raise DownloadConfigError(
+            f"url_template={cfg.url_template!r} has no {{ytid}} placeholder, every row would fetch the same URL"
+        )
     if cfg.cookies_file and not Path(cfg.cookies_file).is_file():
-        raise DownloadConfigError(f"cookies_file={cfg.cookies_file} does not exist; export cookies.txt from a browser or drop the option")
+        raise DownloadConfigError(
+            f"cookies_file={cfg.cookies_file} does not exist; export cookies.txt from a browser or drop the option"
+        )
     if cfg.rate_limit:
         from yt_dlp.utils import parse_bytes
 
         if parse_bytes(cfg.rate_limit) is None:
-            raise DownloadConfigError(f"rate_limit={cfg.rate_limit!r} is not a byte rate; use e.g. 500K or 2M (bytes per second)")
+            raise DownloadConfigError(
+                f"rate_limit={cfg.rate_limit!r} is not a byte rate; use e.g. 500K or 2M (bytes per second)"
+            )
     try:
         find_ffmpeg()
     except FileNotFoundError as e:
@@ -312,7 +329,9 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
         workers.close()
         elapsed = time.monotonic() - t0
         failures = sorted((r.failure for r in results if r.failure), key=lambda f: f.csv_row)
-        write_text_atomic(out_dir / FAILURES_FILE, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in failures))
+        write_text_atomic(
+            out_dir / FAILURES_FILE, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in failures)
+        )
         if not any((out_dir / PARTIAL_DIR).iterdir()):
             (out_dir / PARTIAL_DIR).rmdir()
 
@@ -329,11 +348,19 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
         f"of {counts['rows']} rows in {elapsed:.1f} s ({counts['fetched'] / max(elapsed, 1e-9):.2f} clips/s, {cfg.workers} workers)",
     ]
     if counts["fetched"]:
-        lines.append(f"  {flac_bytes / counts['fetched'] / 1e6:.2f} MB flac per clip, {download_bytes / counts['fetched'] / 1e6:.2f} MB downloaded per clip")
+        lines.append(
+            f"  {flac_bytes / counts['fetched'] / 1e6:.2f} MB flac per clip, {download_bytes / counts['fetched'] / 1e6:.2f} MB downloaded per clip"
+        )
     if failures:
-        lines.append("  failed: " + ", ".join(f"{k} {v}" for k, v in by_reason.items()) + f" (one line each in {out_dir / FAILURES_FILE}; a rerun retries them)")
+        lines.append(
+            "  failed: "
+            + ", ".join(f"{k} {v}" for k, v in by_reason.items())
+            + f" (one line each in {out_dir / FAILURES_FILE}; a rerun retries them)"
+        )
     code = 1 if rows and counts["fetched"] + counts["present"] == 0 else 0
-    lines.append(f"nothing could be fetched: see {out_dir / FAILURES_FILE}" if code else f"next: make shards DATA={out_dir}")
+    lines.append(
+        f"nothing could be fetched: see {out_dir / FAILURES_FILE}" if code else f"next: make shards DATA={out_dir}"
+    )
     return DownloadResult(counts, by_reason, failures, elapsed, flac_bytes, download_bytes, code, "\n".join(lines))
 
 
@@ -342,7 +369,10 @@ def _hydra_main(dcfg: DictConfig) -> None:
     try:
         cfg: DownloadConfig = OmegaConf.to_object(dcfg)  # typed from here on
     except MissingMandatoryValue as e:
-        print(f"error: {e.full_key} is required, e.g. python -m tokenizer_pipeline.download out_dir=build/musiccaps_audio", file=sys.stderr)
+        print(
+            f"error: {e.full_key} is required, e.g. python -m tokenizer_pipeline.download out_dir=build/musiccaps_audio",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from e
     try:
         result = run_download(cfg)

@@ -14,6 +14,7 @@ guaranteed identical for the same device, dtype, batch composition and threads.
 Raises `ConfigError` (a `UserError`: the CLI prints it without a traceback) for a codec that cannot be
 used: not found locally, unsupported dtype/device/bandwidth, normalizing or chunked.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -160,11 +161,15 @@ class CodecEncoder:
                 "codecs (chunk_length_s=None, e.g. facebook/encodec_32khz) give one [T, K] code matrix per clip."
             )
         if cfg.audio_channels != 1:
-            raise ConfigError(f"codec {self.name_or_path} expects {cfg.audio_channels} channels; this pipeline encodes mono")
+            raise ConfigError(
+                f"codec {self.name_or_path} expects {cfg.audio_channels} channels; this pipeline encodes mono"
+            )
         allowed = [float(b) for b in cfg.target_bandwidths]
         bw = allowed[0] if bandwidth_kbps is None else float(bandwidth_kbps)
         if bw not in allowed:
-            raise ConfigError(f"codec.bandwidth_kbps={bandwidth_kbps} is not supported by {self.name_or_path}; allowed: {allowed}")
+            raise ConfigError(
+                f"codec.bandwidth_kbps={bandwidth_kbps} is not supported by {self.name_or_path}; allowed: {allowed}"
+            )
         self.bandwidth_kbps = bw
         self._check_feature_extractor(cfg.sampling_rate)
         self.model = model.to(device=self.device, dtype=DTYPES[dtype]).eval()

@@ -8,6 +8,7 @@ fetched). Subclasses: `ConfigError` here, `musiccaps.CsvError`, `write_shards.Pi
 `read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
 in its own errors.py.
 """
+
 from __future__ import annotations
 
 USER_ERROR_EXIT = 2

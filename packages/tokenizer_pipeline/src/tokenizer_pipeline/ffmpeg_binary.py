@@ -6,6 +6,7 @@ libraries, and by `download.py` to cut each downloaded video to its MusicCaps wi
 `Audio:` lines that `ffmpeg -i` prints. Audio comes back through a pipe as raw float32 PCM
 (`-f f32le`), so nothing is written to disk for a decode.
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,11 +52,15 @@ def find_ffmpeg() -> str:
     try:
         import imageio_ffmpeg
     except ImportError as e:
-        raise FFmpegNotFoundError(f"no ffmpeg program: none on PATH and imageio-ffmpeg is not installed; {FFMPEG_INSTALL_FIX}") from e
+        raise FFmpegNotFoundError(
+            f"no ffmpeg program: none on PATH and imageio-ffmpeg is not installed; {FFMPEG_INSTALL_FIX}"
+        ) from e
     try:
         return imageio_ffmpeg.get_ffmpeg_exe()
     except RuntimeError as e:  # the wheel has no binary for this platform
-        raise FFmpegNotFoundError(f"no ffmpeg program: none on PATH and imageio-ffmpeg has none for this platform ({e}); {FFMPEG_INSTALL_FIX}") from e
+        raise FFmpegNotFoundError(
+            f"no ffmpeg program: none on PATH and imageio-ffmpeg has none for this platform ({e}); {FFMPEG_INSTALL_FIX}"
+        ) from e
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,18 @@ class MediaInfo:
 
 _DURATION = re.compile(r"Duration:\s*(\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
 _AUDIO = re.compile(r"Stream #\d+:\d+.*?: Audio: (?P<rest>.*)")
-_LAYOUT_CHANNELS = {"mono": 1, "stereo": 2, "2.1": 3, "3.0": 3, "quad": 4, "4.0": 4, "5.0": 5, "5.1": 6, "6.1": 7, "7.1": 8}
+_LAYOUT_CHANNELS = {
+    "mono": 1,
+    "stereo": 2,
+    "2.1": 3,
+    "3.0": 3,
+    "quad": 4,
+    "4.0": 4,
+    "5.0": 5,
+    "5.1": 6,
+    "6.1": 7,
+    "7.1": 8,
+}
 
 
 def _run(args: list[str], path: Path) -> subprocess.CompletedProcess:
@@ -118,7 +134,9 @@ def _window_args(start_s: float, duration_s: float | None) -> list[str]:
         raise ValueError(f"start_s={start_s} must be >= 0")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s={duration_s} must be > 0")
-    return (["-ss", f"{start_s:.6f}"] if start_s > 0 else []) + (["-t", f"{duration_s:.6f}"] if duration_s is not None else [])
+    return (["-ss", f"{start_s:.6f}"] if start_s > 0 else []) + (
+        ["-t", f"{duration_s:.6f}"] if duration_s is not None else []
+    )
 
 
 def decode_window(
@@ -148,7 +166,21 @@ def decode_window(
     path = Path(path)
     info = probe(path)  # channel count (and the source rate when sample_rate is None)
     rate = sample_rate if sample_rate is not None else info.sample_rate
-    args = ["-i", str(path), *_window_args(start_s, duration_s), "-map", "0:a:0", "-vn", "-ac", str(info.channels), "-ar", str(rate), "-f", "f32le", "-"]
+    args = [
+        "-i",
+        str(path),
+        *_window_args(start_s, duration_s),
+        "-map",
+        "0:a:0",
+        "-vn",
+        "-ac",
+        str(info.channels),
+        "-ar",
+        str(rate),
+        "-f",
+        "f32le",
+        "-",
+    ]
     r = _run(["-loglevel", "error", *args], path)
     if r.returncode != 0:
         raise FFmpegError(path, f"ffmpeg could not decode (exit {r.returncode})", r.stderr.decode("utf-8", "replace"))
@@ -171,7 +203,22 @@ def cut_to_flac(src: Path | str, dst: Path | str, *, start_s: float, duration_s:
     """
     src, dst = Path(src), Path(dst)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    args = ["-i", str(src), *_window_args(start_s, duration_s), "-map", "0:a:0", "-vn", "-c:a", "flac", "-sample_fmt", "s16", "-f", "flac", "-y", str(tmp)]
+    args = [
+        "-i",
+        str(src),
+        *_window_args(start_s, duration_s),
+        "-map",
+        "0:a:0",
+        "-vn",
+        "-c:a",
+        "flac",
+        "-sample_fmt",
+        "s16",
+        "-f",
+        "flac",
+        "-y",
+        str(tmp),
+    ]
     try:
         r = _run(["-loglevel", "error", *args], src)
         if r.returncode != 0:

@@ -3,6 +3,7 @@
 See docs/shard-format.md; any change to what is written here bumps `FORMAT_VERSION`.
 No timestamps anywhere: the same inputs and config give byte-identical files.
 """
+
 from __future__ import annotations
 
 import json
@@ -115,7 +116,9 @@ class Manifest:
         if d.get("format") != FORMAT_NAME:
             raise ValueError(f"not a {FORMAT_NAME} manifest (format={d.get('format')!r})")
         if d.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"format_version={d.get('format_version')} is not supported; this code reads {FORMAT_VERSION}")
+            raise ValueError(
+                f"format_version={d.get('format_version')} is not supported; this code reads {FORMAT_VERSION}"
+            )
         splits = {
             name: SplitSummary(**{**s, "shards": [ShardEntry(**e) for e in s["shards"]]})
             for name, s in d["splits"].items()

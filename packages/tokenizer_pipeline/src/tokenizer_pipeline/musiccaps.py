@@ -7,6 +7,7 @@ recorded as a failed clip: its ytid or window cannot be trusted. A CSV that cann
 (missing, not UTF-8, broken quoting) raises `CsvError`. Both are `UserError`s: the CLI prints them
 without a traceback.
 """
+
 from __future__ import annotations
 
 import ast
@@ -139,7 +140,9 @@ def read_musiccaps_csv(
         ConfigError: unusable split settings.
     """
     if eval_column not in BOOL_COLUMNS:
-        raise ConfigError(f"split.eval_column={eval_column!r} is not a boolean MusicCaps column; use one of {BOOL_COLUMNS}")
+        raise ConfigError(
+            f"split.eval_column={eval_column!r} is not a boolean MusicCaps column; use one of {BOOL_COLUMNS}"
+        )
     if train_name == eval_name:
         raise ConfigError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")
     csv_path = Path(csv_path)
@@ -170,7 +173,9 @@ def read_musiccaps_csv(
     except csv.Error as e:
         raise CsvError(f"{csv_path}:{line}: cannot parse CSV ({e}); check the quoting from that line on") from e
     except OSError as e:
-        raise CsvError(f"cannot read MusicCaps CSV {csv_path}: {e.strerror or e}; check the path and its permissions") from e
+        raise CsvError(
+            f"cannot read MusicCaps CSV {csv_path}: {e.strerror or e}; check the path and its permissions"
+        ) from e
     if problems:
         listed = "\n".join(f"  line {n}: {msg}" for n, msg in problems[:MAX_REPORTED])
         more = f"\n  ... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""

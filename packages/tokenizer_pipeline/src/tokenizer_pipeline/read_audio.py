@@ -23,6 +23,7 @@ Failures: every way a clip can be unusable raises `ClipFailure`, whose `reason` 
 The run loop catches `ClipFailure` per clip and records it; any other exception it sees for one clip
 (e.g. in the encoder) it wraps with `ClipFailure.from_exception("encode_error", path, exc)`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -164,7 +165,9 @@ def _decode_soundfile(
     except ClipFailure:
         raise
     except (sf.LibsndfileError, RuntimeError, ValueError) as e:
-        raise ClipFailure("decode_error", path, f"soundfile cannot decode {path.suffix or 'this'} file: {e}", exc=e) from e
+        raise ClipFailure(
+            "decode_error", path, f"soundfile cannot decode {path.suffix or 'this'} file: {e}", exc=e
+        ) from e
     return data, sr
 
 
@@ -186,7 +189,10 @@ def _decode_torchcodec(
         msg = str(e)
         if "libtorchcodec" in msg or "FFmpeg is not properly installed" in msg:
             raise ClipFailure(
-                "needs_ffmpeg", path, f"'{fmt}' audio needs FFmpeg, whose libraries are not installed here; {FFMPEG_FIX}", exc=e
+                "needs_ffmpeg",
+                path,
+                f"'{fmt}' audio needs FFmpeg, whose libraries are not installed here; {FFMPEG_FIX}",
+                exc=e,
             ) from e
         first = msg.splitlines()[0] if msg else repr(e)
         raise ClipFailure("decode_error", path, f"torchcodec cannot open '{fmt}' file: {first}", exc=e) from e
@@ -224,7 +230,9 @@ def _decode_ffmpeg_binary(
             begin, length = 0.0, None
         data, sr = decode_window(path, start_s=begin, duration_s=length, mono=False)  # [C, N]
     except FFmpegError as e:
-        raise ClipFailure("decode_error", path, f"ffmpeg program cannot decode '{path.suffix.lstrip('.')}' file: {e}", exc=e) from e
+        raise ClipFailure(
+            "decode_error", path, f"ffmpeg program cannot decode '{path.suffix.lstrip('.')}' file: {e}", exc=e
+        ) from e
     return np.ascontiguousarray(data.T), sr  # [C, N] -> [N, C]
 
 

@@ -13,6 +13,7 @@
 The set is byte-identical for any worker count and any number of ranks (same per-process `threads`):
 a clip's shard and its batch companions depend only on the plan, never on timing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +33,7 @@ from tqdm import tqdm
 
 from .config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from .encode import CodecEncoder
+from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .manifest import (
     FORMAT_VERSION,
     CodecInfo,
@@ -44,7 +46,6 @@ from .manifest import (
     write_text_atomic,
 )
 from .musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
-from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .read_audio import FFMPEG_FIX, ClipFailure, load_audio
 from .write_shards import (
     LOCK_FILE,
@@ -154,7 +155,9 @@ def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
         p = audio_dir / f"{ytid}.{ext.lstrip('.')}"
         if p.is_file():
             return p
-    raise ClipFailure("missing_audio", audio_dir / f"{ytid}.*", f"audio file not found: no {ytid}.{{{','.join(exts)}}} in {audio_dir}")
+    raise ClipFailure(
+        "missing_audio", audio_dir / f"{ytid}.*", f"audio file not found: no {ytid}.{{{','.join(exts)}}} in {audio_dir}"
+    )
 
 
 def clip_failure(row: ClipRow, err: Exception, stage: str, path: Path | str | None = None) -> FailureRecord:
@@ -326,7 +329,9 @@ def encode_shard(
                 done[clip.row.ytid] = out
             else:  # keep the codes, drop the audio
                 assert clip.wav is not None and clip.source_file and clip.source_sha256
-                done[clip.row.ytid] = EncodedClip(clip.row, out, int(clip.wav.shape[-1]), clip.source_file, clip.source_sha256)
+                done[clip.row.ytid] = EncodedClip(
+                    clip.row, out, int(clip.wav.shape[-1]), clip.source_file, clip.source_sha256
+                )
 
     for row in plan.rows:
         clip = next(clips)
@@ -418,7 +423,9 @@ def load_rows(cfg: PipelineConfig) -> list[ClipRow]:
             csv_path, train_name=cfg.split.train_name, eval_name=cfg.split.eval_name, eval_column=cfg.split.eval_column
         ))  # fmt: skip
     except CsvRowError as e:
-        raise PipelineError(f"{e}\nFix or delete that CSV row (the whole CSV is checked before any audio is read).") from e
+        raise PipelineError(
+            f"{e}\nFix or delete that CSV row (the whole CSV is checked before any audio is read)."
+        ) from e
     except (FileNotFoundError, ValueError, UnicodeDecodeError) as e:
         raise PipelineError(str(e)) from e
     rows = rows if cfg.limit is None else rows[: cfg.limit]
@@ -466,7 +473,9 @@ def lock_out_dir(out_dir: Path) -> filelock.BaseFileLock:
             f"lock, e.g. on a network file system), delete {lock_path}."
         ) from e
     except OSError as e:
-        raise PipelineError(f"out_dir {out_dir} is not writable ({e}); choose another out_dir or fix its permissions") from e
+        raise PipelineError(
+            f"out_dir {out_dir} is not writable ({e}); choose another out_dir or fix its permissions"
+        ) from e
     return lock
 
 
@@ -542,7 +551,9 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
                 lock.release()
     agree(ranks, error)
     try:
-        return _encode_and_write(cfg, ranks, plans, store, encoder, codec_info, csv_sha, resolved, len(rows), workers, progress)
+        return _encode_and_write(
+            cfg, ranks, plans, store, encoder, codec_info, csv_sha, resolved, len(rows), workers, progress
+        )
     finally:
         if lock is not None:
             lock.release()
@@ -561,7 +572,9 @@ def _encode_and_write(
     todo_rows = [r for p in todo for r in p.rows]
     clips = decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)
     desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.is_distributed else "encode"
-    with tqdm(total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True
+    ) as bar:
         for plan in todo:
             rec = encode_shard(plan, clips, encoder, cfg, out_dir)
             store.save(plan, rec)
@@ -581,8 +594,11 @@ def _encode_and_write(
     if ranks.is_main:
         result = _write_manifest(cfg, plans, store, codec_info, csv_sha, resolved, n_rows)
         lines = result.message.splitlines()
-        lines.insert(-1, f"  {elapsed:.1f} s, {audio_s / max(elapsed, 1e-9):.1f} audio-s/s this run "
-                         f"({len(todo)} shards redone on rank 0, {ranks.world_size} rank(s); skipped shards excluded)")
+        lines.insert(
+            -1,
+            f"  {elapsed:.1f} s, {audio_s / max(elapsed, 1e-9):.1f} audio-s/s this run "
+            f"({len(todo)} shards redone on rank 0, {ranks.world_size} rank(s); skipped shards excluded)",
+        )
         result = RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))
     if ranks.is_distributed:
         import torch.distributed as dist
@@ -640,19 +656,29 @@ def _write_manifest(
     lines = [f"shard set: {out_dir} ({sum(len(s.shards) for s in splits.values())} shards)"]
     for name, s in splits.items():
         n_failed = sum(f.split == name for f in failures)
-        lines.append(f"  {name}: {s.n_samples} encoded, {n_failed} failed, {s.audio_seconds / 3600:.3f} h audio, {s.n_frames} frames")
+        lines.append(
+            f"  {name}: {s.n_samples} encoded, {n_failed} failed, {s.audio_seconds / 3600:.3f} h audio, {s.n_frames} frames"
+        )
     n_ffmpeg = sum(f.reason == "needs_ffmpeg" for f in failures)
     if n_ffmpeg:
-        lines.append(f"  {n_ffmpeg} clips need FFmpeg, which is not available here: {FFMPEG_FIX}; "
-                     "then rerun the same command (no overwrite) to encode just those")
+        lines.append(
+            f"  {n_ffmpeg} clips need FFmpeg, which is not available here: {FFMPEG_FIX}; "
+            "then rerun the same command (no overwrite) to encode just those"
+        )
     code, msg = 0, "ok"
     frac = len(failures) / max(n_rows, 1)
     if encoded == 0:
-        code, msg = 1, f"nothing could be encoded: {len(failures)} of {n_rows} rows failed, see {out_dir / 'failures.jsonl'}"
+        code, msg = (
+            1,
+            f"nothing could be encoded: {len(failures)} of {n_rows} rows failed, see {out_dir / 'failures.jsonl'}",
+        )
     elif frac > cfg.max_failure_fraction:
-        code, msg = 1, (
-            f"{len(failures)} of {n_rows} rows failed ({frac:.0%} > max_failure_fraction={cfg.max_failure_fraction}); "
-            f"see {out_dir / 'failures.jsonl'}. The shards and manifest that were written stay in {out_dir}."
+        code, msg = (
+            1,
+            (
+                f"{len(failures)} of {n_rows} rows failed ({frac:.0%} > max_failure_fraction={cfg.max_failure_fraction}); "
+                f"see {out_dir / 'failures.jsonl'}. The shards and manifest that were written stay in {out_dir}."
+            ),
         )
     elif failures:
         msg = f"ok with {len(failures)} failed rows listed in {out_dir / 'failures.jsonl'}"

@@ -43,6 +43,7 @@ bass (low sine-ish, 0.6-s decay), vocal (glottal harmonics shaped by vowel forma
 Per-clip randomness (melody walk, vowels, phases, drum noise) comes from sha256(ytid), never Python's
 `hash()`; the whole corpus is byte-identical across runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,21 +69,93 @@ CORPUS_JSON = "corpus.json"
 
 # ---- keyword tables (lowercase; matched as whole words/phrases) ----
 FAMILY_WORDS: dict[str, tuple[str, ...]] = {
-    "vocal": ("vocal", "vocals", "voice", "voices", "singer", "singers", "singing", "vocalist", "vocalists",
-              "choir", "rap", "rapping", "vocalisation", "vocalization", "humming", "chant", "chanting"),
+    "vocal": (
+        "vocal",
+        "vocals",
+        "voice",
+        "voices",
+        "singer",
+        "singers",
+        "singing",
+        "vocalist",
+        "vocalists",
+        "choir",
+        "rap",
+        "rapping",
+        "vocalisation",
+        "vocalization",
+        "humming",
+        "chant",
+        "chanting",
+    ),
     "bass": ("bass", "e-bass", "bassline", "bass line", "upright bass", "double bass", "synth bass", "bass guitar"),
     "piano": ("piano", "keyboard", "keyboards", "keys", "harpsichord", "rhodes", "e-piano"),
-    "guitar": ("guitar", "guitars", "e-guitar", "e-guitars", "banjo", "mandolin", "ukulele", "harp", "sitar",
-               "stringed instrument"),
-    "strings": ("strings", "string", "violin", "violins", "cello", "cellos", "viola", "orchestra", "orchestral",
-                "fiddle", "string section"),
-    "synth": ("synth", "synths", "synthesizer", "synthesiser", "synthesizers", "synthesiser arrangements",
-              "electronic", "electro", "edm", "techno", "trance"),
+    "guitar": (
+        "guitar",
+        "guitars",
+        "e-guitar",
+        "e-guitars",
+        "banjo",
+        "mandolin",
+        "ukulele",
+        "harp",
+        "sitar",
+        "stringed instrument",
+    ),
+    "strings": (
+        "strings",
+        "string",
+        "violin",
+        "violins",
+        "cello",
+        "cellos",
+        "viola",
+        "orchestra",
+        "orchestral",
+        "fiddle",
+        "string section",
+    ),
+    "synth": (
+        "synth",
+        "synths",
+        "synthesizer",
+        "synthesiser",
+        "synthesizers",
+        "synthesiser arrangements",
+        "electronic",
+        "electro",
+        "edm",
+        "techno",
+        "trance",
+    ),
     "organ": ("organ", "accordion", "harmonium"),
-    "wind": ("flute", "flutes", "wind instrument", "wind", "clarinet", "recorder", "oboe", "whistle",
-             "didgeridoo", "bagpipes", "bansuri", "pan flute"),
-    "brass": ("brass", "trumpet", "trumpets", "sax", "saxophone", "horn", "horns", "trombone", "tuba",
-              "brass section", "brass band"),
+    "wind": (
+        "flute",
+        "flutes",
+        "wind instrument",
+        "wind",
+        "clarinet",
+        "recorder",
+        "oboe",
+        "whistle",
+        "didgeridoo",
+        "bagpipes",
+        "bansuri",
+        "pan flute",
+    ),
+    "brass": (
+        "brass",
+        "trumpet",
+        "trumpets",
+        "sax",
+        "saxophone",
+        "horn",
+        "horns",
+        "trombone",
+        "tuba",
+        "brass section",
+        "brass band",
+    ),
 }
 # Bass words that are drums, not the bass instrument.
 NOT_BASS = ("bass drum", "bass drums", "kick")
@@ -99,26 +172,157 @@ GENRE_FAMILY: tuple[tuple[str, tuple[str, ...]], ...] = (
 DEFAULT_FAMILY = "synth"
 FAMILIES = ("piano", "guitar", "strings", "synth", "organ", "wind", "brass", "bass", "vocal")
 
-FAST_WORDS = ("fast", "upbeat", "uptempo", "up-tempo", "energetic", "dance", "danceable", "edm", "techno",
-              "trance", "club", "lively", "frantic", "high tempo", "quick")
-SLOW_WORDS = ("slow", "mellow", "calm", "calming", "ballad", "relaxing", "relaxed", "lullaby", "soothing",
-              "meditative", "ambient", "chill", "peaceful", "laid back", "gentle")
-MINOR_WORDS = ("sad", "melancholic", "melancholy", "emotional", "dark", "minor", "sinister", "eerie", "haunting",
-               "scary", "suspenseful", "mysterious", "sorrowful", "somber", "sombre", "gloomy", "horror",
-               "depressing", "tragic", "ominous")
-MAJOR_WORDS = ("happy", "joyful", "uplifting", "cheerful", "fun", "playful", "bright", "positive", "major",
-               "buoyant", "happy mood", "optimistic", "jolly", "celebratory", "festive")
-NOISE_WORDS = ("low quality", "noisy", "poor audio quality", "poor quality", "lo-fi", "lofi", "lo fi",
-               "bad audio quality", "inferior audio quality", "low quality audio", "low quality recording",
-               "amateur recording", "muffled", "distorted audio", "static", "hiss", "crackling")
-DRUM_WORDS = ("drums", "drum", "drumming", "percussion", "percussions", "percussive", "beat", "beats", "kick",
-              "snare", "hi hat", "hi hats", "hi-hat", "hi-hats", "hihat", "cymbal", "cymbals", "tabla",
-              "tambourine", "claps", "clapping", "shaker", "shakers", "drum machine", "808", "bongo", "bongos",
-              "conga", "congas")
-HIGH_WORDS = ("female", "woman", "women", "girl", "soprano", "falsetto", "child", "children", "kid", "kids",
-              "high pitched", "high-pitched", "high register", "high notes")
-LOW_WORDS = ("deep", "low pitched", "low-pitched", "low register", "baritone", "bass voice", "bass vocal",
-             "low notes", "sub bass", "sub-bass")
+FAST_WORDS = (
+    "fast",
+    "upbeat",
+    "uptempo",
+    "up-tempo",
+    "energetic",
+    "dance",
+    "danceable",
+    "edm",
+    "techno",
+    "trance",
+    "club",
+    "lively",
+    "frantic",
+    "high tempo",
+    "quick",
+)
+SLOW_WORDS = (
+    "slow",
+    "mellow",
+    "calm",
+    "calming",
+    "ballad",
+    "relaxing",
+    "relaxed",
+    "lullaby",
+    "soothing",
+    "meditative",
+    "ambient",
+    "chill",
+    "peaceful",
+    "laid back",
+    "gentle",
+)
+MINOR_WORDS = (
+    "sad",
+    "melancholic",
+    "melancholy",
+    "emotional",
+    "dark",
+    "minor",
+    "sinister",
+    "eerie",
+    "haunting",
+    "scary",
+    "suspenseful",
+    "mysterious",
+    "sorrowful",
+    "somber",
+    "sombre",
+    "gloomy",
+    "horror",
+    "depressing",
+    "tragic",
+    "ominous",
+)
+MAJOR_WORDS = (
+    "happy",
+    "joyful",
+    "uplifting",
+    "cheerful",
+    "fun",
+    "playful",
+    "bright",
+    "positive",
+    "major",
+    "buoyant",
+    "happy mood",
+    "optimistic",
+    "jolly",
+    "celebratory",
+    "festive",
+)
+NOISE_WORDS = (
+    "low quality",
+    "noisy",
+    "poor audio quality",
+    "poor quality",
+    "lo-fi",
+    "lofi",
+    "lo fi",
+    "bad audio quality",
+    "inferior audio quality",
+    "low quality audio",
+    "low quality recording",
+    "amateur recording",
+    "muffled",
+    "distorted audio",
+    "static",
+    "hiss",
+    "crackling",
+)
+DRUM_WORDS = (
+    "drums",
+    "drum",
+    "drumming",
+    "percussion",
+    "percussions",
+    "percussive",
+    "beat",
+    "beats",
+    "kick",
+    "snare",
+    "hi hat",
+    "hi hats",
+    "hi-hat",
+    "hi-hats",
+    "hihat",
+    "cymbal",
+    "cymbals",
+    "tabla",
+    "tambourine",
+    "claps",
+    "clapping",
+    "shaker",
+    "shakers",
+    "drum machine",
+    "808",
+    "bongo",
+    "bongos",
+    "conga",
+    "congas",
+)
+HIGH_WORDS = (
+    "female",
+    "woman",
+    "women",
+    "girl",
+    "soprano",
+    "falsetto",
+    "child",
+    "children",
+    "kid",
+    "kids",
+    "high pitched",
+    "high-pitched",
+    "high register",
+    "high notes",
+)
+LOW_WORDS = (
+    "deep",
+    "low pitched",
+    "low-pitched",
+    "low register",
+    "baritone",
+    "bass voice",
+    "bass vocal",
+    "low notes",
+    "sub bass",
+    "sub-bass",
+)
 
 SCALES: dict[str, tuple[tuple[int, ...], int]] = {  # mode -> (semitone steps, tonic MIDI note)
     "major": ((0, 2, 4, 5, 7, 9, 11), 60),  # C4 major
@@ -252,8 +456,16 @@ def derive_attributes(aspects: list[str]) -> ClipAttributes:
     if drum_kw is not None:
         matched["drums"] = drum_kw
     return ClipAttributes(
-        family=family, bass_line=bass_line, tempo=tempo, bpm=bpm, mode=mode, tonic_midi=SCALES[mode][1],
-        register=register, drums=drum_kw is not None, noise=noise_kw is not None, matched=matched,
+        family=family,
+        bass_line=bass_line,
+        tempo=tempo,
+        bpm=bpm,
+        mode=mode,
+        tonic_midi=SCALES[mode][1],
+        register=register,
+        drums=drum_kw is not None,
+        noise=noise_kw is not None,
+        matched=matched,
     )
 
 
@@ -353,7 +565,7 @@ def _render_note(family: str, f0: float, n: int, rng: np.random.Generator) -> np
         out += breath * np.sum(amp) * hiss
     env = np.minimum(1.0, t / attack)  # [n] linear attack
     rel = min(n, int(0.03 * SAMPLE_RATE))
-    env[n - rel:] *= np.linspace(1.0, 0.0, rel)  # 30-ms release, no clicks
+    env[n - rel :] *= np.linspace(1.0, 0.0, rel)  # 30-ms release, no clicks
     return out * env
 
 
@@ -447,7 +659,9 @@ def to_pcm16(x: np.ndarray) -> np.ndarray:
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
     """(header, rows, 1-based start line of each row)."""
     if not path.is_file():
-        raise FileNotFoundError(f"MusicCaps CSV not found: {path} (the repo ships it at data/musiccaps/musiccaps-public.csv)")
+        raise FileNotFoundError(
+            f"MusicCaps CSV not found: {path} (the repo ships it at data/musiccaps/musiccaps-public.csv)"
+        )
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         header = list(reader.fieldnames or [])
@@ -474,15 +688,18 @@ def select_rows(rows: list[dict[str, str]], n_clips: int, eval_fraction: float, 
     for flag, want in (("True", n_eval), ("False", n_clips - n_eval)):
         pool = [i for i, r in enumerate(rows) if r["is_audioset_eval"] == flag]
         if want > len(pool):
-            raise ValueError(f"asked for {want} rows with is_audioset_eval={flag} but the CSV has {len(pool)}; "
-                             f"lower --n-clips or change --eval-fraction")
+            raise ValueError(
+                f"asked for {want} rows with is_audioset_eval={flag} but the CSV has {len(pool)}; "
+                f"lower --n-clips or change --eval-fraction"
+            )
         pool.sort(key=lambda i: hashlib.sha256(f"{seed}:{rows[i]['ytid']}".encode()).hexdigest())
         picked.extend(pool[:want])
     return sorted(picked)
 
 
-def build_corpus(csv_path: Path, out: Path, n_clips: int, eval_fraction: float = 0.25, seed: int = 0,
-                 duration_s: float = DURATION_S) -> dict:
+def build_corpus(
+    csv_path: Path, out: Path, n_clips: int, eval_fraction: float = 0.25, seed: int = 0, duration_s: float = DURATION_S
+) -> dict:
     """Select rows, render and write every clip, the subset CSV and corpus.json. Returns the corpus.json dict."""
     if duration_s <= 0:
         raise ValueError(f"--duration-s must be > 0, got {duration_s}")
@@ -500,13 +717,15 @@ def build_corpus(csv_path: Path, out: Path, n_clips: int, eval_fraction: float =
         tmp = out / f".{ytid}.wav.tmp"
         sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
         tmp.replace(out / f"{ytid}.wav")
-        clips.append({
-            "ytid": ytid,
-            "file": f"{ytid}.wav",
-            "split": "eval" if row["is_audioset_eval"] == "True" else "train",
-            "source_csv_row": lines[i],
-            **asdict(attrs),
-        })
+        clips.append(
+            {
+                "ytid": ytid,
+                "file": f"{ytid}.wav",
+                "split": "eval" if row["is_audioset_eval"] == "True" else "train",
+                "source_csv_row": lines[i],
+                **asdict(attrs),
+            }
+        )
     with (out / SUBSET_CSV).open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
         writer.writeheader()
@@ -532,8 +751,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.standin_corpus", description=__doc__.split("\n")[0])
     p.add_argument("--csv", type=Path, required=True, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
     p.add_argument("--out", type=Path, required=True, help="output directory (wavs, subset CSV, corpus.json)")
-    p.add_argument("--n-clips", type=int, default=320,
-                   help="rows to render; more = slower encode, but the demo's caption check needs the variety")
+    p.add_argument(
+        "--n-clips",
+        type=int,
+        default=320,
+        help="rows to render; more = slower encode, but the demo's caption check needs the variety",
+    )
     p.add_argument("--eval-fraction", type=float, default=0.25, help="share of rows with is_audioset_eval=True")
     p.add_argument("--seed", type=int, default=0, help="row selection and per-clip randomness")
     p.add_argument("--duration-s", type=float, default=DURATION_S, help="clip length; MusicCaps clips are 10 s")
@@ -543,8 +766,10 @@ def main(argv: list[str] | None = None) -> int:
     fams: dict[str, int] = {}
     for c in corpus["clips"]:
         fams[c["family"]] = fams.get(c["family"], 0) + 1
-    print(f"stand-in corpus: {corpus['n_clips']} clips ({corpus['n_train']} train, {corpus['n_eval']} eval) "
-          f"-> {args.out} in {time.perf_counter() - t0:.1f} s; families {dict(sorted(fams.items()))}")
+    print(
+        f"stand-in corpus: {corpus['n_clips']} clips ({corpus['n_train']} train, {corpus['n_eval']} eval) "
+        f"-> {args.out} in {time.perf_counter() - t0:.1f} s; families {dict(sorted(fams.items()))}"
+    )
     return 0
 
 

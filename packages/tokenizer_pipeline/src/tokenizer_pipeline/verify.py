@@ -3,6 +3,7 @@
 Reads tars with plain `tarfile` and decodes members only with safe decoders
 (`numpy.load(allow_pickle=False)`, `json.loads`). Exit 0 with one OK line, or 1 listing every problem.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,9 @@ from .write_shards import sha256_file
 JSON_FIELDS = set(SampleRecord.__dataclass_fields__)
 
 
-def _check_sample(key: str, members: dict[str, bytes], n_codebooks: int, codebook_size: int, split: str) -> tuple[list[str], int]:
+def _check_sample(
+    key: str, members: dict[str, bytes], n_codebooks: int, codebook_size: int, split: str
+) -> tuple[list[str], int]:
     """Problems of one sample, and its n_frames (0 when unreadable)."""
     where = f"sample {key!r}"
     problems = []
@@ -44,7 +47,9 @@ def _check_sample(key: str, members: dict[str, bytes], n_codebooks: int, codeboo
     if meta.get("ytid") != key:
         problems.append(f"{where}: json ytid {meta.get('ytid')!r} != key")
     if meta.get("n_frames") != codes.shape[0] or meta.get("n_codebooks") != codes.shape[1]:
-        problems.append(f"{where}: json n_frames/n_codebooks {meta.get('n_frames')}/{meta.get('n_codebooks')} != codes {codes.shape}")
+        problems.append(
+            f"{where}: json n_frames/n_codebooks {meta.get('n_frames')}/{meta.get('n_codebooks')} != codes {codes.shape}"
+        )
     if meta.get("split") != split:
         problems.append(f"{where}: json split {meta.get('split')!r} != {split!r}")
     return problems, int(codes.shape[0])
@@ -75,7 +80,9 @@ def verify(root: Path) -> tuple[list[str], str]:
         return [f"{mpath} missing: the set is incomplete (manifest.json is written last)"], ""
     m = json.loads(mpath.read_text(encoding="utf-8"))
     if m.get("format") != FORMAT_NAME or m.get("format_version") != FORMAT_VERSION:
-        return [f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}"], ""
+        return [
+            f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}"
+        ], ""
     K, C = m["codec"]["n_codebooks"], m["codec"]["codebook_size"]
     problems: list[str] = []
     keys: set[str] = set()
@@ -110,7 +117,9 @@ def verify(root: Path) -> tuple[list[str], str]:
                 split_frames += t
             split_samples += len(samples)
         if split_samples != s["n_samples"] or split_frames != s["n_frames"]:
-            problems.append(f"split {split}: {split_samples} samples/{split_frames} frames, manifest says {s['n_samples']}/{s['n_frames']}")
+            problems.append(
+                f"split {split}: {split_samples} samples/{split_frames} frames, manifest says {s['n_samples']}/{s['n_frames']}"
+            )
         total_samples += split_samples
         total_frames += split_frames
     t = m["totals"]

@@ -10,6 +10,7 @@ what lets a later rerun heal only the shards whose audio changed; readers ignore
 the contract's character set `[A-Za-z0-9_-]` (no '.': WebDataset splits member names at the first dot,
 `base_plus_ext`).
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -5,6 +5,7 @@ Classifier-free guidance at sampling time mixes the logits of a caption with tho
 An empty caption lays out as BOS, AUDIO_START, audio (token_layout.encode_example with no caption ids),
 exactly the unconditioned prompt `sampling.generate_codes` builds.
 """
+
 from __future__ import annotations
 
 import numpy as np

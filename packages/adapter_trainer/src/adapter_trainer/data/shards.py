@@ -20,6 +20,7 @@ change the order (and the learning curve) with the buffer size, the number of sh
 workers, and makes exact resume a buffer snapshot. The cost is one seek per clip, which on local disk
 (page cache or SSD) is far below a training step (see trainer_data_wait_fraction in docs/benchmarks.md).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +28,9 @@ import io
 import json
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import webdataset as wds
@@ -118,8 +119,10 @@ def read_manifest(root: str | Path) -> ShardSet:
         raise ShardFormatError(f"{mpath}: not valid JSON ({e}); regenerate the shard set") from e
     fmt = _require(manifest, "format", mpath)
     if fmt != FORMAT_NAME:
-        raise ShardFormatError(f"{mpath}: format={fmt!r}, expected {FORMAT_NAME!r}; data.shards must list "
-                               f"directories written by tokenizer_pipeline")
+        raise ShardFormatError(
+            f"{mpath}: format={fmt!r}, expected {FORMAT_NAME!r}; data.shards must list "
+            f"directories written by tokenizer_pipeline"
+        )
     version = _require(manifest, "format_version", mpath)
     if version not in SUPPORTED_VERSIONS:
         raise ShardFormatError(
@@ -134,7 +137,9 @@ def read_manifest(root: str | Path) -> ShardSet:
             rel = Path(s["path"])
             if rel.is_absolute() or ".." in rel.parts:
                 raise ShardFormatError(f"{mpath}: shard path {s['path']!r} must be relative and inside the set")
-            entries.append(ShardEntry(str(s["path"]), int(s["n_samples"]), int(s["bytes"]), str(s["sha256"]), root / rel))
+            entries.append(
+                ShardEntry(str(s["path"]), int(s["n_samples"]), int(s["bytes"]), str(s["sha256"]), root / rel)
+            )
         splits[name] = tuple(entries)
     return ShardSet(
         root=root,
@@ -148,8 +153,9 @@ def read_manifest(root: str | Path) -> ShardSet:
     )
 
 
-def check_compatible(sets: list[ShardSet], *, model_n_codebooks: int, model_codebook_size: int,
-                     audio_lm: str = "the audio LM") -> None:
+def check_compatible(
+    sets: list[ShardSet], *, model_n_codebooks: int, model_codebook_size: int, audio_lm: str = "the audio LM"
+) -> None:
     """Refuse sets that disagree with each other or with the audio LM (n_codebooks, codebook_size, frame_rate)."""
     if not sets:
         raise ShardFormatError("no shard sets given; set data.shards=[path/to/shard-set]")
@@ -183,15 +189,20 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
         )
     for entry in shard_set.splits[split]:
         if not entry.tar.is_file():
-            raise ShardFormatError(f"{entry.tar} is listed in {shard_set.manifest_path} but missing; "
-                                   f"regenerate or re-copy the shard set")
+            raise ShardFormatError(
+                f"{entry.tar} is listed in {shard_set.manifest_path} but missing; regenerate or re-copy the shard set"
+            )
         size = entry.tar.stat().st_size
         if size != entry.bytes:
-            raise ShardFormatError(f"{entry.tar}: {size} bytes, but {shard_set.manifest_path} lists {entry.bytes}; "
-                                   f"the file is truncated or replaced; regenerate or re-copy the shard set")
+            raise ShardFormatError(
+                f"{entry.tar}: {size} bytes, but {shard_set.manifest_path} lists {entry.bytes}; "
+                f"the file is truncated or replaced; regenerate or re-copy the shard set"
+            )
         if sha256 and sha256_file(entry.tar) != entry.sha256:
-            raise ShardFormatError(f"{entry.tar}: sha256 differs from {shard_set.manifest_path}; the file is "
-                                   f"corrupt or replaced; regenerate or re-copy the shard set")
+            raise ShardFormatError(
+                f"{entry.tar}: sha256 differs from {shard_set.manifest_path}; the file is "
+                f"corrupt or replaced; regenerate or re-copy the shard set"
+            )
 
 
 _MEMBER_RE = re.compile(r"^(?P<key>[^./][^./]*)\.(?P<member>.+)$")
@@ -225,15 +236,25 @@ def _decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int)
     except ValueError as e:  # np.load refusing pickles and JSON/Unicode errors are all ValueErrors
         raise ShardFormatError(f"{url}: sample {key!r} does not decode safely: {e}") from e
     if codes.dtype != np.int16 or codes.ndim != 2 or codes.shape[1] != n_codebooks or codes.shape[0] == 0:
-        raise ShardFormatError(f"{url}: sample {key!r} codes.npy is {codes.dtype} {list(codes.shape)}, expected "
-                               f"int16 [T>0, {n_codebooks}]")
+        raise ShardFormatError(
+            f"{url}: sample {key!r} codes.npy is {codes.dtype} {list(codes.shape)}, expected int16 [T>0, {n_codebooks}]"
+        )
     if int(codes.min()) < 0 or int(codes.max()) >= codebook_size:
-        raise ShardFormatError(f"{url}: sample {key!r} has codes outside 0..{codebook_size - 1} "
-                               f"(min {int(codes.min())}, max {int(codes.max())})")
-    if not isinstance(meta, dict) or meta.get("ytid") != key or meta.get("n_frames") != codes.shape[0] \
-            or not isinstance(meta.get("caption"), str) or not isinstance(meta.get("aspect_list"), list):
-        raise ShardFormatError(f"{url}: sample {key!r} json disagrees with the sample (ytid / n_frames / caption / "
-                               f"aspect_list); regenerate the shard")
+        raise ShardFormatError(
+            f"{url}: sample {key!r} has codes outside 0..{codebook_size - 1} "
+            f"(min {int(codes.min())}, max {int(codes.max())})"
+        )
+    if (
+        not isinstance(meta, dict)
+        or meta.get("ytid") != key
+        or meta.get("n_frames") != codes.shape[0]
+        or not isinstance(meta.get("caption"), str)
+        or not isinstance(meta.get("aspect_list"), list)
+    ):
+        raise ShardFormatError(
+            f"{url}: sample {key!r} json disagrees with the sample (ytid / n_frames / caption / "
+            f"aspect_list); regenerate the shard"
+        )
     aspects = tuple(str(a) for a in meta["aspect_list"])
     return Clip(key=key, caption=meta["caption"], aspects=aspects, codes=codes)  # codes: [T, K] int16
 
@@ -251,8 +272,9 @@ def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
             yield _decode_sample(sample, url, shard_set.n_codebooks, shard_set.codebook_size)
             n += 1
         if n != entry.n_samples:
-            raise ShardFormatError(f"{url}: {n} samples, but {shard_set.manifest_path} lists {entry.n_samples}; "
-                                   f"regenerate the shard set")
+            raise ShardFormatError(
+                f"{url}: {n} samples, but {shard_set.manifest_path} lists {entry.n_samples}; regenerate the shard set"
+            )
 
 
 def load_split(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: bool = False) -> list[Clip]:
@@ -263,8 +285,10 @@ def load_split(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: 
         verify_files(s, split, sha256=sha256)
         for clip in iter_clips(s, split):
             if clip.key in seen:
-                raise ShardFormatError(f"sample key {clip.key!r} appears in {seen[clip.key]} and {s.manifest_path}; "
-                                       f"keys must be unique across data.shards (the same set listed twice?)")
+                raise ShardFormatError(
+                    f"sample key {clip.key!r} appears in {seen[clip.key]} and {s.manifest_path}; "
+                    f"keys must be unique across data.shards (the same set listed twice?)"
+                )
             seen[clip.key] = s.manifest_path
             clips.append(clip)
             if max_clips and len(clips) >= max_clips:
@@ -272,12 +296,14 @@ def load_split(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: 
     return clips
 
 
-def open_shard_sets(paths: list[str], *, model_n_codebooks: int, model_codebook_size: int,
-                    audio_lm: str = "the audio LM") -> list[ShardSet]:
+def open_shard_sets(
+    paths: list[str], *, model_n_codebooks: int, model_codebook_size: int, audio_lm: str = "the audio LM"
+) -> list[ShardSet]:
     """read_manifest for every path + check_compatible; the startup check the recipe runs."""
     sets = [read_manifest(p) for p in paths]
-    check_compatible(sets, model_n_codebooks=model_n_codebooks, model_codebook_size=model_codebook_size,
-                     audio_lm=audio_lm)
+    check_compatible(
+        sets, model_n_codebooks=model_n_codebooks, model_codebook_size=model_codebook_size, audio_lm=audio_lm
+    )
     return sets
 
 
@@ -308,8 +334,10 @@ class SplitIndex:
 
     def nbytes(self) -> int:
         """Resident bytes of the per-clip arrays (the part that grows with the corpus)."""
-        return sum(a.nbytes for a in (self.shard, self.codes_offset, self.codes_size, self.json_offset,
-                                      self.json_size, self.keys))
+        return sum(
+            a.nbytes
+            for a in (self.shard, self.codes_offset, self.codes_size, self.json_offset, self.json_size, self.keys)
+        )
 
 
 _SCAN_FIELDS = ("keys", "codes_offset", "codes_size", "json_offset", "json_size")
@@ -378,8 +406,10 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
             with np.load(f, allow_pickle=False) as z:
                 return {k: z[k] for k in _SCAN_FIELDS}
         except (OSError, ValueError, KeyError) as e:
-            raise ShardFormatError(f"{f}: unreadable shard-index cache entry for {entry.tar} ({e}); delete the "
-                                   f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''")
+            raise ShardFormatError(
+                f"{f}: unreadable shard-index cache entry for {entry.tar} ({e}); delete the "
+                f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''"
+            ) from e
     scan = scan_shard(entry.tar)
     import os
 
@@ -390,8 +420,9 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
     return scan
 
 
-def build_index(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: bool = False,
-                cache: Path | None | str = "default") -> SplitIndex:
+def build_index(
+    sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: bool = False, cache: Path | None | str = "default"
+) -> SplitIndex:
     """Index `split` across `sets` from tar headers (no payload read); max_clips > 0 keeps the first N clips.
 
     Same checks as `load_split` that do not need the payload: files match the manifest (size, and sha256 if
@@ -409,28 +440,38 @@ def build_index(sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256:
                 break
             scan = _scan_cached(entry, cache_dir)
             if len(scan["keys"]) != entry.n_samples:
-                raise ShardFormatError(f"{entry.tar}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
-                                       f"{entry.n_samples}; regenerate the shard set")
+                raise ShardFormatError(
+                    f"{entry.tar}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
+                    f"{entry.n_samples}; regenerate the shard set"
+                )
             if max_clips:
                 scan = {k: v[: max_clips - n] for k, v in scan.items()}
             scan["shard"] = np.full(len(scan["keys"]), len(paths), dtype=np.int32)
             paths.append(str(entry.tar))
             parts.append(scan)
             n += len(scan["keys"])
-    cols = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64)
-            for k in (*_SCAN_FIELDS, "shard")}
+    cols = {
+        k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in (*_SCAN_FIELDS, "shard")
+    }
     if parts:
         uniq, counts = np.unique(cols["keys"], return_counts=True)
         if (counts > 1).any():
             dup = uniq[counts > 1][0].decode("ascii")
             where = sorted({paths[int(i)] for i in cols["shard"][cols["keys"] == uniq[counts > 1][0]]})
-            raise ShardFormatError(f"sample key {dup!r} appears more than once ({', '.join(where)}); keys must be "
-                                   f"unique across data.shards (the same set listed twice?)")
+            raise ShardFormatError(
+                f"sample key {dup!r} appears more than once ({', '.join(where)}); keys must be "
+                f"unique across data.shards (the same set listed twice?)"
+            )
     return SplitIndex(
-        shard_paths=tuple(paths), shard=cols["shard"].astype(np.int32), codes_offset=cols["codes_offset"],
-        codes_size=cols["codes_size"], json_offset=cols["json_offset"], json_size=cols["json_size"],
+        shard_paths=tuple(paths),
+        shard=cols["shard"].astype(np.int32),
+        codes_offset=cols["codes_offset"],
+        codes_size=cols["codes_size"],
+        json_offset=cols["json_offset"],
+        json_size=cols["json_size"],
         keys=cols["keys"] if parts else np.zeros(0, "S1"),
-        n_codebooks=sets[0].n_codebooks, codebook_size=sets[0].codebook_size,
+        n_codebooks=sets[0].n_codebooks,
+        codebook_size=sets[0].codebook_size,
     )
 
 
@@ -455,7 +496,8 @@ class ClipReader:
         if f is None:
             if len(self._files) >= self.max_open:
                 self._files.pop(next(iter(self._files))).close()  # type: ignore[attr-defined]
-            f = self._files[shard] = open(self.index.shard_paths[shard], "rb")
+            # an LRU of open handles kept across reads (closed on eviction and in close()): no `with` block
+            f = self._files[shard] = open(self.index.shard_paths[shard], "rb")  # noqa: SIM115
         return f
 
     def read(self, i: int) -> Clip:

@@ -10,6 +10,7 @@ workers nor of shards changes anything (each item is built from the index by ran
 DataLoader items are whole micro-batches (`batch_size=None`): a worker reads the codes, crops, tokenizes the
 captions and collates; `prefetch_factor` micro-batches per worker are built ahead of the step.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from adapter_trainer.data.caption_dropout import drop_caption
 from adapter_trainer.data.shards import Clip, ClipReader, SplitIndex
-from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
+from adapter_trainer.data.token_layout import AudioVocab, Batch, Example, collate, encode_example
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,25 @@ def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec) -> list[int]:
     return list(tokenizer(text_of(clip, spec.text), add_special_tokens=False)["input_ids"])[: spec.max_caption_tokens]
 
 
+def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip) -> Example:
+    """The deterministic eval sequence of a clip: cropped at the clip start, with the same audio budget whatever the
+    caption's length (max_seq_len - max_caption_tokens - 2 positions after BOS + AUDIO_START), so true and deranged
+    captions score exactly the same code targets."""
+    audio_budget = spec.max_seq_len - spec.max_caption_tokens - 2
+    return encode_example(
+        caption,
+        clip.codes,
+        vocab=spec.vocab,
+        pattern=spec.pattern,
+        bos_id=spec.bos_id,
+        max_seq_len=len(caption) + 2 + audio_budget,
+        max_caption_tokens=spec.max_caption_tokens,
+        crop="start",
+        rng=np.random.default_rng(0),
+        key=clip.key,
+    )
+
+
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """The seeded order of the train clips in `epoch` ([N] int64)."""
     return np.random.default_rng([seed, epoch]).permutation(n)
@@ -57,8 +77,17 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 class TrainBatches(Dataset):
     """Item `start` (a global example position) -> this rank's share of the micro-batch that starts there."""
 
-    def __init__(self, index: SplitIndex, tokenizer: Any, spec: ExampleSpec, *, seed: int, batch_size: int,
-                 rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        index: SplitIndex,
+        tokenizer: Any,
+        spec: ExampleSpec,
+        *,
+        seed: int,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         if len(index) == 0:
             raise ValueError("TrainBatches needs at least one train clip")
         self.reader = ClipReader(index)
@@ -92,12 +121,25 @@ class TrainBatches(Dataset):
             clip = self.reader.read(i)
             rng = np.random.default_rng([self.seed, epoch, index])
             # caption dropout draws from its own stream (seed, epoch, index, 1): crops stay as without it, resume exact
-            caption = drop_caption(caption_ids(self.tokenizer, clip, s), s.caption_dropout,
-                                   np.random.default_rng([self.seed, epoch, index, 1]))
-            examples.append(encode_example(caption, clip.codes, vocab=s.vocab,
-                                           pattern=s.pattern, bos_id=s.bos_id, max_seq_len=s.max_seq_len,
-                                           max_caption_tokens=s.max_caption_tokens, crop="random", rng=rng,
-                                           key=clip.key))
+            caption = drop_caption(
+                caption_ids(self.tokenizer, clip, s),
+                s.caption_dropout,
+                np.random.default_rng([self.seed, epoch, index, 1]),
+            )
+            examples.append(
+                encode_example(
+                    caption,
+                    clip.codes,
+                    vocab=s.vocab,
+                    pattern=s.pattern,
+                    bos_id=s.bos_id,
+                    max_seq_len=s.max_seq_len,
+                    max_caption_tokens=s.max_caption_tokens,
+                    crop="random",
+                    rng=rng,
+                    key=clip.key,
+                )
+            )
         return collate(examples, pad_id=s.pad_id)  # tokens/labels [B, S, J] long, masks [B, S] bool
 
 
@@ -114,11 +156,24 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
 
 
-def train_loader(dataset: TrainBatches, *, start: int, n_micro_batches: int, num_workers: int,
-                 prefetch_factor: int, pin_memory: bool = False) -> DataLoader:
+def train_loader(
+    dataset: TrainBatches,
+    *,
+    start: int,
+    n_micro_batches: int,
+    num_workers: int,
+    prefetch_factor: int,
+    pin_memory: bool = False,
+) -> DataLoader:
     """Micro-batches starting at global positions start, start + G, ... (G = global batch), in order."""
     positions = range(start, start + n_micro_batches * dataset.global_batch, dataset.global_batch)
-    return DataLoader(dataset, batch_size=None, sampler=positions, num_workers=num_workers,
-                      prefetch_factor=prefetch_factor if num_workers > 0 else None,
-                      worker_init_fn=_worker_init if num_workers > 0 else None,
-                      pin_memory=pin_memory, persistent_workers=False)
+    return DataLoader(
+        dataset,
+        batch_size=None,
+        sampler=positions,
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
+        worker_init_fn=_worker_init if num_workers > 0 else None,
+        pin_memory=pin_memory,
+        persistent_workers=False,
+    )

@@ -17,6 +17,7 @@ Labels are next-step targets: labels[p] = tokens[p + 1] where that target is a c
 IGNORE_INDEX everywhere else (text targets, the AUDIO_START target, AUDIO_PAD slots, the last position).
 So the loss never sees text: only the audio continuation is trained.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,9 +85,15 @@ class AudioVocab:
 
 @dataclass
 class Example:
-    tokens: torch.Tensor  # [S, J] long, combined-vocab ids; J = 1 (flatten) or K (delay). Text positions repeat their id in every slot.
-    is_audio: torch.Tensor  # [S] bool, True where the input token is in the audio range (AUDIO_START, codes, AUDIO_END, AUDIO_PAD)
-    labels: torch.Tensor  # [S, J] long, next-step target ids in the combined vocab, IGNORE_INDEX where no loss (text, pads)
+    tokens: (
+        torch.Tensor
+    )  # [S, J] long, combined-vocab ids; J = 1 (flatten) or K (delay). Text positions repeat their id in every slot.
+    is_audio: (
+        torch.Tensor
+    )  # [S] bool, True where the input token is in the audio range (AUDIO_START, codes, AUDIO_END, AUDIO_PAD)
+    labels: (
+        torch.Tensor
+    )  # [S, J] long, next-step target ids in the combined vocab, IGNORE_INDEX where no loss (text, pads)
     key: str  # sample key (ytid)
 
 
@@ -98,7 +105,7 @@ class Batch:
     attention_mask: torch.Tensor  # [B, S] bool, True = real token (right padding)
     keys: list[str]
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         """Move every tensor to `device` (non_blocking)."""
         return Batch(
             tokens=self.tokens.to(device, non_blocking=True),
@@ -271,7 +278,7 @@ def encode_example(
         parts.append(torch.full((1, J), vocab.audio_end, dtype=torch.long))  # [1, J]
     tokens = torch.cat(parts, dim=0).contiguous()  # [S, J]
     S = tokens.shape[0]
-    assert S <= max_seq_len, (S, max_seq_len)
+    assert max_seq_len >= S, (S, max_seq_len)
 
     is_audio = tokens[:, 0] >= vocab.audio_offset  # [S]; every slot of a position is in the same range
     labels = torch.full_like(tokens, IGNORE_INDEX)  # [S, J]
@@ -300,7 +307,9 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
         labels[b, :n] = e.labels
         is_audio[b, :n] = e.is_audio
         attention_mask[b, :n] = True
-    return Batch(tokens=tokens, is_audio=is_audio, labels=labels, attention_mask=attention_mask, keys=[e.key for e in examples])
+    return Batch(
+        tokens=tokens, is_audio=is_audio, labels=labels, attention_mask=attention_mask, keys=[e.key for e in examples]
+    )
 
 
 def decode_audio_tokens(tokens: torch.Tensor, *, vocab: AudioVocab, pattern: PatternName) -> np.ndarray:
@@ -310,7 +319,9 @@ def decode_audio_tokens(tokens: torch.Tensor, *, vocab: AudioVocab, pattern: Pat
     tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()
     J = n_slots(pattern, K)
     if tokens.ndim != 2 or tokens.shape[1] != J:
-        raise ValueError(f"decode_audio_tokens with pattern={pattern!r} expects [S_audio, {J}], got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"decode_audio_tokens with pattern={pattern!r} expects [S_audio, {J}], got {tuple(tokens.shape)}"
+        )
     if pattern == "flatten":
         if tokens.shape[0] % K:
             raise ValueError(f"flatten audio length {tokens.shape[0]} is not a multiple of K={K} (truncated frame?)")

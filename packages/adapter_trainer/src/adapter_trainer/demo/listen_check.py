@@ -5,6 +5,7 @@ fresh profile with networking extras off and writes a full-window screenshot, so
 captions, players and loss curve are visible without opening a browser. Opt-in (`make listen-check`), never
 part of `make test`: it needs a browser the test machines may not have.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,16 @@ from pathlib import Path
 
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
 
 
 class ChromiumNotFoundError(UserError, FileNotFoundError):
@@ -37,8 +46,14 @@ def render(page: Path, png: Path, width: int = 1200, height: int = 2400, timeout
     png.parent.mkdir(parents=True, exist_ok=True)
     png.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="listen-check-profile-") as profile:
-        cmd = [find_chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-               f"--screenshot={png.resolve()}", page.resolve().as_uri()]
+        cmd = [
+            find_chromium(),
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png.resolve()}",
+            page.resolve().as_uri(),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not png.is_file() or png.stat().st_size < 1000:
         raise RuntimeError(f"chromium did not write {png} (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -10,6 +10,7 @@ and the sampling speed. Inputs, all made by `make listen`:
     <run>/listen/reference/decoded.json      tokenizer_pipeline.decode of the eval split (optional)
     <run>/loss_curve.png, <run>/generation_report.json, <run>/generated/generation_stats.json (optional)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,9 +23,11 @@ from pathlib import Path
 
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 
-DEMO_NOTE = ("The demo codec's decoder has RANDOM weights (only its encoder's codebooks were fitted to the stand-in "
-             "corpus), so demo audio will not sound like music, generated or reference alike. The path is the real "
-             "one: with facebook/encodec_32khz shards and decoder the same page plays music.")
+DEMO_NOTE = (
+    "The demo codec's decoder has RANDOM weights (only its encoder's codebooks were fitted to the stand-in "
+    "corpus), so demo audio will not sound like music, generated or reference alike. The path is the real "
+    "one: with facebook/encodec_32khz shards and decoder the same page plays music."
+)
 
 
 def _read(path: Path) -> dict | None:
@@ -34,8 +37,10 @@ def _read(path: Path) -> dict | None:
 def _player(src: str | None, label: str) -> str:
     if src is None:
         return f'<div class="missing">{html.escape(label)}: not available</div>'
-    return (f'<div class="player"><span>{html.escape(label)}</span>'
-            f'<audio controls preload="metadata" src="{html.escape(src, quote=True)}"></audio></div>')
+    return (
+        f'<div class="player"><span>{html.escape(label)}</span>'
+        f'<audio controls preload="metadata" src="{html.escape(src, quote=True)}"></audio></div>'
+    )
 
 
 class MissingRunFilesError(UserError, FileNotFoundError):
@@ -50,7 +55,8 @@ def build_page(run_dir: Path, source_audio: Path | None = None) -> Path:
     if manifest is None or "generated" not in manifest or decoded is None:
         raise MissingRunFilesError(
             f"{run_dir}: need generated/manifest.json (python -m adapter_trainer.generate) and listen/generated/"
-            f"decoded.json (python -m tokenizer_pipeline.decode {run_dir / 'generated'} out_dir={listen / 'generated'})")
+            f"decoded.json (python -m tokenizer_pipeline.decode {run_dir / 'generated'} out_dir={listen / 'generated'})"
+        )
     reference = _read(listen / "reference" / "decoded.json") or {"clips": []}
     ref_wavs = {c["key"]: f"reference/{c['wav']}" for c in reference["clips"]}
     gen_wavs = {c["key"]: f"generated/{c['wav']}" for c in decoded["clips"]}
@@ -67,32 +73,45 @@ def build_page(run_dir: Path, source_audio: Path | None = None) -> Path:
         if source_audio is not None and src:
             hits = sorted(source_audio.glob(f"{src}.*"))
             orig = os.path.relpath(hits[0], listen) if hits else None
-        players = [_player(gen_wavs.get(c["key"]), "generated"), _player(ref_wavs.get(src), "reference (codec round trip)")]
+        players = [
+            _player(gen_wavs.get(c["key"]), "generated"),
+            _player(ref_wavs.get(src), "reference (codec round trip)"),
+        ]
         if source_audio is not None:
             players.append(_player(orig, "reference (source audio)"))
         frames = c.get("n_frames", 0)
         rows.append(
             f'<tr><td class="n">{i + 1}</td><td class="caption">{html.escape(c["caption"]) or "<i>(empty caption)</i>"}'
             f'<div class="meta">{html.escape(c["key"])} · {frames} frames'
-            f'{" · stopped at AUDIO_END" if c.get("ended_with_audio_end") else ""}</div></td>'
-            f'<td>{"".join(players)}</td></tr>')
+            f"{' · stopped at AUDIO_END' if c.get('ended_with_audio_end') else ''}</div></td>"
+            f"<td>{''.join(players)}</td></tr>"
+        )
 
     s = gen["sampling"]
-    facts = [f"checkpoint <code>{html.escape(str(gen['checkpoint']))}</code> (step {gen.get('checkpoint_step')})",
-             f"pattern {html.escape(gen['model']['pattern'])}; temperature {s['temperature']}, top-k {s['top_k']}, "
-             f"top-p {s['top_p']}, CFG scale {s['cfg_scale']}, seed {s['seed']}, {s['seconds']} s max",
-             f"codec <code>{html.escape(manifest['codec']['name_or_path'])}</code>, decoded at {decoded['sampling_rate']} Hz"]
+    facts = [
+        f"checkpoint <code>{html.escape(str(gen['checkpoint']))}</code> (step {gen.get('checkpoint_step')})",
+        f"pattern {html.escape(gen['model']['pattern'])}; temperature {s['temperature']}, top-k {s['top_k']}, "
+        f"top-p {s['top_p']}, CFG scale {s['cfg_scale']}, seed {s['seed']}, {s['seconds']} s max",
+        f"codec <code>{html.escape(manifest['codec']['name_or_path'])}</code>, decoded at {decoded['sampling_rate']} Hz",
+    ]
     if stats:
-        facts.append(f"sampling speed: {stats['positions_per_s']:.1f} positions/s ({stats['frames_per_s']:.1f} frames/s) "
-                     f"on {html.escape(stats['device'])}, batch {stats['batch_size']}")
+        facts.append(
+            f"sampling speed: {stats['positions_per_s']:.1f} positions/s ({stats['frames_per_s']:.1f} frames/s) "
+            f"on {html.escape(stats['device'])}, batch {stats['batch_size']}"
+        )
     if report:
         facts.append(
             f"attribute probe: accuracy with the clips' own captions {report['accuracy_true_captions']:.3f} "
             f"[{report['accuracy_true_captions_ci95'][0]:.3f}, {report['accuracy_true_captions_ci95'][1]:.3f}], with "
             f"deranged captions {report['accuracy_deranged_captions']:.3f}, chance {report['chance']:.3f}; "
-            f"probe ceiling on real eval clips {report['probe_ceiling_real_eval']:.3f}")
+            f"probe ceiling on real eval clips {report['probe_ceiling_real_eval']:.3f}"
+        )
     note = f'<p class="note">{html.escape(DEMO_NOTE)}</p>' if decoded.get("demo_codec") else ""
-    curve = '<h2>Loss curve</h2><img src="loss_curve.png" alt="loss curve">' if (listen / "loss_curve.png").is_file() else ""
+    curve = (
+        '<h2>Loss curve</h2><img src="loss_curve.png" alt="loss curve">'
+        if (listen / "loss_curve.png").is_file()
+        else ""
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Generated clips: {html.escape(run_dir.name)}</title>
 <style>

@@ -15,6 +15,7 @@ writes
 Both load back through `load_llm` / `load_musicgen_decoder`, the path real checkpoints take. Nothing here builds
 a T5 or an EnCodec model: the composite's sub-configs are configuration only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -156,7 +157,10 @@ def musicgen_small_layout_config(decoder: dict) -> MusicgenConfig:
 
 
 def write_llm(
-    out_dir: Path, seed: int, with_tokenizer: bool = True, captions: list[str] | None = None,
+    out_dir: Path,
+    seed: int,
+    with_tokenizer: bool = True,
+    captions: list[str] | None = None,
     pretrain: PretrainConfig | None = None,
 ) -> Path:
     """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the ~5 s conversion).
@@ -213,7 +217,7 @@ def write_musicgen(out_dir: Path, seed: int, max_shard_size: str | None = None) 
     for i, shard in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(mg_dir / fname), metadata=meta)
-        weight_map.update({name: fname for name in shard})
+        weight_map.update(dict.fromkeys(shard, fname))
     total = sum(t.numel() * t.element_size() for t in state.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (mg_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
@@ -229,7 +233,10 @@ def _parse_size(s: str) -> int:
 
 
 def write_demo_models(
-    out_dir: str | Path, seed: int = 0, captions_csv: str | Path | None = None, exclude_csv: str | Path | None = None,
+    out_dir: str | Path,
+    seed: int = 0,
+    captions_csv: str | Path | None = None,
+    exclude_csv: str | Path | None = None,
     pretrain: PretrainConfig | None = None,
 ) -> dict[str, Path]:
     """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed (and the CSVs).
@@ -260,9 +267,16 @@ def write_demo_models(
     lc, mc = tiny_llama_config(), tiny_musicgen_decoder_config()
     (out / "README.md").write_text(
         README.format(
-            kind=kind, llm_training=llm_training,
-            seed=seed, llm_hidden=lc.hidden_size, llm_layers=lc.num_hidden_layers, vocab=lc.vocab_size,
-            k=mc.num_codebooks, c=mc.vocab_size, mg_hidden=mc.hidden_size, mg_layers=mc.num_hidden_layers,
+            kind=kind,
+            llm_training=llm_training,
+            seed=seed,
+            llm_hidden=lc.hidden_size,
+            llm_layers=lc.num_hidden_layers,
+            vocab=lc.vocab_size,
+            k=mc.num_codebooks,
+            c=mc.vocab_size,
+            mg_hidden=mc.hidden_size,
+            mg_layers=mc.num_hidden_layers,
         )
     )
     return {"llm": llm_dir, "musicgen": mg_dir}
@@ -272,18 +286,27 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
     parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
-    parser.add_argument("--captions-csv", type=Path, default=None,
-                        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)")
-    parser.add_argument("--exclude-csv", type=Path, default=None,
-                        help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)")
+    parser.add_argument(
+        "--captions-csv",
+        type=Path,
+        default=None,
+        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)",
+    )
+    parser.add_argument(
+        "--exclude-csv",
+        type=Path,
+        default=None,
+        help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)",
+    )
     parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
     args = parser.parse_args(argv)
     for path in (args.captions_csv, args.exclude_csv):
         if path is not None and not path.is_file():
             parser.error(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
     pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
-    paths = write_demo_models(args.out, seed=args.seed, captions_csv=args.captions_csv, exclude_csv=args.exclude_csv,
-                              pretrain=pretrain)
+    paths = write_demo_models(
+        args.out, seed=args.seed, captions_csv=args.captions_csv, exclude_csv=args.exclude_csv, pretrain=pretrain
+    )
     kind = "LLM pretrained on captions" if args.captions_csv else "random init"
     print(f"wrote demo models ({kind}): llm={paths['llm']} musicgen={paths['musicgen']}")
 

@@ -13,6 +13,7 @@ restricted to those ids (rows that never occur get no gradient either way, and e
 but the step no longer touches a 16 M-row embedding and its optimizer state. The saved model is an ordinary
 LlamaForCausalLM; ids outside the captions keep their random init.
 """
+
 from __future__ import annotations
 
 import copy
@@ -65,7 +66,10 @@ def read_captions(csv_path: Path, exclude_csv: Path | None) -> tuple[list[str], 
 
 
 def pretrain_on_captions(
-    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, captions: list[str], cfg: PretrainConfig,
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    captions: list[str],
+    cfg: PretrainConfig,
     progress: bool = True,
 ) -> PretrainReport:
     """Train `model` in place as a causal LM on `captions` (BOS caption EOS); returns the loss summary."""
@@ -98,8 +102,9 @@ def _pretrain(model, tokenizer, captions, cfg: PretrainConfig, progress: bool) -
     small.train()
     decay = [p for n, p in small.named_parameters() if p.ndim >= 2 and "embed" not in n]
     other = [p for n, p in small.named_parameters() if p.ndim < 2 or "embed" in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95)
+    )
     g = torch.Generator().manual_seed(cfg.seed)
     order = torch.randperm(len(ids), generator=g)
     losses: list[float] = []
@@ -139,6 +144,8 @@ def _pretrain(model, tokenizer, captions, cfg: PretrainConfig, progress: bool) -
         model.model.embed_tokens.weight[used] = trained["model.embed_tokens.weight"]  # lm_head is tied to it
     model.eval()
     return PretrainReport(
-        n_captions=len(ids), n_token_ids=len(used), first_loss=losses[0],
+        n_captions=len(ids),
+        n_token_ids=len(used),
+        first_loss=losses[0],
         final_loss=sum(losses[-20:]) / len(losses[-20:]),
     )

@@ -3,11 +3,13 @@ and the report the recipe prints as its "learning check". No model code here; th
 
 Units: cross-entropies are in nats per code target; perplexity = exp(CE).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,8 +17,10 @@ import torch
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.errors import UserError
 
-
 MIN_GAIN_CLIPS = 30  # fewer eval clips: the caption-gain bootstrap interval is not trusted, the verdict is INSUFFICIENT
+
+
+TARGET_REL_PCT = 10.0  # the learning check's target: eval CE at least this % under the unigram baseline
 
 
 class EvalOverlapError(UserError, ValueError):
@@ -86,8 +90,13 @@ class CEAccumulator:
         self.sum_b: list[np.ndarray] = []
         self.n_b: list[np.ndarray] = []
 
-    def add(self, sum_k: torch.Tensor | np.ndarray, n_k: torch.Tensor | np.ndarray,
-            sum_b: torch.Tensor | np.ndarray, n_b: torch.Tensor | np.ndarray) -> None:
+    def add(
+        self,
+        sum_k: torch.Tensor | np.ndarray,
+        n_k: torch.Tensor | np.ndarray,
+        sum_b: torch.Tensor | np.ndarray,
+        n_b: torch.Tensor | np.ndarray,
+    ) -> None:
         """sum_k/n_k: [K]; sum_b/n_b: [B] (tensors on any device, or arrays)."""
         self.sum_k += _np(sum_k, np.float64)
         self.n_k += _np(n_k, np.int64)
@@ -101,8 +110,9 @@ class CEAccumulator:
         return TargetCE(self.sum_k.copy(), self.n_k.copy(), sum_b, n_b)
 
 
-def gather_target_ce(part: TargetCE, clip_ids: np.ndarray, n_clips: int,
-                     all_gather: Callable[[Any], list[Any]]) -> TargetCE:
+def gather_target_ce(
+    part: TargetCE, clip_ids: np.ndarray, n_clips: int, all_gather: Callable[[Any], list[Any]]
+) -> TargetCE:
     """Every rank's TargetCE over its eval clips -> the whole eval set's, per-example parts in clip order.
 
     Args:
@@ -115,13 +125,18 @@ def gather_target_ce(part: TargetCE, clip_ids: np.ndarray, n_clips: int,
     parts = all_gather((np.asarray(clip_ids, dtype=np.int64), part))
     ids = np.concatenate([p[0] for p in parts])  # [N]
     if not np.array_equal(np.sort(ids), np.arange(n_clips)):
-        raise RuntimeError(f"eval gather: ranks scored clips {np.sort(ids).tolist()}, expected each of 0..{n_clips - 1} "
-                           f"exactly once")
+        raise RuntimeError(
+            f"eval gather: ranks scored clips {np.sort(ids).tolist()}, expected each of 0..{n_clips - 1} exactly once"
+        )
     sum_b, n_b = np.zeros(n_clips, np.float64), np.zeros(n_clips, np.int64)
     sum_b[ids] = np.concatenate([p[1].sum_per_example for p in parts])
     n_b[ids] = np.concatenate([p[1].count_per_example for p in parts])
-    return TargetCE(np.sum([p[1].sum_per_codebook for p in parts], axis=0),
-                    np.sum([p[1].count_per_codebook for p in parts], axis=0).astype(np.int64), sum_b, n_b)
+    return TargetCE(
+        np.sum([p[1].sum_per_codebook for p in parts], axis=0),
+        np.sum([p[1].count_per_codebook for p in parts], axis=0).astype(np.int64),
+        sum_b,
+        n_b,
+    )
 
 
 def _np(x: torch.Tensor | np.ndarray, dtype: type) -> np.ndarray:
@@ -159,11 +174,17 @@ def average_runs(runs: list[TargetCE]) -> TargetCE:
     """Average several scorings of the SAME targets (e.g. one per caption derangement): sums averaged, counts kept."""
     first = runs[0]
     for r in runs[1:]:
-        if not (np.array_equal(r.count_per_example, first.count_per_example)
-                and np.array_equal(r.count_per_codebook, first.count_per_codebook)):
+        if not (
+            np.array_equal(r.count_per_example, first.count_per_example)
+            and np.array_equal(r.count_per_codebook, first.count_per_codebook)
+        ):
             raise RuntimeError("average_runs: the runs scored different targets; they must share the eval crop")
-    return TargetCE(np.mean([r.sum_per_codebook for r in runs], axis=0), first.count_per_codebook.copy(),
-                    np.mean([r.sum_per_example for r in runs], axis=0), first.count_per_example.copy())
+    return TargetCE(
+        np.mean([r.sum_per_codebook for r in runs], axis=0),
+        first.count_per_codebook.copy(),
+        np.mean([r.sum_per_example for r in runs], axis=0),
+        first.count_per_example.copy(),
+    )
 
 
 def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -176,7 +197,9 @@ def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
             return p
 
 
-def bootstrap_mean_ci(values: np.ndarray, n_resamples: int, seed: int, level: float = 0.95) -> tuple[float, float, float]:
+def bootstrap_mean_ci(
+    values: np.ndarray, n_resamples: int, seed: int, level: float = 0.95
+) -> tuple[float, float, float]:
     """Mean of `values` and a percentile-bootstrap interval over them (resampling the items with replacement)."""
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
@@ -214,11 +237,19 @@ class EvalReport:
 
     def scalars(self, prefix: str = "eval/") -> dict[str, float]:
         """Flat dict for MetricLogger.log_dict."""
-        out = {f"{prefix}ce": self.ce, f"{prefix}end_ce": self.end_ce, f"{prefix}unigram_ce": self.unigram_ce,
-               f"{prefix}rel_to_unigram_pct": self.rel_to_unigram_pct, f"{prefix}ce_shuffled": self.ce_shuffled,
-               f"{prefix}caption_gain": self.caption_gain, f"{prefix}caption_gain_lo": self.caption_gain_lo,
-               f"{prefix}caption_gain_hi": self.caption_gain_hi}
-        for k, (ce, ppl, uni) in enumerate(zip(self.ce_per_codebook, self.ppl_per_codebook, self.unigram_ce_per_codebook)):
+        out = {
+            f"{prefix}ce": self.ce,
+            f"{prefix}end_ce": self.end_ce,
+            f"{prefix}unigram_ce": self.unigram_ce,
+            f"{prefix}rel_to_unigram_pct": self.rel_to_unigram_pct,
+            f"{prefix}ce_shuffled": self.ce_shuffled,
+            f"{prefix}caption_gain": self.caption_gain,
+            f"{prefix}caption_gain_lo": self.caption_gain_lo,
+            f"{prefix}caption_gain_hi": self.caption_gain_hi,
+        }
+        for k, (ce, ppl, uni) in enumerate(
+            zip(self.ce_per_codebook, self.ppl_per_codebook, self.unigram_ce_per_codebook)
+        ):
             out[f"{prefix}ce_cb{k}"] = ce
             out[f"{prefix}ppl_cb{k}"] = ppl
             out[f"{prefix}unigram_ce_cb{k}"] = uni
@@ -232,12 +263,24 @@ def safe_div(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
-def make_report(*, step: int, model_true: TargetCE, model_shuf: TargetCE, unigram: TargetCE, end_ce_sum: float,
-                end_count: int, n_bootstrap: int, seed: int, n_overlap_clips: int = 0) -> EvalReport:
+def make_report(
+    *,
+    step: int,
+    model_true: TargetCE,
+    model_shuf: TargetCE,
+    unigram: TargetCE,
+    end_ce_sum: float,
+    end_count: int,
+    n_bootstrap: int,
+    seed: int,
+    n_overlap_clips: int = 0,
+) -> EvalReport:
     """Combine per-target sums into the report. Raises if the three runs did not score the same targets."""
     for name, other in (("shuffled-caption", model_shuf), ("unigram", unigram)):
-        if not (np.array_equal(model_true.count_per_codebook, other.count_per_codebook)
-                and np.array_equal(model_true.count_per_example, other.count_per_example)):
+        if not (
+            np.array_equal(model_true.count_per_codebook, other.count_per_codebook)
+            and np.array_equal(model_true.count_per_example, other.count_per_example)
+        ):
             raise RuntimeError(
                 f"the {name} run scored different targets than the true-caption run "
                 f"({other.count_per_example.tolist()} vs {model_true.count_per_example.tolist()}); "
@@ -253,32 +296,72 @@ def make_report(*, step: int, model_true: TargetCE, model_shuf: TargetCE, unigra
     per_clip_shuf = model_shuf.sum_per_example / model_shuf.count_per_example  # [N]
     gain, lo, hi = bootstrap_mean_ci(per_clip_shuf - per_clip_true, n_bootstrap, seed)
     return EvalReport(
-        step=step, n_clips=len(per_clip_true), n_code_targets=n_targets, ce=ce, ce_per_codebook=ce_k,
+        step=step,
+        n_clips=len(per_clip_true),
+        n_code_targets=n_targets,
+        ce=ce,
+        ce_per_codebook=ce_k,
         ppl_per_codebook=[math.exp(x) if math.isfinite(x) else float("nan") for x in ce_k],
-        end_ce=safe_div(end_ce_sum, end_count), unigram_ce=uni, unigram_ce_per_codebook=uni_k,
-        rel_to_unigram_pct=100.0 * (uni - ce) / uni, ce_shuffled=safe_div(float(model_shuf.sum_per_codebook.sum()), n_targets),
-        caption_gain=gain, caption_gain_lo=lo, caption_gain_hi=hi,
+        end_ce=safe_div(end_ce_sum, end_count),
+        unigram_ce=uni,
+        unigram_ce_per_codebook=uni_k,
+        rel_to_unigram_pct=100.0 * (uni - ce) / uni,
+        ce_shuffled=safe_div(float(model_shuf.sum_per_codebook.sum()), n_targets),
+        caption_gain=gain,
+        caption_gain_lo=lo,
+        caption_gain_hi=hi,
         caption_gain_verdict=caption_gain_verdict(len(per_clip_true), lo),
-        held_out=n_overlap_clips == 0, n_overlap_clips=n_overlap_clips,
+        held_out=n_overlap_clips == 0,
+        n_overlap_clips=n_overlap_clips,
     )
 
 
-def learning_check_text(r: EvalReport, *, target_rel_pct: float = 10.0) -> str:
+def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT) -> dict[str, Any]:
+    """The `learning_check` block of final_metrics.json: the headline figures and their verdicts."""
+    return {
+        "eval_ce": r.ce,
+        "unigram_ce": r.unigram_ce,
+        "rel_to_unigram_pct": r.rel_to_unigram_pct,
+        "target_rel_pct": target_rel_pct,
+        "rel_pass": r.rel_to_unigram_pct >= target_rel_pct,
+        "caption_gain": r.caption_gain,
+        "caption_gain_ci95": [r.caption_gain_lo, r.caption_gain_hi],
+        "caption_gain_pass": r.caption_gain_verdict == "PASS",
+        "caption_gain_verdict": r.caption_gain_verdict,
+        "held_out": r.held_out,
+        "eval_overlap_clips": r.n_overlap_clips,
+    }
+
+
+def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT) -> str:
     """The human-readable block printed at the end of training (honest: the figures decide PASS/FAIL)."""
     rel_ok = r.rel_to_unigram_pct >= target_rel_pct
-    split = ("held-out split" if r.held_out else
-             f"NOT held-out: {r.n_overlap_clips} eval clips are also train clips (data.allow_eval_overlap=true)")
-    gain_rule = ("interval above 0" if r.caption_gain_verdict != "INSUFFICIENT"
-                 else f"needs >= {MIN_GAIN_CLIPS} eval clips, got {r.n_clips}")
+    split = (
+        "held-out split"
+        if r.held_out
+        else f"NOT held-out: {r.n_overlap_clips} eval clips are also train clips (data.allow_eval_overlap=true)"
+    )
+    gain_rule = (
+        "interval above 0"
+        if r.caption_gain_verdict != "INSUFFICIENT"
+        else f"needs >= {MIN_GAIN_CLIPS} eval clips, got {r.n_clips}"
+    )
     lines = [
         "=" * 72,
         f"LEARNING CHECK ({split}, step {r.step}, {r.n_clips} clips, {r.n_code_targets} code targets)",
         f"  audio CE      {r.ce:.4f} nats/code   unigram baseline {r.unigram_ce:.4f}   "
         f"-> {r.rel_to_unigram_pct:+.1f}% vs unigram  [{'PASS' if rel_ok else 'FAIL'}: target >= {target_rel_pct:.0f}% under]",
-        "  per codebook  " + "  ".join(f"k{k}: {c:.3f} (uni {u:.3f}, ppl {p:.1f})" for k, (c, u, p) in
-                                       enumerate(zip(r.ce_per_codebook, r.unigram_ce_per_codebook, r.ppl_per_codebook))),
-        f"  END CE        {r.end_ce:.4f}" + ("  (no eval clip ends inside the eval window: raise data.max_seq_len)"
-                                              if not math.isfinite(r.end_ce) else ""),
+        "  per codebook  "
+        + "  ".join(
+            f"k{k}: {c:.3f} (uni {u:.3f}, ppl {p:.1f})"
+            for k, (c, u, p) in enumerate(zip(r.ce_per_codebook, r.unigram_ce_per_codebook, r.ppl_per_codebook))
+        ),
+        f"  END CE        {r.end_ce:.4f}"
+        + (
+            "  (no eval clip ends inside the eval window: raise data.max_seq_len)"
+            if not math.isfinite(r.end_ce)
+            else ""
+        ),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
         f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{r.caption_gain_verdict}: {gain_rule}]",
         "=" * 72,

@@ -17,6 +17,7 @@
 Writes generation_report.json: accuracy_true_captions, accuracy_deranged_captions, chance, bootstrap intervals
 (over clips) for the true accuracy and for true - deranged, probe_ceiling_real_eval, per-attribute figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,21 +30,61 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement
 from adapter_trainer.data.shards import Clip, ShardFormatError, load_split, read_manifest
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement
 
 # attribute -> (positive words, negative words or None = "absence is negative"); whole words / phrases, lowercase
 ATTRIBUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
-    "drums": (("drums", "drum", "drumming", "percussion", "percussive", "beat", "beats", "kick", "snare",
-               "hi hat", "hi-hat", "cymbal", "cymbals", "tambourine", "claps", "drum machine", "bongo", "bongos"), None),
-    "fast": (("fast", "upbeat", "uptempo", "up-tempo", "energetic", "dance", "danceable", "edm", "techno", "lively",
-              "quick", "high tempo"), ("slow", "mellow", "calm", "calming", "ballad", "relaxing", "relaxed", "lullaby",
-                                       "soothing", "slow tempo")),
-    "minor": (("sad", "melancholic", "melancholy", "dark", "minor", "sinister", "eerie", "haunting", "emotional"),
-              ("happy", "cheerful", "joyful", "uplifting", "bright", "major", "playful", "fun")),
+    "drums": (
+        (
+            "drums",
+            "drum",
+            "drumming",
+            "percussion",
+            "percussive",
+            "beat",
+            "beats",
+            "kick",
+            "snare",
+            "hi hat",
+            "hi-hat",
+            "cymbal",
+            "cymbals",
+            "tambourine",
+            "claps",
+            "drum machine",
+            "bongo",
+            "bongos",
+        ),
+        None,
+    ),
+    "fast": (
+        (
+            "fast",
+            "upbeat",
+            "uptempo",
+            "up-tempo",
+            "energetic",
+            "dance",
+            "danceable",
+            "edm",
+            "techno",
+            "lively",
+            "quick",
+            "high tempo",
+        ),
+        ("slow", "mellow", "calm", "calming", "ballad", "relaxing", "relaxed", "lullaby", "soothing", "slow tempo"),
+    ),
+    "minor": (
+        ("sad", "melancholic", "melancholy", "dark", "minor", "sinister", "eerie", "haunting", "emotional"),
+        ("happy", "cheerful", "joyful", "uplifting", "bright", "major", "playful", "fun"),
+    ),
     "piano": (("piano", "keyboard", "keyboards", "keys", "rhodes", "e-piano", "harpsichord"), None),
-    "guitar": (("guitar", "guitars", "e-guitar", "acoustic guitar", "electric guitar", "banjo", "ukulele", "mandolin"), None),
+    "guitar": (
+        ("guitar", "guitars", "e-guitar", "acoustic guitar", "electric guitar", "banjo", "ukulele", "mandolin"),
+        None,
+    ),
     "vocal": (("vocal", "vocals", "voice", "singer", "singing", "sings", "choir", "rapping", "rap"), None),
 }
 NAMES = tuple(ATTRIBUTES)
@@ -75,8 +116,9 @@ def clip_text(clip: Clip) -> str:
 
 def code_features(codes: np.ndarray, codebook_size: int) -> np.ndarray:
     """codes [T, K] -> features [len(PROBE_BOOKS) * C]: sqrt of the per-codebook code frequencies."""
-    hists = [np.bincount(codes[:, k].astype(np.int64), minlength=codebook_size) / max(1, codes.shape[0])
-             for k in PROBE_BOOKS]
+    hists = [
+        np.bincount(codes[:, k].astype(np.int64), minlength=codebook_size) / max(1, codes.shape[0]) for k in PROBE_BOOKS
+    ]
     return np.sqrt(np.concatenate(hists))  # [F]
 
 
@@ -88,7 +130,7 @@ class AttributeProbe:
     bias: torch.Tensor  # [A]
 
     @classmethod
-    def fit(cls, X: np.ndarray, Y: np.ndarray, l2: float = 1e-2, iters: int = 100) -> "AttributeProbe":
+    def fit(cls, X: np.ndarray, Y: np.ndarray, l2: float = 1e-2, iters: int = 100) -> AttributeProbe:
         """X [N, F] features, Y [N, A] labels with nan = undefined (masked out of the loss)."""
         mean, std = X.mean(0), X.std(0) + 1e-6
         x = torch.from_numpy((X - mean) / std).float()  # [N, F]
@@ -135,8 +177,16 @@ def chance_accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
     return float(total / max(weight, 1))
 
 
-def make_report(train: list[Clip], real_eval: list[Clip], generated: list[Clip], codebook_size: int, *,
-                derangements: int = 8, n_bootstrap: int = 1000, seed: int = 0) -> dict:
+def make_report(
+    train: list[Clip],
+    real_eval: list[Clip],
+    generated: list[Clip],
+    codebook_size: int,
+    *,
+    derangements: int = 8,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict:
     """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling)."""
     if len(generated) < 2:
         raise ValueError(f"the probe report needs >= 2 generated clips (got {len(generated)}) for derangements")
@@ -147,8 +197,9 @@ def make_report(train: list[Clip], real_eval: list[Clip], generated: list[Clip],
     pred = probe.predict(Xg)  # [N, A]
     acc_true = per_clip_accuracy(pred, Yg)  # [N]
     rng = np.random.default_rng(seed)
-    acc_der = np.nanmean(np.stack([per_clip_accuracy(pred, Yg[derangement(len(generated), rng)])
-                                   for _ in range(derangements)]), axis=0)  # [N]
+    acc_der = np.nanmean(
+        np.stack([per_clip_accuracy(pred, Yg[derangement(len(generated), rng)]) for _ in range(derangements)]), axis=0
+    )  # [N]
     ok = ~np.isnan(acc_true) & ~np.isnan(acc_der)
     mean_true, lo_true, hi_true = bootstrap_mean_ci(acc_true[ok], n_bootstrap, seed)
     diff, lo_diff, hi_diff = bootstrap_mean_ci(acc_true[ok] - acc_der[ok], n_bootstrap, seed + 1)
@@ -163,19 +214,26 @@ def make_report(train: list[Clip], real_eval: list[Clip], generated: list[Clip],
             "n_generated_labelled": int(d.sum()),
             "accuracy_generated": float((pred[d, a] == Yg[d, a]).mean()) if d.any() else None,
             "accuracy_real_eval": float((pred_e[de, a] == Ye[de, a]).mean()) if de.any() else None,
-            "positive_rate_train": float(np.nanmean(labels(train)[:, a])) if (~np.isnan(labels(train)[:, a])).any() else None,
+            "positive_rate_train": float(np.nanmean(labels(train)[:, a]))
+            if (~np.isnan(labels(train)[:, a])).any()
+            else None,
         }
     return {
-        "n_generated": len(generated), "n_scored": int(ok.sum()), "n_train": len(train), "n_real_eval": len(real_eval),
+        "n_generated": len(generated),
+        "n_scored": int(ok.sum()),
+        "n_train": len(train),
+        "n_real_eval": len(real_eval),
         "attributes": list(NAMES),
         "accuracy_true_captions": mean_true,
         "accuracy_true_captions_ci95": [lo_true, hi_true],
         "accuracy_deranged_captions": float(acc_der[ok].mean()),
-        "true_minus_deranged": diff, "true_minus_deranged_ci95": [lo_diff, hi_diff],
+        "true_minus_deranged": diff,
+        "true_minus_deranged_ci95": [lo_diff, hi_diff],
         "chance": chance_accuracy(pred, Yg),
         "probe_ceiling_real_eval": float(np.nanmean(acc_e)),
         "probe_chance_real_eval": chance_accuracy(pred_e, Ye),
-        "derangements": derangements, "bootstrap": n_bootstrap,
+        "derangements": derangements,
+        "bootstrap": n_bootstrap,
         "per_attribute": per_attr,
     }
 
@@ -196,12 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:  # ShardFormatError: a set that breaks the contract or mixes codecs
         print(f"adapter_trainer.probe: error: {e}", file=sys.stderr)
         return USER_ERROR_EXIT
-    print(f"probe: accuracy true captions {report['accuracy_true_captions']:.3f} "
-          f"[{report['accuracy_true_captions_ci95'][0]:.3f}, {report['accuracy_true_captions_ci95'][1]:.3f}], "
-          f"deranged {report['accuracy_deranged_captions']:.3f}, chance {report['chance']:.3f}, "
-          f"true - deranged {report['true_minus_deranged']:+.3f} [{report['true_minus_deranged_ci95'][0]:+.3f}, "
-          f"{report['true_minus_deranged_ci95'][1]:+.3f}]; probe ceiling on real eval clips "
-          f"{report['probe_ceiling_real_eval']:.3f} (chance {report['probe_chance_real_eval']:.3f}) -> {args.out}")
+    print(
+        f"probe: accuracy true captions {report['accuracy_true_captions']:.3f} "
+        f"[{report['accuracy_true_captions_ci95'][0]:.3f}, {report['accuracy_true_captions_ci95'][1]:.3f}], "
+        f"deranged {report['accuracy_deranged_captions']:.3f}, chance {report['chance']:.3f}, "
+        f"true - deranged {report['true_minus_deranged']:+.3f} [{report['true_minus_deranged_ci95'][0]:+.3f}, "
+        f"{report['true_minus_deranged_ci95'][1]:+.3f}]; probe ceiling on real eval clips "
+        f"{report['probe_ceiling_real_eval']:.3f} (chance {report['probe_chance_real_eval']:.3f}) -> {args.out}"
+    )
     return 0
 
 
@@ -209,11 +269,19 @@ def _probe(args: argparse.Namespace) -> dict:
     """Read both sets, score, write the report JSON; returns it."""
     real, gen = read_manifest(args.shards), read_manifest(args.generated)
     if (real.n_codebooks, real.codebook_size) != (gen.n_codebooks, gen.codebook_size):
-        raise ShardFormatError(f"{args.generated} has K x C = {gen.n_codebooks} x {gen.codebook_size}, {args.shards} "
-                         f"{real.n_codebooks} x {real.codebook_size}: the probe needs codes of the same codec")
-    report = make_report(load_split([real], args.train_split), load_split([real], args.eval_split),
-                         load_split([gen], "generated"), real.codebook_size, derangements=args.derangements,
-                         n_bootstrap=args.bootstrap, seed=args.seed)
+        raise ShardFormatError(
+            f"{args.generated} has K x C = {gen.n_codebooks} x {gen.codebook_size}, {args.shards} "
+            f"{real.n_codebooks} x {real.codebook_size}: the probe needs codes of the same codec"
+        )
+    report = make_report(
+        load_split([real], args.train_split),
+        load_split([real], args.eval_split),
+        load_split([gen], "generated"),
+        real.codebook_size,
+        derangements=args.derangements,
+        n_bootstrap=args.bootstrap,
+        seed=args.seed,
+    )
     report["shards"], report["generated"] = str(args.shards), str(args.generated)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -3,6 +3,7 @@
 A module of its own (not generate.py) so the dataclasses always live in an importable module: Hydra/OmegaConf
 resolve their annotations through `sys.modules[cls.__module__]`, which is not the script when run as __main__.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -10,6 +10,7 @@ from this config), samples codes for the captions (eval split / a text file / gi
 (default `<trainer.output_dir>/generated`). Decode it to audio in ANOTHER process:
 `python -m tokenizer_pipeline.decode <generated set> out_dir=...` (this process never builds a codec).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,14 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
         from adapter_trainer.data.streaming import text_of  # heavy imports stay inside the run (see run_generate)
 
         if len(eval_clips) < g.n:
-            raise ConfigError(f"generate.n={g.n} but split data.eval_split={cfg.data.eval_split!r} has only "
-                              f"{len(eval_clips)} clips; lower generate.n or use generate.captions=file")
-        return [{"caption": text_of(c, cfg.data.text),
-                 "aspects": list(c.aspects), "source_key": c.key} for c in eval_clips[:g.n]]
+            raise ConfigError(
+                f"generate.n={g.n} but split data.eval_split={cfg.data.eval_split!r} has only "
+                f"{len(eval_clips)} clips; lower generate.n or use generate.captions=file"
+            )
+        return [
+            {"caption": text_of(c, cfg.data.text), "aspects": list(c.aspects), "source_key": c.key}
+            for c in eval_clips[: g.n]
+        ]
     if g.captions == "file":
         path = Path(g.captions_file)  # type: ignore[arg-type]
         if not path.is_file():
@@ -66,8 +71,12 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     device = resolve_device(cfg.trainer.device)
     ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
     dec_cfg = load_audio_lm_config(cfg)
-    shard_sets = open_shard_sets(cfg.data.shards, model_n_codebooks=dec_cfg.num_codebooks,
-                                 model_codebook_size=dec_cfg.vocab_size, audio_lm=cfg.model.audio_lm)
+    shard_sets = open_shard_sets(
+        cfg.data.shards,
+        model_n_codebooks=dec_cfg.num_codebooks,
+        model_codebook_size=dec_cfg.vocab_size,
+        audio_lm=cfg.model.audio_lm,
+    )
     # Trainable tensors stay in model.dtype here (no fp32 master copies): generation only runs forward.
     built = build_mot_model(cfg, device, fp32_trainable=False)
     model, tokenizer, vocab = built.model.eval(), built.tokenizer, built.vocab
@@ -79,12 +88,16 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     except ResumeError as e:
         raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
     model.load_trainable_state_dict(ckpt.adapter)
-    eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []  # first n only
+    eval_clips = (
+        load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []
+    )  # first n only
     rows = _caption_rows(cfg, eval_clips)
 
     bos_id, pad_id = built.bos_id, built.pad_id
-    captions = [list(tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[:cfg.data.max_caption_tokens]
-                for r in rows]
+    captions = [
+        list(tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[: cfg.data.max_caption_tokens]
+        for r in rows
+    ]
     frame_rate = shard_sets[0].frame_rate
     max_frames = max(1, int(round(g.seconds * frame_rate)))
     sampling = SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale)
@@ -94,40 +107,90 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     seconds = 0.0
     for start in range(0, len(rows), g.batch_size):
         idx = list(range(start, min(start + g.batch_size, len(rows))))
-        res = generate_codes(model, [captions[i] for i in idx], vocab=vocab, pattern=cfg.data.pattern, bos_id=bos_id,
-                             pad_id=pad_id, max_frames=max_frames, sampling=sampling,
-                             row_seeds=[g.seed * 1_000_003 + i for i in idx], device=device)
+        res = generate_codes(
+            model,
+            [captions[i] for i in idx],
+            vocab=vocab,
+            pattern=cfg.data.pattern,
+            bos_id=bos_id,
+            pad_id=pad_id,
+            max_frames=max_frames,
+            sampling=sampling,
+            row_seeds=[g.seed * 1_000_003 + i for i in idx],
+            device=device,
+        )
         codes += res.codes
         ended += res.ended
         steps += res.steps * len(idx)
         seconds += res.seconds
-        print(f"generate: clips {idx[0]}..{idx[-1]}: {res.steps} steps in {res.seconds:.2f} s "
-              f"({res.positions_per_s:.1f} positions/s)")
+        print(
+            f"generate: clips {idx[0]}..{idx[-1]}: {res.steps} steps in {res.seconds:.2f} s "
+            f"({res.positions_per_s:.1f} positions/s)"
+        )
 
-    clips = [GeneratedClip(key=f"gen-{i:04d}" + (f"-{r['source_key']}" if r["source_key"] else ""),
-                           caption=r["caption"], aspects=r["aspects"], codes=c, source_key=r["source_key"],
-                           csv_row=0) for i, (r, c) in enumerate(zip(rows, codes))]
+    clips = [
+        GeneratedClip(
+            key=f"gen-{i:04d}" + (f"-{r['source_key']}" if r["source_key"] else ""),
+            caption=r["caption"],
+            aspects=r["aspects"],
+            codes=c,
+            source_key=r["source_key"],
+            csv_row=0,
+        )
+        for i, (r, c) in enumerate(zip(rows, codes))
+    ]
     out_dir = Path(g.out_dir) if g.out_dir else Path(cfg.trainer.output_dir) / "generated"
     source_manifest = json.loads(shard_sets[0].manifest_path.read_text(encoding="utf-8"))
     generated = {
-        "checkpoint": str(ckpt_dir), "checkpoint_step": ckpt.progress.step,
+        "checkpoint": str(ckpt_dir),
+        "checkpoint_step": ckpt.progress.step,
         "model": {"llm": cfg.model.llm, "audio_lm": cfg.model.audio_lm, "pattern": cfg.data.pattern},
         "source_shards": [str(s.root) for s in shard_sets],
         "source_manifest_sha256": [s.manifest_sha256 for s in shard_sets],
-        "sampling": {**asdict(sampling), "seed": g.seed, "seconds": g.seconds, "max_frames": max_frames,
-                     "batch_size": g.batch_size, "captions": g.captions},
-        "captions": [{"key": c.key, "caption": c.caption, "source_key": c.source_key, "n_frames": int(c.codes.shape[0]),
-                      "ended_with_audio_end": e} for c, e in zip(clips, ended)],
+        "sampling": {
+            **asdict(sampling),
+            "seed": g.seed,
+            "seconds": g.seconds,
+            "max_frames": max_frames,
+            "batch_size": g.batch_size,
+            "captions": g.captions,
+        },
+        "captions": [
+            {
+                "key": c.key,
+                "caption": c.caption,
+                "source_key": c.source_key,
+                "n_frames": int(c.codes.shape[0]),
+                "ended_with_audio_end": e,
+            }
+            for c, e in zip(clips, ended)
+        ],
     }
-    write_generated_set(out_dir, clips, source_manifest=source_manifest, generated=generated,
-                        config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True), overwrite=g.overwrite)
-    stats = {"clips": len(clips), "positions": steps, "seconds": seconds, "positions_per_s": steps / max(seconds, 1e-9),
-             "frames_per_s": sum(int(c.shape[0]) for c in codes) / max(seconds, 1e-9), "device": str(device),
-             "batch_size": g.batch_size, "cfg_scale": g.cfg_scale, "pattern": cfg.data.pattern}
+    write_generated_set(
+        out_dir,
+        clips,
+        source_manifest=source_manifest,
+        generated=generated,
+        config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
+        overwrite=g.overwrite,
+    )
+    stats = {
+        "clips": len(clips),
+        "positions": steps,
+        "seconds": seconds,
+        "positions_per_s": steps / max(seconds, 1e-9),
+        "frames_per_s": sum(int(c.shape[0]) for c in codes) / max(seconds, 1e-9),
+        "device": str(device),
+        "batch_size": g.batch_size,
+        "cfg_scale": g.cfg_scale,
+        "pattern": cfg.data.pattern,
+    }
     (out_dir / "generation_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    print(f"generate: wrote {len(clips)} clips to {out_dir} ({stats['positions_per_s']:.1f} positions/s, "
-          f"{stats['frames_per_s']:.1f} frames/s on {device}, cfg_scale={g.cfg_scale}); decode with "
-          f"`python -m tokenizer_pipeline.decode {out_dir} out_dir=...`")
+    print(
+        f"generate: wrote {len(clips)} clips to {out_dir} ({stats['positions_per_s']:.1f} positions/s, "
+        f"{stats['frames_per_s']:.1f} frames/s on {device}, cfg_scale={g.cfg_scale}); decode with "
+        f"`python -m tokenizer_pipeline.decode {out_dir} out_dir=...`"
+    )
     return stats
 
 

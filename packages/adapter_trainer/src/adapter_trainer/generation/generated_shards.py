@@ -6,6 +6,7 @@ and `<key>.json` (every SampleRecord field), `failures.jsonl` (empty), and `mani
 identity is copied verbatim from the training shards' manifest (so `python -m tokenizer_pipeline.decode` finds
 the codec whose weights hash matches), and an extra `generated` section says where the codes came from.
 """
+
 from __future__ import annotations
 
 import io
@@ -46,16 +47,35 @@ def _sample_json(clip: GeneratedClip, frame_rate: float) -> bytes:
     """Every field of the contract's `<ytid>.json`; CSV-only fields get neutral values for generated clips."""
     T, K = clip.codes.shape
     record = {
-        "ytid": clip.key, "start_s": 0.0, "end_s": T / frame_rate, "audioset_positive_labels": [],
-        "aspect_list": list(clip.aspects), "caption": clip.caption, "author_id": -1, "is_balanced_subset": False,
-        "is_audioset_eval": False, "split": SPLIT, "csv_row": clip.csv_row, "n_frames": T, "n_codebooks": K,
-        "duration_s": T / frame_rate, "source_file": "", "source_sha256": "",
+        "ytid": clip.key,
+        "start_s": 0.0,
+        "end_s": T / frame_rate,
+        "audioset_positive_labels": [],
+        "aspect_list": list(clip.aspects),
+        "caption": clip.caption,
+        "author_id": -1,
+        "is_balanced_subset": False,
+        "is_audioset_eval": False,
+        "split": SPLIT,
+        "csv_row": clip.csv_row,
+        "n_frames": T,
+        "n_codebooks": K,
+        "duration_s": T / frame_rate,
+        "source_file": "",
+        "source_sha256": "",
     }
     return json.dumps(record, ensure_ascii=False).encode("utf-8")
 
 
-def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, source_manifest: dict[str, Any],
-                        generated: dict[str, Any], config: dict[str, Any], overwrite: bool = False) -> Path:
+def write_generated_set(
+    out_dir: str | Path,
+    clips: list[GeneratedClip],
+    *,
+    source_manifest: dict[str, Any],
+    generated: dict[str, Any],
+    config: dict[str, Any],
+    overwrite: bool = False,
+) -> Path:
     """Write `clips` as `<out_dir>/generated/shard-NNNNNN.tar` + failures.jsonl + manifest.json. Returns out_dir.
 
     Raises:
@@ -65,8 +85,9 @@ def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, sour
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
-            raise ShardFormatError(f"{out} is not empty; pass generate.overwrite=true to replace it or choose "
-                                   f"another generate.out_dir")
+            raise ShardFormatError(
+                f"{out} is not empty; pass generate.overwrite=true to replace it or choose another generate.out_dir"
+            )
         shutil.rmtree(out)
     codec = source_manifest["codec"]
     K, C, frame_rate = int(codec["n_codebooks"]), int(codec["codebook_size"]), float(codec["frame_rate"])
@@ -75,23 +96,32 @@ def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, sour
             raise ShardFormatError(f"generated key {clip.key!r} must be non-empty without '.' or '/'")
         c = clip.codes
         if c.ndim != 2 or c.shape[1] != K or c.shape[0] == 0 or int(c.min()) < 0 or int(c.max()) >= C:
-            raise ShardFormatError(f"generated clip {clip.key}: codes {c.dtype} {c.shape} do not fit the codec "
-                                   f"(int16 [T>0, {K}] in 0..{C - 1})")
+            raise ShardFormatError(
+                f"generated clip {clip.key}: codes {c.dtype} {c.shape} do not fit the codec "
+                f"(int16 [T>0, {K}] in 0..{C - 1})"
+            )
     (out / SPLIT).mkdir(parents=True, exist_ok=True)
     entries = []
     for i in range(0, len(clips), MAX_PER_SHARD):
-        chunk = clips[i:i + MAX_PER_SHARD]
+        chunk = clips[i : i + MAX_PER_SHARD]
         rel = f"{SPLIT}/shard-{i // MAX_PER_SHARD:06d}.tar"
         tmp = out / f"{rel}.tmp"
         with tmp.open("wb") as f:
             writer = wds.TarWriter(f, mtime=0.0, user="", group="")  # fixed metadata: deterministic bytes
             for clip in chunk:
-                writer.write({"__key__": clip.key, "codes.npy": _npy_bytes(clip.codes),
-                              "json": _sample_json(clip, frame_rate)})
+                writer.write(
+                    {"__key__": clip.key, "codes.npy": _npy_bytes(clip.codes), "json": _sample_json(clip, frame_rate)}
+                )
             writer.close()
         os.replace(tmp, out / rel)
-        entries.append({"path": rel, "n_samples": len(chunk), "bytes": (out / rel).stat().st_size,
-                        "sha256": sha256_file(out / rel)})
+        entries.append(
+            {
+                "path": rel,
+                "n_samples": len(chunk),
+                "bytes": (out / rel).stat().st_size,
+                "sha256": sha256_file(out / rel),
+            }
+        )
     n_frames = int(sum(c.codes.shape[0] for c in clips))
     seconds = n_frames / frame_rate
     manifest = {
@@ -99,9 +129,17 @@ def write_generated_set(out_dir: str | Path, clips: list[GeneratedClip], *, sour
         "format_version": source_manifest["format_version"],
         "created_by": {"package": "adapter_trainer", "version": PACKAGE_VERSION},
         "codec": codec,  # verbatim: the decoder must be the codec that made the training codes
-        "codes": source_manifest.get("codes", {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}),
+        "codes": source_manifest.get(
+            "codes", {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}
+        ),
         "splits": {SPLIT: {"shards": entries, "n_samples": len(clips), "audio_seconds": seconds, "n_frames": n_frames}},
-        "totals": {"rows": len(clips), "encoded": len(clips), "failed": 0, "audio_seconds": seconds, "n_frames": n_frames},
+        "totals": {
+            "rows": len(clips),
+            "encoded": len(clips),
+            "failed": 0,
+            "audio_seconds": seconds,
+            "n_frames": n_frames,
+        },
         "failures": [],
         "source": {"csv": "", "csv_sha256": "", "audio_dir": ""},
         "config": config,

@@ -18,6 +18,7 @@ steps with pads forced into the slots that are done, exactly the tail `DelayPatt
 Reproducible: every row draws from its own `torch.Generator` seeded by `row_seeds[b]`, so a clip's sample does
 not depend on which other clips share its batch (up to float differences in batched logits).
 """
+
 from __future__ import annotations
 
 import time
@@ -41,8 +42,9 @@ class SamplingConfig:
 class StepModel(Protocol):
     """What the sampler needs from a model (mot.MoTAdapterModel.forward_step)."""
 
-    def forward_step(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor,
-                     cache: object | None) -> tuple[torch.Tensor, object]:
+    def forward_step(
+        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor, cache: object | None
+    ) -> tuple[torch.Tensor, object]:
         """tokens [B, S_new, J], is_audio [B, S_new], attention_mask [B, S_past + S_new] -> logits [B, S_new, H, size]."""
         ...
 
@@ -94,8 +96,8 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     mask = torch.zeros((len(prompts), P), dtype=torch.bool)  # [B, P]
     for b, p in enumerate(prompts):
         if p:
-            ids[b, P - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[b, P - len(p):] = True
+            ids[b, P - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[b, P - len(p) :] = True
     return ids, mask
 
 
@@ -158,7 +160,7 @@ def generate_codes(
             allowed[:, 0, C] = step >= 1
         else:
             k = step % K
-            allowed[:, 0, k * C:(k + 1) * C] = True
+            allowed[:, 0, k * C : (k + 1) * C] = True
             allowed[:, 0, K * C] = k == 0 and step >= 1  # END only at a frame boundary, after >= 1 frame
         drawn = sample_rows(guided.masked_fill(~allowed, float("-inf")), sampling, generators)  # [B, H]
 
@@ -183,12 +185,14 @@ def generate_codes(
                 new[b, 0] = V + idx
                 audio[b].append(new[b])
         if all(f >= 0 for f in frames) and all(
-                len(audio[b]) >= (frames[b] + K - 1 if pattern == "delay" else frames[b] * K) for b in range(B)):
+            len(audio[b]) >= (frames[b] + K - 1 if pattern == "delay" else frames[b] * K) for b in range(B)
+        ):
             break
         feed = torch.cat([new, new], dim=0) if use_cfg else new  # [R, J]: both CFG branches get the same tokens
         mask = torch.cat([mask, torch.ones((R, 1), dtype=torch.bool, device=mask.device)], dim=1)  # [R, S + 1]
-        logits, cache = model.forward_step(feed[:, None].to(device), torch.ones((R, 1), dtype=torch.bool, device=device),
-                                           mask, cache)  # [R, 1, H, size]
+        logits, cache = model.forward_step(
+            feed[:, None].to(device), torch.ones((R, 1), dtype=torch.bool, device=device), mask, cache
+        )  # [R, 1, H, size]
     seconds = time.perf_counter() - t0
 
     codes = []
@@ -198,5 +202,6 @@ def generate_codes(
         seq = torch.stack(audio[b])  # [S_b, J]
         codes.append(decode_audio_tokens(seq, vocab=vocab, pattern=pattern))  # [T_b, K] int16
     steps = step + 1
-    return GenerationResult(codes=codes, ended=ended, steps=steps, seconds=seconds,
-                            positions_per_s=B * steps / max(seconds, 1e-9))
+    return GenerationResult(
+        codes=codes, ended=ended, steps=steps, seconds=seconds, positions_per_s=B * steps / max(seconds, 1e-9)
+    )

@@ -5,6 +5,7 @@ the one place the MoT adapter is assembled (training and generation both call it
 (`MusicgenForCausalLM`) out of a `facebook/musicgen-small`-style composite checkpoint. Neither ever
 constructs MusicGen's T5 text encoder or its EnCodec audio codec: this process only sees integer codes.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,11 +93,14 @@ def tiny_llama_config() -> LlamaConfig:
 
 def tiny_musicgen_decoder_config() -> MusicgenDecoderConfig:
     """A tiny MusicGen decoder: 4 codebooks x 2048 codes (like musicgen-small), hidden 64, 6 layers, 4 heads, ffn 256."""
-    return _musicgen_decoder_config(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, ffn_dim=256, dropout=0.0)
+    return _musicgen_decoder_config(
+        hidden_size=64, num_hidden_layers=6, num_attention_heads=4, ffn_dim=256, dropout=0.0
+    )
 
 
-def _musicgen_decoder_config(*, hidden_size: int, num_hidden_layers: int, num_attention_heads: int, ffn_dim: int,
-                             dropout: float) -> MusicgenDecoderConfig:
+def _musicgen_decoder_config(
+    *, hidden_size: int, num_hidden_layers: int, num_attention_heads: int, ffn_dim: int, dropout: float
+) -> MusicgenDecoderConfig:
     """musicgen-small's decoder layout (4 codebooks x 2048 codes, pad/bos id 2048, mono, gelu) at the given sizes."""
     return MusicgenDecoderConfig(
         vocab_size=2048,  # C
@@ -136,8 +140,14 @@ def _llama3_rope() -> dict:
 def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype not in table:
         raise ValueError(f"unknown dtype {dtype!r}; allowed: {sorted(table)}")
     return table[dtype]
@@ -145,7 +155,9 @@ def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 def _looks_like_path(name_or_path: str | os.PathLike) -> bool:
     s = str(name_or_path)
-    return isinstance(name_or_path, Path) or s.startswith(("/", "./", "../", "~")) or s.count("/") > 1 or os.sep * 2 in s
+    return (
+        isinstance(name_or_path, Path) or s.startswith(("/", "./", "../", "~")) or s.count("/") > 1 or os.sep * 2 in s
+    )
 
 
 def _not_available(what: str, name_or_path: str | os.PathLike, err: Exception) -> OSError:
@@ -187,7 +199,9 @@ def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.f
             f"needs a Llama (model_type 'llama', e.g. meta-llama/Llama-3.2-1B)"
         )
     try:
-        return LlamaForCausalLM.from_pretrained(str(name_or_path), dtype=_resolve_dtype(dtype), attn_implementation="sdpa")
+        return LlamaForCausalLM.from_pretrained(
+            str(name_or_path), dtype=_resolve_dtype(dtype), attn_implementation="sdpa"
+        )
     except OSError as e:
         raise _not_available("LLM", name_or_path, e) from e
 
@@ -253,7 +267,9 @@ def load_musicgen_decoder(
         )
     mismatched = info.get("mismatched_keys", [])
     if mismatched:
-        raise ValueError(f"MusicGen decoder tensors with the wrong shape in {str(name_or_path)!r}: {list(mismatched)[:8]}")
+        raise ValueError(
+            f"MusicGen decoder tensors with the wrong shape in {str(name_or_path)!r}: {list(mismatched)[:8]}"
+        )
     return model
 
 
@@ -262,8 +278,9 @@ def musicgen_small_decoder_config() -> MusicgenDecoderConfig:
 
     For shape documentation and the real-size benchmark (random weights): the weights come from `load_musicgen_decoder`.
     """
-    return _musicgen_decoder_config(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, ffn_dim=4096,
-                                    dropout=0.1)
+    return _musicgen_decoder_config(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, ffn_dim=4096, dropout=0.1
+    )
 
 
 def upcast_trainable_to_fp32(model: torch.nn.Module) -> int:

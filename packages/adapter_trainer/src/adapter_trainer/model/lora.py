@@ -3,6 +3,7 @@
 Hand-written (about 20 lines) rather than peft: peft wraps a whole `nn.Linear`, so its delta would also reach text
 positions; here the delta is a separate module the MoT layer adds to audio rows only.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,9 @@ class LoRADelta(nn.Module):
     def __init__(self, in_features: int, out_features: int, rank: int, alpha: float, like: torch.Tensor) -> None:
         super().__init__()
         if rank <= 0:
-            raise ValueError(f"LoRA rank must be > 0 (got {rank}); set model.mot.lora_rank>=1 with audio_attention=lora")
+            raise ValueError(
+                f"LoRA rank must be > 0 (got {rank}); set model.mot.lora_rank>=1 with audio_attention=lora"
+            )
         self.rank, self.scaling = rank, alpha / rank
         self.lora_A = nn.Linear(in_features, rank, bias=False, device=like.device, dtype=like.dtype)
         self.lora_B = nn.Linear(rank, out_features, bias=False, device=like.device, dtype=like.dtype)

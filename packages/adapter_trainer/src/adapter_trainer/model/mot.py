@@ -28,6 +28,7 @@ table over the audio range (K*C codes + START/END/PAD), summing the J slot embed
 Heads (audio positions only): delay -> K heads over C + 1 (codes of codebook k, then AUDIO_END);
 flatten -> one head over K*C + 1 (code (k, c) at k*C + c, then AUDIO_END).
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,8 +42,8 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
-from adapter_trainer.model.lora import LoRADelta
 from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, n_slots
+from adapter_trainer.model.lora import LoRADelta
 
 
 @dataclass
@@ -82,7 +83,9 @@ class AudioExpert(nn.Module):
     MoT layers may share one MusicGen layer when the LLM is deeper than the audio LM.
     """
 
-    def __init__(self, d_llm: int, d_audio: int, eps: float, musicgen_layer: nn.Module, norm_init: torch.Tensor) -> None:
+    def __init__(
+        self, d_llm: int, d_audio: int, eps: float, musicgen_layer: nn.Module, norm_init: torch.Tensor
+    ) -> None:
         super().__init__()
         w = norm_init
         self.norm = LlamaRMSNorm(d_llm, eps=eps).to(device=w.device, dtype=w.dtype)
@@ -101,8 +104,6 @@ class AudioExpert(nn.Module):
         a = self.down(self.norm(h))  # [N, d_audio]
         a = self.fc2(self.act(self.fc1(self.ffn_norm(a))))  # [N, d_audio]
         return self.up(a)  # [N, d_llm]
-
-
 
 
 @dataclass
@@ -154,7 +155,9 @@ class MoTLayer(nn.Module):
         audio_attention: "shared" | "lora" | "separate" (module docstring).
     """
 
-    def __init__(self, llm_layer: nn.Module, expert: AudioExpert, audio_attention: str, lora_rank: int, lora_alpha: float) -> None:
+    def __init__(
+        self, llm_layer: nn.Module, expert: AudioExpert, audio_attention: str, lora_rank: int, lora_alpha: float
+    ) -> None:
         super().__init__()
         self.llm_layer = llm_layer
         self.audio = expert
@@ -164,14 +167,20 @@ class MoTLayer(nn.Module):
         w = attn.q_proj.weight
         if audio_attention == "lora":
             self.audio_lora = nn.ModuleDict(
-                {name: LoRADelta(getattr(attn, name).in_features, getattr(attn, name).out_features, lora_rank, lora_alpha, w)
-                 for name in ("q_proj", "v_proj")}
+                {
+                    name: LoRADelta(
+                        getattr(attn, name).in_features, getattr(attn, name).out_features, lora_rank, lora_alpha, w
+                    )
+                    for name in ("q_proj", "v_proj")
+                }
             )
         elif audio_attention == "separate":
             # Copies of the Llama layer's norm and projections: the audio rows start exactly as under "shared".
             self.audio_attn = nn.ModuleDict(
-                {"input_layernorm": copy.deepcopy(llm_layer.input_layernorm),
-                 **{name: copy.deepcopy(getattr(attn, name)) for name in ("q_proj", "k_proj", "v_proj", "o_proj")}}
+                {
+                    "input_layernorm": copy.deepcopy(llm_layer.input_layernorm),
+                    **{name: copy.deepcopy(getattr(attn, name)) for name in ("q_proj", "k_proj", "v_proj", "o_proj")},
+                }
             ).requires_grad_(True)
 
     def _qkv(self, flat: torch.Tensor, idx_text: torch.Tensor, idx_audio: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -194,7 +203,9 @@ class MoTLayer(nn.Module):
         )
 
     @staticmethod
-    def _route(yt: torch.Tensor, ya: torch.Tensor, n: int, idx_text: torch.Tensor, idx_audio: torch.Tensor) -> torch.Tensor:
+    def _route(
+        yt: torch.Tensor, ya: torch.Tensor, n: int, idx_text: torch.Tensor, idx_audio: torch.Tensor
+    ) -> torch.Tensor:
         """Text rows yt [N_text, F] and audio rows ya [N_audio, F] -> [n, F] in position order."""
         out = yt.new_zeros(n, yt.shape[1])  # [B*S, F]
         return out.index_copy(0, idx_text, yt).index_copy(0, idx_audio, ya.to(yt.dtype))  # [B*S, F]
@@ -223,13 +234,23 @@ class MoTLayer(nn.Module):
             k = torch.cat([past[0], k], dim=2)  # [B, KV, S_past + S, hd]
             v = torch.cat([past[1], v], dim=2)
         o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=allowed, scale=self.scaling, enable_gqa=True,
+            q,
+            k,
+            v,
+            attn_mask=allowed,
+            scale=self.scaling,
+            enable_gqa=True,
             dropout_p=attn.attention_dropout if self.training else 0.0,
         )  # [B, H, S, hd]
         o = o.transpose(1, 2).reshape(B * S, -1)  # [B, H, S, hd] -> [B*S, H*hd]
         if self.audio_attention == "separate":
-            o = self._route(attn.o_proj(o.index_select(0, idx_text)), self.audio_attn["o_proj"](o.index_select(0, idx_audio)),
-                            B * S, idx_text, idx_audio)  # [B*S, D]
+            o = self._route(
+                attn.o_proj(o.index_select(0, idx_text)),
+                self.audio_attn["o_proj"](o.index_select(0, idx_audio)),
+                B * S,
+                idx_text,
+                idx_audio,
+            )  # [B*S, D]
         else:
             o = attn.o_proj(o)  # [B*S, D]
         flat = flat + o.to(flat.dtype)  # [B*S, D]
@@ -257,7 +278,9 @@ class MoTAdapterModel(nn.Module):
         ValueError: sizes of vocab / layer_map / init names that do not match the models (message says which).
     """
 
-    def __init__(self, llm: LlamaForCausalLM, audio_lm: MusicgenForCausalLM, vocab: AudioVocab, pattern: str, cfg: MoTConfig):
+    def __init__(
+        self, llm: LlamaForCausalLM, audio_lm: MusicgenForCausalLM, vocab: AudioVocab, pattern: str, cfg: MoTConfig
+    ):
         super().__init__()
         lcfg, acfg = llm.config, audio_lm.config
         K, C = vocab.n_codebooks, vocab.codebook_size
@@ -305,8 +328,16 @@ class MoTAdapterModel(nn.Module):
         self.layers = nn.ModuleList(
             MoTLayer(
                 llm.model.layers[l],
-                AudioExpert(d_llm, d_audio, lcfg.rms_norm_eps, mg_layers[layer_map[l]], llm.model.layers[l].post_attention_layernorm.weight.detach()),
-                cfg.audio_attention, cfg.lora_rank, cfg.lora_alpha,
+                AudioExpert(
+                    d_llm,
+                    d_audio,
+                    lcfg.rms_norm_eps,
+                    mg_layers[layer_map[l]],
+                    llm.model.layers[l].post_attention_layernorm.weight.detach(),
+                ),
+                cfg.audio_attention,
+                cfg.lora_rank,
+                cfg.lora_alpha,
             )
             for l in range(L)
         )
@@ -318,13 +349,17 @@ class MoTAdapterModel(nn.Module):
         n_codes = vocab.n_codes
         # ---- audio embeddings: one table over the audio range [V, V + K*C + 3)
         if cfg.audio_embed_init == "musicgen":
-            codes = torch.cat([e.weight.detach()[:C] for e in audio_lm.model.decoder.embed_tokens], dim=0)  # [K*C, d_audio]
+            codes = torch.cat(
+                [e.weight.detach()[:C] for e in audio_lm.model.decoder.embed_tokens], dim=0
+            )  # [K*C, d_audio]
             self.code_embed = nn.Parameter(codes.clone())  # [K*C, d_audio] trainable, initialised from MusicGen's rows
             self.embed_adapter = nn.Linear(d_audio, d_llm, bias=False, device=dev, dtype=dt)  # trainable
             with torch.no_grad():  # scale so mapped code embeddings have the text embeddings' std
                 sample = self.embed_adapter(codes[:: max(1, n_codes // 1024)])  # [<=1024, d_llm]
                 self.embed_adapter.weight.mul_(text_std / max(float(sample.float().std()), 1e-8))
-            self.special_embed = nn.Parameter(torch.randn(3, d_llm, device=dev, dtype=dt) * cfg.random_init_scale * text_std)  # [3, d_llm] START, END, PAD
+            self.special_embed = nn.Parameter(
+                torch.randn(3, d_llm, device=dev, dtype=dt) * cfg.random_init_scale * text_std
+            )  # [3, d_llm] START, END, PAD
         else:
             self.audio_embed = nn.Embedding(vocab.n_audio_ids, d_llm, device=dev, dtype=dt)
             nn.init.normal_(self.audio_embed.weight, std=cfg.random_init_scale * text_std)
@@ -339,7 +374,9 @@ class MoTAdapterModel(nn.Module):
             # own modules stay frozen and untouched.
             self.audio_out_norm = copy.deepcopy(audio_lm.model.decoder.layer_norm).requires_grad_(True)
             self.lm_heads = copy.deepcopy(audio_lm.lm_heads).requires_grad_(True)  # K x Linear(d_audio, C)
-            self.end_head = nn.Parameter(torch.randn(self.n_heads, d_audio, device=dev, dtype=dt) * 0.02)  # [H, d_audio]
+            self.end_head = nn.Parameter(
+                torch.randn(self.n_heads, d_audio, device=dev, dtype=dt) * 0.02
+            )  # [H, d_audio]
         else:
             self.head = nn.Linear(d_llm, self.n_heads * self.head_size, bias=False, device=dev, dtype=dt)
             nn.init.normal_(self.head.weight, std=0.02)  # small: near-uniform logits at init
@@ -348,7 +385,7 @@ class MoTAdapterModel(nn.Module):
     def embed(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
         """tokens [B, S, J], is_audio [B, S] -> input embeddings [B, S, D]."""
         B, S, J = tokens.shape
-        if J != self.n_slots:
+        if self.n_slots != J:
             raise ValueError(f"tokens have J={J} slots but pattern={self.pattern!r} needs {self.n_slots}")
         V = self.vocab.text_vocab_size
         text_ids = torch.where(is_audio, torch.zeros_like(tokens[..., 0]), tokens[..., 0])  # [B, S]
@@ -410,7 +447,9 @@ class MoTAdapterModel(nn.Module):
             values.append(v)
         return self.llm.model.norm(h), MoTKVCache(keys, values)  # [B, S, D]
 
-    def hidden_states(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden_states(
+        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """tokens [B, S, J], is_audio [B, S], attention_mask [B, S] (True = real; None = all real) -> h [B, S, D].
 
         h is final-normed. Left or right padding: real positions get the same values either way.
@@ -420,7 +459,11 @@ class MoTAdapterModel(nn.Module):
         return self._trunk(tokens, is_audio, attention_mask, None)[0]
 
     def forward_step(
-        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor, cache: MoTKVCache | None = None
+        self,
+        tokens: torch.Tensor,
+        is_audio: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: MoTKVCache | None = None,
     ) -> tuple[torch.Tensor, MoTKVCache]:
         """Incremental forward for generation: new positions against the cache of the earlier ones.
 
@@ -456,7 +499,9 @@ class MoTAdapterModel(nn.Module):
             return torch.cat([codes, end[..., None]], dim=-1)  # [N, K, C + 1]
         return torch.cat([codes.reshape(N, 1, -1), end[..., None]], dim=-1)  # [N, K, C] -> [N, 1, K*C + 1]
 
-    def forward(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """tokens [B, S, J], is_audio [B, S], attention_mask [B, S] (None = all real) -> logits [B, S, H, head_size].
 
         Text positions hold zeros. delay: [B, S, K, C + 1]; flatten: [B, S, 1, K*C + 1].
@@ -519,9 +564,13 @@ class MoTAdapterModel(nn.Module):
         ce_d = ce.detach()
         example = (idx // S)[:, None].expand_as(book)  # [N, J] batch row of each target
         ce_book = torch.zeros(K, device=ce.device).index_add(0, book[is_code], ce_d[is_code])  # [K]
-        n_book = torch.zeros(K, dtype=torch.long, device=ce.device).index_add(0, book[is_code], torch.ones_like(book[is_code]))
+        n_book = torch.zeros(K, dtype=torch.long, device=ce.device).index_add(
+            0, book[is_code], torch.ones_like(book[is_code])
+        )
         ce_ex = torch.zeros(B, device=ce.device).index_add(0, example[is_code], ce_d[is_code])  # [B]
-        n_ex = torch.zeros(B, dtype=torch.long, device=ce.device).index_add(0, example[is_code], torch.ones_like(book[is_code]))
+        n_ex = torch.zeros(B, dtype=torch.long, device=ce.device).index_add(
+            0, example[is_code], torch.ones_like(book[is_code])
+        )
         return LossOutput(
             loss=loss,
             ce_sum_per_codebook=ce_book,
@@ -532,7 +581,7 @@ class MoTAdapterModel(nn.Module):
             end_count=is_end.sum(),
         )
 
-    def train(self, mode: bool = True) -> "MoTAdapterModel":
+    def train(self, mode: bool = True) -> MoTAdapterModel:
         """Train mode for the trainable modules only: frozen modules (the Llama and the referenced MusicGen blocks)
         stay in eval(), so their dropout never fires, whatever their configs say. A module counts as trainable when
         it owns a parameter with requires_grad (LoRA A/B inside the frozen attention, adapters, audio norms/heads)."""
@@ -555,8 +604,11 @@ class MoTAdapterModel(nn.Module):
         audio output norm and lm_heads. Everything else trainable (down/up adapters, LoRA, random-init tables) is new."""
         in_layer = (".audio_attn.", ".audio.norm.", ".audio.ffn_norm.", ".audio.fc1.", ".audio.fc2.")
         prefixes = ("code_embed", "audio_out_norm.", "lm_heads.")
-        return [p for name, p in self.named_parameters()
-                if p.requires_grad and (any(s in name for s in in_layer) or name.startswith(prefixes))]
+        return [
+            p
+            for name, p in self.named_parameters()
+            if p.requires_grad and (any(s in name for s in in_layer) or name.startswith(prefixes))
+        ]
 
     # ------------------------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
@@ -574,7 +626,9 @@ class MoTAdapterModel(nn.Module):
             )
         for name, p in params.items():
             if tuple(state[name].shape) != tuple(p.shape):
-                raise ValueError(f"adapter tensor {name}: checkpoint shape {tuple(state[name].shape)} != model {tuple(p.shape)}")
+                raise ValueError(
+                    f"adapter tensor {name}: checkpoint shape {tuple(state[name].shape)} != model {tuple(p.shape)}"
+                )
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(state[name].to(device=p.device, dtype=p.dtype))

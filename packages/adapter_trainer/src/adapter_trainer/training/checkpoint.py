@@ -20,6 +20,7 @@ AdamW's moments and the step count. Every changed value is printed (`optimizer_c
 A fresh run (no trainer.resume) refuses an output_dir that already holds checkpoints, so `resume=latest` can
 never later pick a stale one; trainer.overwrite=true deletes them first (`prepare_output_dir`).
 """
+
 from __future__ import annotations
 
 import json
@@ -132,13 +133,17 @@ def find_checkpoint(resume: str, output_dir: str | Path) -> Path:
         root = Path(output_dir) / CKPT_DIRNAME
         steps = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
         if not steps:
-            raise ResumeError(f"trainer.resume=latest but {root} holds no step-* checkpoint; set trainer.output_dir "
-                              f"to the run to continue, pass trainer.resume=/path/to/step-XXXXXX, or drop trainer.resume")
+            raise ResumeError(
+                f"trainer.resume=latest but {root} holds no step-* checkpoint; set trainer.output_dir "
+                f"to the run to continue, pass trainer.resume=/path/to/step-XXXXXX, or drop trainer.resume"
+            )
         return steps[-1]
     path = Path(resume)
     if not (path / "progress.json").is_file():
-        raise ResumeError(f"trainer.resume={resume}: {path / 'progress.json'} not found; pass a "
-                          f"checkpoints/step-XXXXXX directory or trainer.resume=latest")
+        raise ResumeError(
+            f"trainer.resume={resume}: {path / 'progress.json'} not found; pass a "
+            f"checkpoints/step-XXXXXX directory or trainer.resume=latest"
+        )
     return path
 
 
@@ -239,11 +244,17 @@ def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module,
     """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
     c = cfg
     return {
-        "model.llm": c.model.llm, "model.audio_lm": c.model.audio_lm, "model.dtype": c.model.dtype,
-        "model.mot": mot_fields(c), "data.pattern": c.data.pattern,
+        "model.llm": c.model.llm,
+        "model.audio_lm": c.model.audio_lm,
+        "model.dtype": c.model.dtype,
+        "model.mot": mot_fields(c),
+        "data.pattern": c.data.pattern,
         # the example order (epoch shuffle, crops) and the sequences themselves:
-        "trainer.seed": c.trainer.seed, "data.text": c.data.text, "data.max_seq_len": c.data.max_seq_len,
-        "data.max_caption_tokens": c.data.max_caption_tokens, "data.caption_dropout": c.data.caption_dropout,
+        "trainer.seed": c.trainer.seed,
+        "data.text": c.data.text,
+        "data.max_seq_len": c.data.max_seq_len,
+        "data.max_caption_tokens": c.data.max_caption_tokens,
+        "data.caption_dropout": c.data.caption_dropout,
         "vocab": [vocab.text_vocab_size, vocab.n_codebooks, vocab.codebook_size],
         "trainable_shapes": {k: list(v.shape) for k, v in model.trainable_state_dict().items()},
         "data.manifest_sha256": [s.manifest_sha256 for s in shard_sets],

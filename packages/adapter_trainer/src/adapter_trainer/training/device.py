@@ -23,7 +23,9 @@ def resolve_device(requested: str) -> torch.device:
     try:
         dev = torch.device(requested)
     except RuntimeError as e:
-        raise ConfigError(f"trainer.device={requested!r} is not a device ({e}); use auto, cpu, cuda, cuda:N or mps") from e
+        raise ConfigError(
+            f"trainer.device={requested!r} is not a device ({e}); use auto, cpu, cuda, cuda:N or mps"
+        ) from e
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": has_mps}
     if dev.type not in available:
         raise ConfigError(f"trainer.device={requested!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
@@ -33,17 +35,21 @@ def resolve_device(requested: str) -> torch.device:
             f"Override it: trainer.device=cpu (or trainer.device=auto to pick the best available device)"
         )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"trainer.device={requested}: only {torch.cuda.device_count()} CUDA device(s); "
-                          f"use trainer.device=cuda:0 or trainer.device=auto")
+        raise ConfigError(
+            f"trainer.device={requested}: only {torch.cuda.device_count()} CUDA device(s); "
+            f"use trainer.device=cuda:0 or trainer.device=auto"
+        )
     return dev
 
 
 def check_precision(precision: str, device: torch.device) -> None:
     """fp16 only on CUDA (needs a GradScaler); bf16 on CUDA only where the GPU supports it."""
     if precision == "fp16" and device.type != "cuda":
-        raise ConfigError(f"trainer.precision=fp16 needs CUDA (loss scaling with a GradScaler); on {device.type} use "
-                          f"trainer.precision=bf16 with model.dtype=bfloat16 (or float32), or trainer.precision=fp32 "
-                          f"with model.dtype=float32")
+        raise ConfigError(
+            f"trainer.precision=fp16 needs CUDA (loss scaling with a GradScaler); on {device.type} use "
+            f"trainer.precision=bf16 with model.dtype=bfloat16 (or float32), or trainer.precision=fp32 "
+            f"with model.dtype=float32"
+        )
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("trainer.precision=bf16 is not supported by this GPU; use trainer.precision=fp16 or fp32")
 

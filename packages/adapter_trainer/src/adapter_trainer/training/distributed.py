@@ -14,9 +14,11 @@ model (the frozen towers included: it broadcasts every parameter and buffer at c
 gradient accumulation, needs `no_sync()` on all but the last micro-batch. A manual all-reduce over the
 trainable list does exactly what the math needs and nothing else (nanoGPT's comment on `no_sync` applies).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -52,6 +54,19 @@ class RankInfo:
     @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
+
+    def run_on_main(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on rank 0 alone; an exception it raises (a refusal, an OSError) is raised on every rank, so no
+        rank waits in a collective for a rank 0 that gave up."""
+        error: Exception | None = None
+        if self.is_main:
+            try:
+                fn()
+            except Exception as e:  # re-raised just below, on every rank
+                error = e
+        error = self.broadcast_object(error)
+        if error is not None:
+            raise error
 
     def barrier(self) -> None:
         if self.is_distributed:
@@ -111,7 +126,7 @@ def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     with torch.no_grad():
         for t in tensors:
             n = t.numel()
-            t.copy_(flat[offset:offset + n].view_as(t))
+            t.copy_(flat[offset : offset + n].view_as(t))
             offset += n
 
 
@@ -120,8 +135,10 @@ def device_for_rank(device: torch.device, info: RankInfo) -> torch.device:
     if info.is_distributed and device.type == "cuda":
         n = torch.cuda.device_count()
         if info.local_rank >= n:
-            raise RuntimeError(f"LOCAL_RANK={info.local_rank} but this node has {n} CUDA device(s); launch torchrun "
-                               f"with --nproc_per_node={n} or fewer")
+            raise RuntimeError(
+                f"LOCAL_RANK={info.local_rank} but this node has {n} CUDA device(s); launch torchrun "
+                f"with --nproc_per_node={n} or fewer"
+            )
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
     return device
@@ -132,8 +149,12 @@ def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInf
     world = env_world_size()
     if world <= 1:
         return RankInfo()
-    info = RankInfo(rank=env_rank(), world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                    local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    info = RankInfo(
+        rank=env_rank(),
+        world_size=world,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+    )
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))

@@ -1,10 +1,12 @@
 """Metric loggers behind one small Protocol (torchtune style): JSONL, TensorBoard, and a fan-out of both."""
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 Scalar = float | int
 
@@ -29,8 +31,11 @@ class JsonlLogger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if truncate_after_step is not None and self.path.exists():
-            kept = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln)["step"] <= truncate_after_step]
+            kept = [
+                ln
+                for ln in self.path.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["step"] <= truncate_after_step
+            ]
             self.path.write_text("".join(ln + "\n" for ln in kept))
         elif truncate_after_step is None and self.path.exists():
             self.path.unlink()  # fresh run in an existing dir: start a fresh file

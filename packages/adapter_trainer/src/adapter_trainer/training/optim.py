@@ -23,8 +23,9 @@ class WarmupCosine:
         return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def param_groups(trainable: list[torch.nn.Parameter], copies: list[torch.nn.Parameter],
-                 opt: OptimizerConfig) -> list[dict[str, Any]]:
+def param_groups(
+    trainable: list[torch.nn.Parameter], copies: list[torch.nn.Parameter], opt: OptimizerConfig
+) -> list[dict[str, Any]]:
     """AdamW groups: new parameters (decay / no decay, lr) first, then copies of pretrained weights (decay / no decay,
     lr x opt.pretrained_copy_lr_scale) when there are any. Weight decay only on >= 2-D tensors.
 
@@ -32,17 +33,22 @@ def param_groups(trainable: list[torch.nn.Parameter], copies: list[torch.nn.Para
     """
     copy_ids = {id(p) for p in copies}
     new = [p for p in trainable if id(p) not in copy_ids]
-    groups = [{"params": [p for p in new if p.ndim >= 2], "weight_decay": opt.weight_decay},
-              {"params": [p for p in new if p.ndim < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in new if p.ndim >= 2], "weight_decay": opt.weight_decay},
+        {"params": [p for p in new if p.ndim < 2], "weight_decay": 0.0},
+    ]
     if copies:
         lr = opt.lr * opt.pretrained_copy_lr_scale
-        groups += [{"params": [p for p in copies if p.ndim >= 2], "weight_decay": opt.weight_decay, "lr": lr},
-                   {"params": [p for p in copies if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
+        groups += [
+            {"params": [p for p in copies if p.ndim >= 2], "weight_decay": opt.weight_decay, "lr": lr},
+            {"params": [p for p in copies if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
+        ]
     return groups
 
 
-def build_optimizer(trainable: list[torch.nn.Parameter], copies: list[torch.nn.Parameter],
-                    opt: OptimizerConfig) -> torch.optim.AdamW:
+def build_optimizer(
+    trainable: list[torch.nn.Parameter], copies: list[torch.nn.Parameter], opt: OptimizerConfig
+) -> torch.optim.AdamW:
     """AdamW over `param_groups` (fp32 master weights: the trainable tensors are fp32 whatever model.dtype is)."""
     return torch.optim.AdamW(param_groups(trainable, copies, opt), lr=opt.lr, betas=(opt.betas[0], opt.betas[1]))
 

@@ -7,8 +7,9 @@ log) stays in the recipe so it reads top to bottom; this is the part tests drive
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -18,10 +19,18 @@ from adapter_trainer.data.token_layout import IGNORE_INDEX, Batch
 def batch_facts(batch: Batch) -> dict[str, dict[str, Any]]:
     """dtype / requires_grad / grad_fn of each batch tensor (the recipe's invariant check; tests read it too)."""
     return {
-        name: {"dtype": str(t.dtype), "requires_grad": bool(t.requires_grad), "has_grad_fn": t.grad_fn is not None,
-               "is_floating_point": bool(t.is_floating_point())}
-        for name, t in (("tokens", batch.tokens), ("is_audio", batch.is_audio), ("labels", batch.labels),
-                        ("attention_mask", batch.attention_mask))
+        name: {
+            "dtype": str(t.dtype),
+            "requires_grad": bool(t.requires_grad),
+            "has_grad_fn": t.grad_fn is not None,
+            "is_floating_point": bool(t.is_floating_point()),
+        }
+        for name, t in (
+            ("tokens", batch.tokens),
+            ("is_audio", batch.is_audio),
+            ("labels", batch.labels),
+            ("attention_mask", batch.attention_mask),
+        )
     }
 
 
@@ -48,10 +57,15 @@ class WindowStats:
     n_tokens: int  # non-pad input positions
 
 
-def backward_window(model: torch.nn.Module, batches: list[Batch], *,
-                    autocast: Callable[[], contextlib.AbstractContextManager],
-                    scaler: torch.amp.GradScaler | None = None, n_window: int | None = None,
-                    step: int = 0) -> WindowStats:
+def backward_window(
+    model: torch.nn.Module,
+    batches: list[Batch],
+    *,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    scaler: torch.amp.GradScaler | None = None,
+    n_window: int | None = None,
+    step: int = 0,
+) -> WindowStats:
     """Forward + backward every micro-batch; the gradients add up to those of ONE batch holding all of them.
 
     Each micro-batch's loss is its summed CE / `n_window` (default: the targets in `batches`), so a target weighs
@@ -69,8 +83,10 @@ def backward_window(model: torch.nn.Module, batches: list[Batch], *,
         n_batch = out.count_per_codebook.sum() + out.end_count  # [] the targets out.loss is the mean over
         loss = out.loss * (n_batch / max(n_window, 1))  # [] this micro-batch's summed CE / n_window
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
-                                     f"optimizer.warmup_steps or use trainer.precision=fp32")
+            raise FloatingPointError(
+                f"non-finite loss {loss.item()} at step {step}; lower optimizer.lr, raise "
+                f"optimizer.warmup_steps or use trainer.precision=fp32"
+            )
         if scaler is not None:
             scaler.scale(loss).backward()
         else:
@@ -79,5 +95,6 @@ def backward_window(model: torch.nn.Module, batches: list[Batch], *,
         ce_k += out.ce_sum_per_codebook.detach().double().cpu()
         n_k += out.count_per_codebook.detach().cpu()
         n_tok += int(batch.attention_mask.sum())
-    return WindowStats(loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k,
-                       n_tokens=n_tok)
+    return WindowStats(
+        loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k, n_tokens=n_tok
+    )

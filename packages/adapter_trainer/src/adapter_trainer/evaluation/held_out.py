@@ -1,0 +1,132 @@
+"""Score held-out clips for the learning check: the model's CE with each clip's own caption, with deranged captions
+(the caption gain) and under the unigram baseline, on exactly the same code targets.
+
+Deterministic: every clip's sequence is `data.streaming.eval_example` (crop at the start, one audio budget whatever
+the caption's length). Under torchrun each rank scores its share of the clips once; the per-clip values are
+gathered in clip order, so the bootstrap sees what one process computes. The model is only called
+(`compute_loss`), never built here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from adapter_trainer.data.shards import ClipReader, SplitIndex
+from adapter_trainer.data.streaming import ExampleSpec, caption_ids, eval_example
+from adapter_trainer.data.token_layout import collate
+from adapter_trainer.evaluation.learning_check import (
+    CEAccumulator,
+    EvalReport,
+    average_runs,
+    derangement,
+    gather_target_ce,
+    make_report,
+    unigram_ce,
+    unigram_log_probs,
+)
+
+
+def unigram_baseline(index: SplitIndex, n_codebooks: int, codebook_size: int, max_clips: int = 0) -> np.ndarray:
+    """[K, C] unigram log-probs of the codes of up to `max_clips` clips of `index`, evenly spaced (0 = all)."""
+    n = len(index)
+    ids = (
+        range(n)
+        if max_clips == 0 or max_clips >= n
+        else np.unique(np.linspace(0, n - 1, max_clips).round().astype(np.int64))
+    )
+    reader = ClipReader(index)
+    try:
+        return unigram_log_probs((reader.read(int(i)).codes for i in ids), n_codebooks, codebook_size)
+    finally:
+        reader.close()
+
+
+class HeldOutEval:
+    """The eval clips, their tokenized captions and the fixed caption derangements of one run."""
+
+    def __init__(
+        self,
+        index: SplitIndex,
+        tokenizer: Any,
+        spec: ExampleSpec,
+        unigram_logp: np.ndarray,
+        *,
+        n_derangements: int,
+        seed: int,
+    ) -> None:
+        self.index, self.spec, self.unigram_logp = index, spec, unigram_logp  # unigram_logp: [K, C]
+        self.reader = ClipReader(index)
+        # Captions once, as small int arrays (every derangement needs all of them); codes are read per eval batch.
+        self.captions = [
+            np.asarray(caption_ids(tokenizer, self.reader.read(i), spec), dtype=np.int64) for i in range(len(index))
+        ]
+        # Several derangements, averaged: one shuffle alone makes the per-clip gain depend on which caption a clip
+        # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
+        shuffle_rng = np.random.default_rng([seed, 7])
+        self.perms = [derangement(len(index), shuffle_rng) for _ in range(n_derangements)]
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        model: torch.nn.Module,
+        *,
+        step: int,
+        batch_size: int,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        rank: int = 0,
+        world_size: int = 1,
+        all_gather: Callable[[Any], list[Any]] = lambda x: [x],
+        n_bootstrap: int,
+        seed: int,
+        n_overlap_clips: int = 0,
+    ) -> EvalReport:
+        """Score this rank's share of the clips with `model` and return the gathered report (same on every rank).
+        The model's train/eval mode is restored afterwards."""
+        was_training = model.training
+        model.eval()
+        K = self.spec.vocab.n_codebooks
+        runs = [("true", None), *((f"shuf{r}", perm) for r, perm in enumerate(self.perms))]
+        sums = {name: CEAccumulator(K) for name in [*(n for n, _ in runs), "uni"]}
+        end_sum, end_n = 0.0, 0
+        n_eval = len(self.index)
+        mine = np.array_split(np.arange(n_eval), world_size)[rank]  # this rank's clips, each once
+        for start in range(0, len(mine), batch_size):
+            ids = [int(i) for i in mine[start : start + batch_size]]
+            clips = {i: self.reader.read(i) for i in ids}
+            for name, perm in runs:
+                caps = [self.captions[i if perm is None else int(perm[i])].tolist() for i in ids]
+                examples = [eval_example(self.spec, cap, clips[i]) for cap, i in zip(caps, ids)]
+                batch = collate(examples, pad_id=self.spec.pad_id).to(device)
+                with autocast():
+                    out = model.compute_loss(batch)
+                sums[name].add(
+                    out.ce_sum_per_codebook, out.count_per_codebook, out.ce_sum_per_example, out.count_per_example
+                )
+                if name == "true":
+                    end_sum += float(out.end_ce_sum)
+                    end_n += int(out.end_count)
+                    u = unigram_ce(batch.labels, self.spec.vocab, self.unigram_logp)
+                    sums["uni"].add(u.sum_per_codebook, u.count_per_codebook, u.sum_per_example, u.count_per_example)
+        # Per-clip values from every rank, in clip order: the bootstrap sees what one process would compute.
+        final = {k: gather_target_ce(v.result(), mine, n_eval, all_gather) for k, v in sums.items()}
+        end_parts = all_gather((end_sum, end_n))
+        end_sum, end_n = sum(p[0] for p in end_parts), sum(p[1] for p in end_parts)
+        model.train(was_training)
+        shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
+        return make_report(
+            step=step,
+            model_true=final["true"],
+            model_shuf=shuffled,
+            unigram=final["uni"],
+            end_ce_sum=end_sum,
+            end_count=end_n,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            n_overlap_clips=n_overlap_clips,
+        )
