@@ -50,11 +50,11 @@ def example(vocab: AudioVocab, n_caption: int, n_frames: int, seed: int, pattern
     )
 
 
-def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) -> TrainConfig:
-    """+experiment=demo on the tiny demo models / a synthetic shard set, small and quiet, plus overrides."""
-    from hydra import compose, initialize_config_dir
-
-    base = [
+def tiny_demo_overrides(models: dict[str, Path], shards: Path, out: Path, *extra: str) -> list[str]:
+    """Hydra overrides for +experiment=demo on the tiny demo models and a synthetic shard set: 48-token windows,
+    batch 2, a log line every step, no eval or checkpoint during training, no progress bar, no TensorBoard.
+    `extra` comes last, so it wins over these (Hydra applies overrides in order)."""
+    return [
         "+experiment=demo",
         f"model.llm={models['llm']}",
         f"model.audio_lm={models['musicgen']}",
@@ -68,11 +68,23 @@ def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) 
         "trainer.ckpt_every=0",
         "trainer.progress_bar=false",
         "trainer.tensorboard=false",
+        *extra,
+    ]
+
+
+def make_cfg(models: dict[str, Path], shards: Path, out: Path, *overrides: str) -> TrainConfig:
+    """The composed TrainConfig of `tiny_demo_overrides` (200 bootstrap draws, 1 derangement, CPU) plus overrides."""
+    from hydra import compose, initialize_config_dir
+
+    base = tiny_demo_overrides(
+        models,
+        shards,
+        out,
         "trainer.eval_bootstrap=200",
         "trainer.eval_caption_shuffles=1",
         "optimizer.warmup_steps=3",
         "trainer.device=cpu",
-    ]
+    )
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         return to_train_config(compose("config", overrides=base + list(overrides)))
 

@@ -21,6 +21,7 @@ from adapter_trainer.generation.generate import run_generate, to_generate_config
 from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
+from tests.trainer.helpers import tiny_demo_overrides
 
 
 @pytest.fixture(scope="module")
@@ -29,24 +30,9 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def overrides(models: dict[str, Path], shards: Path, out: Path) -> list[str]:
-    return [
-        "+experiment=demo",
-        f"model.llm={models['llm']}",
-        f"model.audio_lm={models['musicgen']}",
-        f"data.shards=[{shards}]",
-        f"trainer.output_dir={out}",
-        "data.max_seq_len=48",
-        "data.max_caption_tokens=12",
-        "trainer.batch_size=2",
-        "trainer.log_every=1",
-        "trainer.eval_every=0",
-        "trainer.ckpt_every=0",
-        "trainer.progress_bar=false",
-        "trainer.tensorboard=false",
-        "trainer.eval_bootstrap=50",
-        "optimizer.warmup_steps=1",
-        "data.caption_dropout=0.5",
-    ]
+    return tiny_demo_overrides(
+        models, shards, out, "trainer.eval_bootstrap=50", "optimizer.warmup_steps=1", "data.caption_dropout=0.5"
+    )
 
 
 def compose(config: str, args: list[str]):

@@ -19,32 +19,24 @@ from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
 from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
-from tests.trainer.helpers import run_recipe_recording_keys
+from tests.trainer.helpers import run_recipe_recording_keys, tiny_demo_overrides
 
 STEPS, GLOBAL_BATCH = 4, 4
 
 
 def overrides(models: dict[str, Path], shards: Path, out: Path, batch_size: int, *extra: str) -> list[str]:
-    return [
-        "+experiment=demo",
-        f"model.llm={models['llm']}",
-        f"model.audio_lm={models['musicgen']}",
-        f"data.shards=[{shards}]",
-        f"trainer.output_dir={out}",
-        "data.max_seq_len=48",
-        "data.max_caption_tokens=12",
+    return tiny_demo_overrides(
+        models,
+        shards,
+        out,
         f"trainer.batch_size={batch_size}",
-        "trainer.log_every=1",
-        "trainer.eval_every=0",
         "trainer.ckpt_every=2",
         f"trainer.max_steps={STEPS}",
-        "trainer.progress_bar=false",
-        "trainer.tensorboard=false",
         "trainer.eval_bootstrap=200",
         "trainer.eval_caption_shuffles=2",
         "optimizer.warmup_steps=2",
         *extra,
-    ]
+    )
 
 
 def compose(ov: list[str]) -> TrainConfig:

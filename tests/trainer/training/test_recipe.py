@@ -23,7 +23,7 @@ from adapter_trainer.training.optim import WarmupCosine
 from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
-from tests.trainer.helpers import make_cfg
+from tests.trainer.helpers import make_cfg, tiny_demo_overrides
 
 
 @pytest.fixture(scope="module")
@@ -115,25 +115,13 @@ def test_training_process_never_loads_the_codec(models, shards, tmp_path: Path) 
     outside by tests/trainer/observed_train.py): afterwards no tokenizer_pipeline / EnCodec module is imported, no
     EncodecModel exists, and batches were plain integer tensors. Also checks the run's outputs."""
     out, dump = tmp_path / "run", tmp_path / "modules.json"
+    run = ["trainer.max_steps=4", "trainer.eval_every=2", "trainer.ckpt_every=2", "trainer.eval_bootstrap=100"]
     cmd = [
         sys.executable,
         "-m",
         "tests.trainer.observed_train",
         str(dump),
-        "+experiment=demo",
-        f"model.llm={models['llm']}",
-        f"model.audio_lm={models['musicgen']}",
-        f"data.shards=[{shards}]",
-        f"trainer.output_dir={out}",
-        "data.max_seq_len=48",
-        "data.max_caption_tokens=12",
-        "trainer.batch_size=2",
-        "trainer.max_steps=4",
-        "trainer.eval_every=2",
-        "trainer.ckpt_every=2",
-        "trainer.log_every=1",
-        "trainer.progress_bar=false",
-        "trainer.eval_bootstrap=100",
+        *tiny_demo_overrides(models, shards, out, *run, "trainer.tensorboard=true"),
     ]
     env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
