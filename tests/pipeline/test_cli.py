@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.helpers import REPO
+from tests import REPO
+from tests.pipeline.helpers import MUSICCAPS_CSV
 from tokenizer_pipeline.cli import PipelineConfig, config_from_overrides
 from tokenizer_pipeline.conf_dir import find_conf_dir
 
@@ -64,11 +65,8 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
     else:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
-    assert yamls == [
-        "download.yaml",
-        "preset/demo.yaml",
-        "shards.yaml",
-    ]  # a new YAML must be added to a test (download.yaml: test_download.py)
+    # a new YAML must be added to a test (download.yaml: test_download.py)
+    assert yamls == ["download.yaml", "preset/demo.yaml", "shards.yaml"]
     assert find_conf_dir() == REPO / "conf" / "tokenizer_pipeline"
 
 
@@ -79,3 +77,21 @@ def test_unknown_key_is_rejected() -> None:
         config_from_overrides(["audio_dir=/a", "codec.batchsize=3"])
     with pytest.raises(ConfigCompositionException, match="batch_size"):
         config_from_overrides(["audio_dir=/a", "codec.batch_size=many"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "tokenizer_pipeline.standin_corpus", "--csv", "missing.csv", "--out", "c"], "MusicCaps CSV not found"),
+        (
+            ["-m", "tokenizer_pipeline.standin_corpus", "--csv", str(MUSICCAPS_CSV), "--out", "c", "--n-clips", "0"],
+            "--n-clips must be >= 1",
+        ),
+        (["-m", "tokenizer_pipeline.demo_codec", "--corpus", ".", "--out", "codec"], "run `make corpus` first"),
+        (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "limit=abc"], "limit must be an integer"),
+    ],
+)
+def test_user_errors_of_every_command_exit_2_without_traceback(tmp_path: Path, args: list[str], message: str) -> None:
+    r = _run(args, tmp_path)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "c").exists() and not (tmp_path / "codec").exists()  # refused before writing

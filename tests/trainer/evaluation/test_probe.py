@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from adapter_trainer.data.shards import Clip
-from adapter_trainer.evaluation.probe import NAMES, attribute_labels, make_report
+from adapter_trainer.errors import UserError
+from adapter_trainer.evaluation.probe import NAMES, ProbeInputError, attribute_labels, make_report
 
 C = 64
 TEXTS = (
@@ -54,5 +55,6 @@ def test_probe_separates_caption_following_from_ignoring() -> None:
     assert 0.3 < good["chance"] < 0.9 and good["accuracy_deranged_captions"] < good["accuracy_true_captions"]
     assert bad["true_minus_deranged_ci95"][0] < 0.05  # codes that ignore the caption: no clear gain over deranged
     assert bad["accuracy_true_captions"] < good["accuracy_true_captions"] - 0.15
-    with pytest.raises(ValueError, match=">= 2 generated"):
+    with pytest.raises(ProbeInputError, match=">= 2 generated") as err:  # a user error: exit 2, no traceback
         make_report(train, real_eval, follows[:1], C)
+    assert isinstance(err.value, UserError)

@@ -44,9 +44,8 @@ def _hydra_main(dcfg: DictConfig) -> None:
     rank0 = os.environ.get("RANK", "0") == "0"
     try:
         result = run_pipeline(cfg)
-    except (
-        UserError
-    ) as e:  # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
+    except UserError as e:
+        # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
         if rank0:
             print(f"error: {e}", file=sys.stderr)
         raise SystemExit(USER_ERROR_EXIT) from None

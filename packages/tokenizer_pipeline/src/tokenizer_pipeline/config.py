@@ -41,9 +41,8 @@ class PipelineConfig:
     csv: str = "data/musiccaps/musiccaps-public.csv"  # MusicCaps metadata (relative to the launch directory)
     audio_dir: str = MISSING  # directory with {ytid}.<ext> files; required (see --explain)
     out_dir: str = "build/shards"  # shard set goes here
-    audio_ext: list[str] = field(
-        default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"]
-    )  # lookup order
+    # extensions tried for {ytid}.<ext>, in this order
+    audio_ext: list[str] = field(default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"])
     crop_to_window: bool = False  # true: audio files are full-length videos, cut [start_s, end_s] here
     min_seconds: float = 1.0  # shorter clips are recorded as failures
     duration_tolerance_s: float = DURATION_TOLERANCE_S  # |file duration - CSV window| allowed, else duration_mismatch

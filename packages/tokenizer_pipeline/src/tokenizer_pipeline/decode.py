@@ -26,7 +26,7 @@ import soundfile as sf
 import torch
 
 from .encode import _local_model_dir, hash_weight_files, resolve_device
-from .errors import USER_ERROR_EXIT, ConfigError, UserError
+from .errors import USER_ERROR_EXIT, UserError
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER
 
 DEMO_CODEC_MARKER = "DEMO_CODEC.md"  # written by tokenizer_pipeline.demo_codec next to the weights
@@ -58,13 +58,17 @@ def parse_args(argv: list[str]) -> DecodeArgs:
     unknown = sorted(set(kv) - {"out_dir", "codec", "split", "limit", "max_seconds", "device"})
     if len(pos) != 1 or "out_dir" not in kv or unknown:
         raise DecodeError(f"{usage}" + (f" (unknown keys: {unknown})" if unknown else ""))
+    try:
+        limit, max_seconds = int(kv.get("limit", 0)), float(kv.get("max_seconds", 0.0))
+    except ValueError as e:
+        raise DecodeError(f"limit must be an integer and max_seconds a number ({e}); {usage}") from e
     return DecodeArgs(
         shard_set=Path(pos[0]),
         out_dir=Path(kv["out_dir"]),
         codec=kv.get("codec"),
         split=kv.get("split"),
-        limit=int(kv.get("limit", 0)),
-        max_seconds=float(kv.get("max_seconds", 0.0)),
+        limit=limit,
+        max_seconds=max_seconds,
         device=kv.get("device", "cpu"),
     )
 
@@ -104,10 +108,13 @@ def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, d
     try:
         model_dir = _local_model_dir(name)
         have = hash_weight_files(model_dir)
-    except (OSError, ConfigError) as e:  # missing dir / no weight files
+    except (OSError, ValueError) as e:  # missing dir / no weight files / not a hub id (e.g. a relative dir elsewhere)
+        relative = (
+            "" if Path(name).is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
+        )
         raise DecodeError(
             f"codec {name!r} (from {'codec=' if name_or_path else where / 'manifest.json'}) is not "
-            f"available here: {e}. Pass codec=/path/to/the/codec/dir"
+            f"available here{relative}: {e}. Pass codec=/path/to/the/codec/dir"
         ) from e
     want = info["weights_sha256"]
     if have != want:

@@ -28,6 +28,7 @@ import torch
 from sklearn.cluster import KMeans
 from transformers import EncodecConfig, EncodecFeatureExtractor, EncodecModel
 
+from tokenizer_pipeline.errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
 from tokenizer_pipeline.read_audio import load_audio
 
 SAMPLING_RATE = 32_000
@@ -100,12 +101,12 @@ def build_random_model(seed: int) -> EncodecModel:
 def corpus_files(corpus: Path, n_clips: int) -> list[Path]:
     """The first n_clips `*.wav` of the corpus directory, sorted by name."""
     if not corpus.is_dir():
-        raise FileNotFoundError(f"stand-in corpus directory not found: {corpus}; run `make corpus` first")
+        raise InputNotFoundError(f"stand-in corpus directory not found: {corpus}; run `make corpus` first")
     files = sorted(corpus.glob("*.wav"))
     if not files:
-        raise FileNotFoundError(f"no .wav files in {corpus}; run `make corpus` first")
+        raise InputNotFoundError(f"no .wav files in {corpus}; run `make corpus` first")
     if n_clips < 1:
-        raise ValueError(f"--n-clips must be >= 1, got {n_clips}")
+        raise ConfigError(f"--n-clips must be >= 1, got {n_clips}")
     return files[:n_clips]
 
 
@@ -124,7 +125,7 @@ def fit_codebooks(model: EncodecModel, latents: np.ndarray, seed: int, max_iter:
     """Residual k-means: codebook i is fitted on what codebooks 0..i-1 leave. latents: [N, D] float32."""
     n_q, size = model.config.num_quantizers, model.config.codebook_size
     if latents.shape[0] < size:
-        raise ValueError(f"{latents.shape[0]} latent frames cannot fit {size} centroids; use more clips (--n-clips)")
+        raise ConfigError(f"{latents.shape[0]} latent frames cannot fit {size} centroids; use more clips (--n-clips)")
     residual = latents.astype(np.float32)  # [N, D]
     for i, layer in enumerate(model.quantizer.layers[:n_q]):
         # init on `size` distinct random frames: sklearn's k-means++ costs minutes for 2048 centroids on 2 cores
@@ -233,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-iter", type=int, default=KMEANS_MAX_ITER, help="k-means iterations per codebook")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    s = build_demo_codec(args.corpus, args.out, args.n_clips, args.seed, args.max_iter)
+    try:
+        s = build_demo_codec(args.corpus, args.out, args.n_clips, args.seed, args.max_iter)
+    except UserError as e:  # no corpus yet, or too few clips for the codebooks: the message names the fix
+        print(f"tokenizer_pipeline.demo_codec: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
     print(
         f"demo codec -> {args.out}: {s['n_clips']} clips, {s['n_frames']} frames; encode + k-means "
         f"{s['fit_s']:.1f} s, total {time.perf_counter() - t0:.1f} s"

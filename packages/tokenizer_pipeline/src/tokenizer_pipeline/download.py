@@ -255,9 +255,8 @@ def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Worke
             if e.reason in TRANSIENT and attempt <= cfg.retries:
                 time.sleep(cfg.backoff_s * 2 ** (attempt - 1) * random.uniform(0.75, 1.25))
                 continue
-            for stale in partial.glob(
-                f"{glob.escape(row.ytid)}.*"
-            ):  # a bad source or cut must not be reused by the next run
+            # a bad source or cut must not be reused by the next run
+            for stale in partial.glob(f"{glob.escape(row.ytid)}.*"):
                 if not stale.name.endswith(".part"):
                     stale.unlink()
             return ClipResult(

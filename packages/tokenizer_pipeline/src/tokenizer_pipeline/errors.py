@@ -3,7 +3,7 @@
 Every command (`python -m tokenizer_pipeline`, `.download`, `.decode`) catches `UserError` and prints its message
 (which names the file/value and the fix) without a traceback, exit status `USER_ERROR_EXIT` (2, argparse's status
 for a refused command line); exit 1 means the run itself ended badly (nothing encoded, too many failures, nothing
-fetched). Subclasses: `ConfigError` here, `musiccaps.CsvError`, `write_shards.PipelineError`,
+fetched). Subclasses: `ConfigError` and `InputNotFoundError` here, `musiccaps.CsvError`, `write_shards.PipelineError`,
 `download.DownloadConfigError`, `decode.DecodeError`. Per-clip problems are never `UserError`: they are
 `read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
 in its own errors.py.
@@ -16,6 +16,10 @@ USER_ERROR_EXIT = 2
 
 class UserError(Exception):
     """Bad configuration or input that stops the run up front; `str(err)` says what to change."""
+
+
+class InputNotFoundError(UserError, FileNotFoundError):
+    """A file or directory the user named does not exist; the message says how to make it."""
 
 
 class ConfigError(UserError, ValueError):

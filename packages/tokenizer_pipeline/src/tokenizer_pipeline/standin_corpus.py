@@ -60,6 +60,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from tokenizer_pipeline.errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
+
 SAMPLE_RATE = 44_100  # Hz, what yt-dlp + ffmpeg typically give for YouTube audio
 DURATION_S = 10.0  # MusicCaps windows are 10 s
 NOTES_PER_BEAT = 2  # melody notes are 8ths: note rate = 2 * bpm / 60
@@ -659,7 +661,7 @@ def to_pcm16(x: np.ndarray) -> np.ndarray:
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
     """(header, rows, 1-based start line of each row)."""
     if not path.is_file():
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"MusicCaps CSV not found: {path} (the repo ships it at data/musiccaps/musiccaps-public.csv)"
         )
     with path.open(newline="", encoding="utf-8") as f:
@@ -667,7 +669,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
         header = list(reader.fieldnames or [])
         missing = {"ytid", "aspect_list", "is_audioset_eval"} - set(header)
         if missing:
-            raise ValueError(f"{path}: missing column(s) {sorted(missing)}; expected the MusicCaps header {header}")
+            raise ConfigError(f"{path}: missing column(s) {sorted(missing)}; expected the MusicCaps header {header}")
         rows, lines = [], []
         prev_end = reader.line_num  # 1 after the header
         for row in reader:
@@ -680,15 +682,15 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
 def select_rows(rows: list[dict[str, str]], n_clips: int, eval_fraction: float, seed: int) -> list[int]:
     """Indices (CSV order) of n_clips rows: round(n*eval_fraction) eval rows, the rest train, by seeded hash."""
     if n_clips < 1:
-        raise ValueError(f"--n-clips must be >= 1, got {n_clips}")
+        raise ConfigError(f"--n-clips must be >= 1, got {n_clips}")
     if not 0.0 <= eval_fraction <= 1.0:
-        raise ValueError(f"--eval-fraction must be in [0, 1], got {eval_fraction}")
+        raise ConfigError(f"--eval-fraction must be in [0, 1], got {eval_fraction}")
     n_eval = int(round(n_clips * eval_fraction))
     picked: list[int] = []
     for flag, want in (("True", n_eval), ("False", n_clips - n_eval)):
         pool = [i for i, r in enumerate(rows) if r["is_audioset_eval"] == flag]
         if want > len(pool):
-            raise ValueError(
+            raise ConfigError(
                 f"asked for {want} rows with is_audioset_eval={flag} but the CSV has {len(pool)}; "
                 f"lower --n-clips or change --eval-fraction"
             )
@@ -702,7 +704,7 @@ def build_corpus(
 ) -> dict:
     """Select rows, render and write every clip, the subset CSV and corpus.json. Returns the corpus.json dict."""
     if duration_s <= 0:
-        raise ValueError(f"--duration-s must be > 0, got {duration_s}")
+        raise ConfigError(f"--duration-s must be > 0, got {duration_s}")
     header, rows, lines = _read_csv(csv_path)
     idx = select_rows(rows, n_clips, eval_fraction, seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -711,7 +713,7 @@ def build_corpus(
         row = rows[i]
         ytid = row["ytid"]
         if not re.fullmatch(r"[A-Za-z0-9_-]+", ytid):
-            raise ValueError(f"{csv_path}:{lines[i]}: ytid {ytid!r} is not a YouTube id; cannot name {ytid}.wav")
+            raise ConfigError(f"{csv_path}:{lines[i]}: ytid {ytid!r} is not a YouTube id; cannot name {ytid}.wav")
         attrs = derive_attributes(parse_aspects(row["aspect_list"]))
         audio = render_clip(attrs, ytid, seed, duration_s)  # [duration_s * SAMPLE_RATE]
         tmp = out / f".{ytid}.wav.tmp"
@@ -762,7 +764,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=DURATION_S, help="clip length; MusicCaps clips are 10 s")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    corpus = build_corpus(args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, args.duration_s)
+    try:
+        corpus = build_corpus(args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, args.duration_s)
+    except UserError as e:  # a missing CSV or a value that cannot work: the message names the fix
+        print(f"tokenizer_pipeline.standin_corpus: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
     fams: dict[str, int] = {}
     for c in corpus["clips"]:
         fams[c["family"]] = fams.get(c["family"], 0) + 1

@@ -283,7 +283,7 @@ def write_demo_models(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m adapter_trainer.demo_models", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
     parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
     parser.add_argument(

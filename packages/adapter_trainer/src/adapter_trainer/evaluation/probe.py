@@ -91,6 +91,10 @@ NAMES = tuple(ATTRIBUTES)
 PROBE_BOOKS = (0, 1)  # codebooks whose histograms are the features
 
 
+class ProbeInputError(UserError, ValueError):
+    """The generated set cannot be probed (too few clips); the message says what to generate."""
+
+
 def _has(text: str, word: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text) is not None
 
@@ -189,9 +193,12 @@ def make_report(
 ) -> dict:
     """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling)."""
     if len(generated) < 2:
-        raise ValueError(f"the probe report needs >= 2 generated clips (got {len(generated)}) for derangements")
-    feats = lambda clips: np.stack([code_features(c.codes, codebook_size) for c in clips])  # noqa: E731  [N, F]
-    labels = lambda clips: np.stack([attribute_labels(clip_text(c)) for c in clips])  # noqa: E731  [N, A]
+        raise ProbeInputError(
+            f"the probe report needs >= 2 generated clips (got {len(generated)}) for derangements; generate more "
+            f"(generate.n)"
+        )
+    feats = lambda clips: np.stack([code_features(c.codes, codebook_size) for c in clips])
+    labels = lambda clips: np.stack([attribute_labels(clip_text(c)) for c in clips])
     probe = AttributeProbe.fit(feats(train), labels(train))
     Xg, Yg = feats(generated), labels(generated)
     pred = probe.predict(Xg)  # [N, A]
