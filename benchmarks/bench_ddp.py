@@ -51,9 +51,8 @@ def main() -> None:
     for name, cmd in runs.items():
         out = BENCH / f"ddp_{name}"
         shutil.rmtree(out, ignore_errors=True)
-        subprocess.run(
-            [*cmd, *common, f"trainer.output_dir={out}"], check=True, env=env, timeout=3600
-        )  # a hung rank fails the benchmark instead of blocking it
+        # a hung rank fails the benchmark instead of blocking it
+        subprocess.run([*cmd, *common, f"trainer.output_dir={out}"], check=True, env=env, timeout=3600)
         final[name] = json.loads((out / "final_metrics.json").read_text())["eval"]
     one, two = final["one"]["ce"], final["two"]["ce"]
     res = {

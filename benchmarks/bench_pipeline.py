@@ -149,9 +149,8 @@ def case_first_version(args: argparse.Namespace, work: Path) -> dict:
     )  # fmt: skip
     torch.manual_seed(0)
     model = MusicgenForConditionalGeneration(cfg).eval()
-    processor = EncodecFeatureExtractor(
-        feature_size=1, sampling_rate=audio_cfg.sampling_rate
-    )  # MusicgenProcessor's audio half
+    # MusicgenProcessor's audio half
+    processor = EncodecFeatureExtractor(feature_size=1, sampling_rate=audio_cfg.sampling_rate)
     npy = work / "npy"
     npy.mkdir()
     files = sorted(audio.iterdir())

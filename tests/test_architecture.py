@@ -2,8 +2,11 @@
 
 - the two packages never import each other (the shard format is their only interface);
 - adapter_trainer's rooms import one way (ALLOWED below): data/ imports no other room, model/ and evaluation/
-  only data/; nothing but `__main__` imports the training recipe; generation/ imports no training code but the
-  library modules it shares with the recipe (device, checkpoint); demo/ is imported by no other room;
+  only data/; nothing but `__main__` imports the training recipe (statically: the package's lazy `recipe_main`
+  export is by name); generation/ imports no training code but the library modules it shares with the recipe
+  (device, checkpoint); demo/ is imported by no other room;
+- the bottom of the top level (errors, conf_dir, config) imports no room, and each room imports only the
+  top-level modules listed in TOP_ALLOWED (never `__main__` or a command module);
 - the top-level command modules only forward to the room that holds the code.
 """
 
@@ -49,8 +52,14 @@ def modules(pkg: str) -> dict[str, set[str]]:
 
 
 def room_of(name: str) -> str:
+    """`adapter_trainer.<room>[.module[.name]]` -> room; anything else of the package -> "top"."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 2 and parts[1] in ROOMS else "top"
+    return parts[1] if len(parts) >= 2 and parts[1] in ROOMS else "top"
+
+
+def top_module(name: str) -> str:
+    """`adapter_trainer.config.ConfigError` -> `adapter_trainer.config` (for imports of top-level modules)."""
+    return ".".join(name.split(".")[:2])
 
 
 def test_the_import_scanner_sees_imports() -> None:
@@ -98,6 +107,41 @@ def test_rooms_import_one_way() -> None:
     assert not bad
 
 
+BOTTOM = {  # top-level modules every room may use, and what they themselves may import from the package
+    "adapter_trainer.errors": set(),
+    "adapter_trainer.conf_dir": set(),
+    "adapter_trainer.config": {"adapter_trainer.errors"},
+}
+TOP_ALLOWED = {  # room -> top-level modules it may import (never __main__ or a command module)
+    "data": {"adapter_trainer.errors"},
+    "model": {"adapter_trainer.config", "adapter_trainer.errors"},
+    "evaluation": {"adapter_trainer.errors"},
+    "demo": {"adapter_trainer.config", "adapter_trainer.errors"},
+    "training": {"adapter_trainer.config", "adapter_trainer.errors"},
+    "generation": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.conf_dir"},
+}
+
+
+def test_bottom_modules_import_no_room() -> None:
+    mods = modules("adapter_trainer")
+    for mod, allowed in BOTTOM.items():
+        own = {top_module(i) for i in mods[mod] if i.split(".")[0] == "adapter_trainer"}
+        assert own <= allowed, (mod, sorted(own - allowed))
+
+
+def test_rooms_import_only_the_bottom_of_the_top_level() -> None:
+    bad = []
+    for mod, imps in modules("adapter_trainer").items():
+        room = room_of(mod)
+        if room == "top":
+            continue
+        for imp in imps:
+            is_top = imp.split(".")[0] == "adapter_trainer" and room_of(imp) == "top" and imp != "adapter_trainer"
+            if is_top and top_module(imp) not in TOP_ALLOWED[room]:
+                bad.append(f"{mod} -> {imp}")
+    assert not bad
+
+
 def test_generation_uses_only_the_shared_training_library() -> None:
     shared = ("adapter_trainer.training.device", "adapter_trainer.training.checkpoint")
     bad = [
@@ -105,7 +149,7 @@ def test_generation_uses_only_the_shared_training_library() -> None:
         for mod, imps in modules("adapter_trainer").items()
         if room_of(mod) == "generation"
         for imp in imps
-        if room_of(imp) == "training" and not imp.startswith(shared)
+        if room_of(imp) == "training" and imp != "adapter_trainer.training" and not imp.startswith(shared)
     ]
     assert not bad
 

@@ -77,14 +77,12 @@ def test_probe_and_decode_window_are_sample_exact_on_pcm(tmp_path: Path) -> None
     assert sr == SR and x.dtype == np.float32
     np.testing.assert_array_equal(x, ref[int(0.5 * SR) : int(1.5 * SR)].T)  # 16-bit PCM -> float: exact
     m, _ = fb.decode_window(tmp_path / "a.wav", start_s=0.5, duration_s=1.0, sample_rate=SR)  # [1, N]
-    np.testing.assert_allclose(
-        m[0], ref[int(0.5 * SR) : int(1.5 * SR)].mean(axis=1), atol=1e-6
-    )  # ffmpeg's downmix = mean
+    # ffmpeg's downmix = mean
+    np.testing.assert_allclose(m[0], ref[int(0.5 * SR) : int(1.5 * SR)].mean(axis=1), atol=1e-6)
     r, sr = fb.decode_window(tmp_path / "a.wav", sample_rate=32000)
     assert sr == 32000 and r.shape == (1, 96000)
-    tail, _ = fb.decode_window(
-        tmp_path / "a.wav", start_s=2.5, duration_s=5.0, mono=False
-    )  # past the end: what is there
+    # past the end: what is there
+    tail, _ = fb.decode_window(tmp_path / "a.wav", start_s=2.5, duration_s=5.0, mono=False)
     assert tail.shape == (2, int(0.5 * SR))
 
 
@@ -141,9 +139,8 @@ def test_read_audio_falls_back_to_the_ffmpeg_program(tmp_path: Path, monkeypatch
     def torchcodec_without_libraries(*args):
         raise no_libs
 
-    monkeypatch.setattr(
-        read_audio, "_decode_torchcodec", torchcodec_without_libraries
-    )  # as on a machine without FFmpeg libraries
+    # as on a machine without FFmpeg libraries
+    monkeypatch.setattr(read_audio, "_decode_torchcodec", torchcodec_without_libraries)
     y = read_audio.load_audio(tmp_path / "a.m4a", 32000, start_s=1.0, end_s=2.0, crop_to_window=True)  # [N]
     assert y.dtype == torch.float32 and y.shape == (32000,)
     expect = read_audio.resample(ref[SR : 2 * SR].mean(axis=1).astype(np.float32), SR, 32000)  # [32000]

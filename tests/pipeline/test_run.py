@@ -300,9 +300,8 @@ def test_a_second_run_on_the_same_out_dir_is_refused(corpus, tiny_codec: Path, t
     ):
         run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False)
     assert not (out / "manifest.json").exists()
-    assert (
-        run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0
-    )  # released
+    # released
+    assert run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0
 
 
 def test_tar_members_have_integer_mtime_and_no_pax_headers(corpus, tiny_codec: Path, tmp_path: Path) -> None:

@@ -5,8 +5,9 @@
 
 The package's `__main__` runs unchanged (runpy, as `python -m` runs it); this script only wraps the public
 `MoTAdapterRecipe.setup` to keep the recipe instance and record each micro-batch's keys. After a successful run it
-writes OUT.json (rank r > 0: OUT.json.rank{r}): the modules this process imported, live EncodecModel instances, the
-last batch's tensor facts (`recipe.last_batch_facts`), rank, world size and the keys seen.
+writes OUT.json (rank r > 0: OUT.json.rank{r}): the modules this process imported and those the run itself added,
+live EncodecModel instances, the last batch's tensor facts (`recipe.last_batch_facts`), rank, world size and the
+keys seen.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main() -> None:
         state["recipe"], state["keys"] = self, record_batch_keys(self)
 
     MoTAdapterRecipe.setup = observed_setup
+    before = set(sys.modules)  # this script already imported the recipe: a real run adds the model, the data, ...
     runpy.run_module("adapter_trainer", run_name="__main__", alter_sys=True)  # SystemExit on a refused run
     recipe = state["recipe"]
     gc.collect()
@@ -44,6 +46,7 @@ def main() -> None:
         json.dumps(
             {
                 "modules": sorted(sys.modules),
+                "modules_added_by_run": sorted(set(sys.modules) - before),
                 "encodec_instances": encodec,
                 "batch": recipe.last_batch_facts,
                 "rank": rank,

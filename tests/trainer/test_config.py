@@ -16,8 +16,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
-from adapter_trainer.config import ConfigError, TrainConfig, schema_field_names, to_train_config  # noqa: E402
+from adapter_trainer.conf_dir import find_conf_dir
+from adapter_trainer.config import ConfigError, TrainConfig, schema_field_names, to_train_config
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.data.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest  # noqa: E402
+from adapter_trainer.data.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest
 from tests.contract.shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set
 
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets  # noqa: E402
-from adapter_trainer.data.streaming import (  # noqa: E402
+from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets
+from adapter_trainer.data.streaming import (
     ExampleSpec,
     TrainBatches,
     default_num_workers,
     epoch_permutation,
     train_loader,
 )
-from adapter_trainer.data.token_layout import AudioVocab  # noqa: E402
+from adapter_trainer.data.token_layout import AudioVocab
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 
 

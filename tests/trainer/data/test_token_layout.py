@@ -155,9 +155,8 @@ def test_start_crop_is_deterministic_and_begins_at_frame_zero() -> None:
     assert torch.equal(a.tokens, b.tokens) and a.tokens.shape[0] <= 40
     got = decode_audio_tokens(_audio_part(a, "delay"), vocab=VOCAB, pattern="delay")
     np.testing.assert_array_equal(got, codes[: got.shape[0]])
-    assert (
-        a.tokens[:6, 0].eq(torch.tensor([BOS, 9, 9, 9, 9, VOCAB.audio_start])).sum() == 6 * 1
-    )  # caption truncated to 4
+    # caption truncated to 4
+    assert a.tokens[:6, 0].eq(torch.tensor([BOS, 9, 9, 9, 9, VOCAB.audio_start])).sum() == 6 * 1
 
 
 @pytest.mark.parametrize("pattern", ["flatten", "delay"])

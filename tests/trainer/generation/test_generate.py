@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
-from adapter_trainer.data.shards import load_split, read_manifest  # noqa: E402
-from adapter_trainer.generation.config import GenerateRunConfig  # noqa: E402
+from adapter_trainer.conf_dir import find_conf_dir
+from adapter_trainer.data.shards import load_split, read_manifest
+from adapter_trainer.generation.config import GenerateRunConfig
 from adapter_trainer.generation.generate import run_generate, to_generate_config
-from adapter_trainer.training.checkpoint import ResumeError  # noqa: E402
+from adapter_trainer.training.checkpoint import ResumeError
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import tiny_demo_overrides
@@ -78,7 +78,7 @@ def test_generate_writes_a_verified_reproducible_set(models, shards, run_dir: Pa
     assert m["codec"] == json.loads((shards / "manifest.json").read_text())["codec"]
     assert m["generated"]["checkpoint_step"] == 2 and m["generated"]["sampling"]["cfg_scale"] == 3.0
     assert [c["source_key"] for c in m["generated"]["captions"]] == [c.key for c in eval_clips[:3]]
-    # same seed -> the same codes, also with another batch size (other seeds: tests/generate/test_sampling.py)
+    # same seed -> the same codes, also with another batch size (other seeds: tests/trainer/generation/test_sampling.py)
     run_generate(gen_cfg(models, shards, run_dir, f"generate.out_dir={tmp_path / 'b'}", "generate.batch_size=3"))
     again = load_split([read_manifest(tmp_path / "b")], "generated")
     for x, y in zip(clips, again):

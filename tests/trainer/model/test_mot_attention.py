@@ -80,7 +80,7 @@ def left_pad(batch: Batch) -> Batch:
     """The same rows with their pads moved to the front."""
     rows = [(batch.attention_mask[b].sum().item(), b) for b in range(batch.tokens.shape[0])]
     idx = torch.stack([torch.roll(torch.arange(batch.tokens.shape[1]), -int(n)) for n, _ in rows])  # [B, S]
-    take = lambda t: torch.stack([t[b][idx[b]] for b in range(t.shape[0])])  # noqa: E731
+    take = lambda t: torch.stack([t[b][idx[b]] for b in range(t.shape[0])])
     return Batch(take(batch.tokens), take(batch.is_audio), take(batch.labels), take(batch.attention_mask), batch.keys)
 
 

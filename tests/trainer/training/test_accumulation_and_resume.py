@@ -144,6 +144,5 @@ def test_resume_with_other_optimizer_groups_is_refused_clearly() -> None:
     new_sched = torch.optim.lr_scheduler.LambdaLR(new, lambda step: 1.0)
     with pytest.raises(ResumeError, match="pretrained_copy_lr_scale"):
         load_optimizer_with_config(new, new_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)
-    load_optimizer_with_config(
-        old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0
-    )  # same groups: fine
+    # same groups: fine
+    load_optimizer_with_config(old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)

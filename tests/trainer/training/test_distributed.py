@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from adapter_trainer.conf_dir import find_conf_dir  # noqa: E402
-from adapter_trainer.config import TrainConfig, to_train_config  # noqa: E402
-from adapter_trainer.training.metric_logging import read_jsonl  # noqa: E402
+from adapter_trainer.conf_dir import find_conf_dir
+from adapter_trainer.config import TrainConfig, to_train_config
+from adapter_trainer.training.metric_logging import read_jsonl
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import run_recipe_recording_keys, tiny_demo_overrides

@@ -1,6 +1,6 @@
 """Token layout: how caption tokens and raw [T, K] codes become one training sequence.
 
-The names and shapes below are the contract with recipe.py.
+The names and shapes below are the contract with the model (model/mot.py), the training step and generation.
 
 Combined vocabulary (V = text vocab size, K codebooks, C codes per codebook):
     [0, V)                text ids (the LLM's tokenizer)
@@ -85,15 +85,12 @@ class AudioVocab:
 
 @dataclass
 class Example:
-    tokens: (
-        torch.Tensor
-    )  # [S, J] long, combined-vocab ids; J = 1 (flatten) or K (delay). Text positions repeat their id in every slot.
-    is_audio: (
-        torch.Tensor
-    )  # [S] bool, True where the input token is in the audio range (AUDIO_START, codes, AUDIO_END, AUDIO_PAD)
-    labels: (
-        torch.Tensor
-    )  # [S, J] long, next-step target ids in the combined vocab, IGNORE_INDEX where no loss (text, pads)
+    # [S, J] long, combined-vocab ids; J = 1 (flatten) or K (delay). Text positions repeat their id in every slot.
+    tokens: torch.Tensor
+    # [S] bool, True where the input token is in the audio range (AUDIO_START, codes, AUDIO_END, AUDIO_PAD)
+    is_audio: torch.Tensor
+    # [S, J] long, next-step target ids in the combined vocab, IGNORE_INDEX where no loss (text, pads)
+    labels: torch.Tensor
     key: str  # sample key (ytid)
 
 

@@ -88,9 +88,8 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     except ResumeError as e:
         raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
     model.load_trainable_state_dict(ckpt.adapter)
-    eval_clips = (
-        load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []
-    )  # first n only
+    # first n only
+    eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []
     rows = _caption_rows(cfg, eval_clips)
 
     bos_id, pad_id = built.bos_id, built.pad_id

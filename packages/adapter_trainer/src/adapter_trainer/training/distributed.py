@@ -153,7 +153,8 @@ def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInf
         rank=env_rank(),
         world_size=world,
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        # torchrun sets it; a launcher that does not gets 1 (DataLoader workers are sized by it)
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
     )
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"

@@ -14,7 +14,9 @@ through the graph a second time": codes used to come out of a live codec graph).
     training.device                   device, precision checks, autocast (GradScaler only for fp16 on CUDA)
     training.checkpoint               exact resume: data position, RNG, optimizer, scheduler; the fingerprint
     training.distributed              torchrun: the one-process example order, trainable gradients summed
-    evaluation.learning_check         unigram baseline, caption derangements, bootstrap, the learning check
+    training.metric_logging, plots    metrics.jsonl + TensorBoard, the loss-curve PNG
+    evaluation.held_out               held-out scoring: true vs deranged captions, the unigram baseline
+    evaluation.learning_check         bootstrap intervals, the report and its targets
 
 Raises:
     ConfigError: a config value cannot work here (missing device, fp16 off CUDA, missing model dir); names the fix.
