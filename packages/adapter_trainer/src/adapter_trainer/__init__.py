@@ -12,36 +12,29 @@ Rooms (docs/architecture.md lists every module):
     demo/                  the embedded offline default: tiny models, caption pretraining, listening page
 
 Commands: `python -m adapter_trainer` (training), `.generate`, `.probe`, `.demo_models`, `.listen_page`,
-`.listen_check`. The public API below is what notebooks and other tools import; heavy names load on first use.
+`.listen_check`. The public API below is what notebooks and other tools import; every name loads on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from adapter_trainer.config import ConfigError, TrainConfig, to_train_config
-from adapter_trainer.errors import UserError
-
-__all__ = [
-    "ConfigError",
-    "TrainConfig",
-    "UserError",
-    "build_mot_model",
-    "recipe_main",
-    "run_generate",
-    "to_train_config",
-]
-
-_LAZY = {  # name -> module: these pull in torch + transformers, so they load on first use
+# name -> module it lives in; loaded on first use, so `python -m adapter_trainer.<command>` imports only what that
+# command needs (the training names pull in torch + transformers, the config names Hydra).
+_PUBLIC = {
+    "ConfigError": "adapter_trainer.config",
+    "TrainConfig": "adapter_trainer.config",
+    "to_train_config": "adapter_trainer.config",
+    "UserError": "adapter_trainer.errors",
     "build_mot_model": "adapter_trainer.model.builders",
     "recipe_main": "adapter_trainer.training.recipe",
     "run_generate": "adapter_trainer.generation.generate",
 }
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'adapter_trainer' has no attribute {name!r}")

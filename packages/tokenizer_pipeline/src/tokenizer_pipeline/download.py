@@ -39,7 +39,7 @@ from .conf_dir import find_conf_dir
 from .errors import USER_ERROR_EXIT, UserError
 from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg
 from .manifest import write_text_atomic
-from .musiccaps import ClipRow, CsvError, check_ytids, read_musiccaps_csv
+from .musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
@@ -81,12 +81,12 @@ REASON_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
             "unavailable",
             r"video unavailable|not available|has been removed|been terminated|no longer available|"
             r"does not exist|copyright|HTTP Error 4(?:04|10)",
-        ),  # fmt: skip
+        ),
         (
             "network",
             r"HTTP Error 5\d\d|timed? ?out|connection|network|name resolution|temporary failure|"
             r"content too short|incomplete|bytes read|did not get any data|unable to download|ssl|reset by peer",
-        ),  # fmt: skip
+        ),
     )
 )
 TRANSIENT = frozenset({"network", "rate_limited"})
@@ -302,12 +302,7 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     except FileNotFoundError as e:
         raise DownloadConfigError(str(e)) from e
     csv_path, out_dir = Path(cfg.csv), Path(cfg.out_dir)
-    try:
-        rows = list(read_musiccaps_csv(csv_path))
-    except CsvError:
-        raise  # already a UserError naming the CSV row
-    except (FileNotFoundError, ValueError, UnicodeDecodeError) as e:
-        raise DownloadConfigError(f"csv={csv_path}: {e}") from e
+    rows = list(read_musiccaps_csv(csv_path))  # a missing / unreadable / malformed CSV is a CsvError (UserError)
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
     check_ytids(rows, csv_path, DownloadConfigError)  # the rule make shards applies to the same rows
