@@ -13,9 +13,11 @@ Attention (`MoTConfig.audio_attention`; text rows always use the frozen Llama's 
     lora     : audio rows add a LoRA delta to q and v (trainable); text rows get none.
     separate : audio rows use their own input norm and q/k/v/o, copies of the Llama layer's, trainable.
 Every position's key/value comes from its own modality's projections; one scaled_dot_product_attention runs over
-all positions with an explicit mask (causal AND key padding), so the attention implementation the Llama was
-loaded with (eager/sdpa/...) does not matter and left or right padding both work. Positions (RoPE) are
-cumsum(attention_mask) - 1, as in HF generation.
+all positions (causal AND key padding), so the attention implementation the Llama was loaded with (eager/sdpa/...)
+does not matter and left or right padding both work. Positions (RoPE) are cumsum(attention_mask) - 1, as in HF
+generation. The call is shaped for the fused GPU kernels (`sdpa_mask`, `attend`): no mask at all (is_causal) when
+causal order alone is exact, which flash attention needs; otherwise an explicit mask with k/v expanded to the query
+heads, which the memory-efficient kernel takes (it rejects enable_gqa); the math kernel is only the fallback.
 
 Routing is index_select / index_copy over the flattened [B*S] positions: each MLP runs only on its own rows.
 At init the up adapters are zero (and LoRA / separate projections start equal to the Llama's), so the model
@@ -145,6 +147,64 @@ def attention_mask_4d(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
     return (allowed | (k_pos == q_pos)[None])[:, None]  # [B, 1, S_new, S_k]
 
 
+def sdpa_mask(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor | None:
+    """attention_mask [B, S_k] bool (True = real) -> attn_mask [B, 1, n_new, S_k] for `attend`, or None.
+
+    None means causal order alone is exact, so sdpa can run without a mask (flash attention takes none):
+      - no past (n_new == S_k) and no row has a pad before a real token (right padding or none): a real query i
+        sees keys j <= i, all real. Pad queries see earlier pads too, unlike attention_mask_4d; their outputs are
+        never read by a real position (every later query of the row is a pad) and carry no loss target.
+      - one new query against a cache (n_new == 1) and no pad anywhere: it sees every key.
+    Otherwise attention_mask_4d's explicit mask (left padding, pads inside a cache, several new queries after a
+    past: sdpa's is_causal aligns the triangle top-left, which is wrong when n_new < S_k). One host sync per call.
+    """
+    S_k = attention_mask.shape[1]
+    m = attention_mask.bool()
+    if n_new == S_k and not bool((m[:, 1:] & ~m[:, :-1]).any()):  # no real token right after a pad
+        return None
+    if n_new == 1 and bool(m.all()):
+        return None
+    return attention_mask_4d(m, n_new)  # [B, 1, n_new, S_k]
+
+
+def _half_precision(q: torch.Tensor) -> bool:
+    """Whether sdpa will compute in fp16/bf16: q's dtype, or the autocast dtype when autocast is on."""
+    dev = q.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else q.dtype
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+def attend(
+    q: torch.Tensor,  # [B, H, S, hd]
+    k: torch.Tensor,  # [B, KV, S_k, hd]
+    v: torch.Tensor,  # [B, KV, S_k, hd]
+    allowed: torch.Tensor | None,  # [B, 1, S, S_k] bool, or None (sdpa_mask)
+    scale: float,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Scaled dot-product attention with grouped k/v heads, in the form the fused kernels accept -> [B, H, S, hd].
+
+    Kernel eligibility (PyTorch's sdp_utils): flash takes no attn_mask and needs fp16/bf16 but takes enable_gqa;
+    memory-efficient and cuDNN take a mask but not enable_gqa. So k/v are expanded to the H query heads (as
+    transformers' repeat_kv) unless there is no mask and the compute is half precision, where flash can run with
+    enable_gqa and the un-expanded k/v. allowed=None means causal (S == S_k) or one query seeing every key (S == 1).
+    """
+    S, S_k = q.shape[2], k.shape[2]
+    if allowed is None and S not in (1, S_k):
+        raise ValueError(f"attend without a mask needs S == S_k or S == 1 (got S={S}, S_k={S_k}); pass sdpa_mask's")
+    is_causal = allowed is None and S > 1
+    if allowed is None and _half_precision(q):
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
+        )  # [B, H, S, hd]
+    rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
+    v = v.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=allowed, is_causal=is_causal, scale=scale, dropout_p=dropout_p
+    )  # [B, H, S, hd]
+
+
 class MoTLayer(nn.Module):
     """One Llama decoder layer with a second (audio) FFN path and modality-routed attention projections.
 
@@ -216,7 +276,7 @@ class MoTLayer(nn.Module):
         position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [B, S, head_dim]
         idx_text: torch.Tensor,  # [N_text] rows of the flattened [B*S]
         idx_audio: torch.Tensor,  # [N_audio]
-        allowed: torch.Tensor,  # [B, 1, S, S_past + S] bool (attention_mask_4d)
+        allowed: torch.Tensor | None,  # [B, 1, S, S_past + S] bool, or None = causal order suffices (sdpa_mask)
         past: tuple[torch.Tensor, torch.Tensor] | None = None,  # keys, values [B, KV, S_past, hd]
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """-> (h [B, S, D], (keys, values) [B, KV, S_past + S, hd] for the cache)."""
@@ -233,15 +293,7 @@ class MoTLayer(nn.Module):
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # [B, KV, S_past + S, hd]
             v = torch.cat([past[1], v], dim=2)
-        o = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=allowed,
-            scale=self.scaling,
-            enable_gqa=True,
-            dropout_p=attn.attention_dropout if self.training else 0.0,
-        )  # [B, H, S, hd]
+        o = attend(q, k, v, allowed, self.scaling, attn.attention_dropout if self.training else 0.0)  # [B, H, S, hd]
         o = o.transpose(1, 2).reshape(B * S, -1)  # [B, H, S, hd] -> [B*S, H*hd]
         if self.audio_attention == "separate":
             o = self._route(
@@ -435,7 +487,7 @@ class MoTAdapterModel(nn.Module):
         # HF-style positions: pads take no position, so left- and right-padded rows get the same real positions.
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, S_past:]  # [B, S]
         position_embeddings = self.llm.model.rotary_emb(h, position_ids=position_ids)  # cos, sin [B, S, head_dim]
-        allowed = attention_mask_4d(attention_mask, S)  # [B, 1, S, S_past + S]
+        allowed = sdpa_mask(attention_mask, S)  # [B, 1, S, S_past + S], or None: causal order alone is exact
         flat_audio = is_audio.reshape(-1)  # [B*S]
         idx_audio = flat_audio.nonzero().squeeze(1)  # [N_audio]
         idx_text = (~flat_audio).nonzero().squeeze(1)  # [N_text]
