@@ -62,8 +62,14 @@ def test_fifty_steps_each_with_backward_and_no_autograd_error(models, shards, tm
     assert recipe.progress.tokens_seen > 0 and recipe.progress.epoch >= 1  # crossed epochs without trouble
 
 
-def test_resume_continues_identically(models, shards, tmp_path: Path) -> None:
-    common = ("trainer.max_steps=8", "trainer.grad_accum_steps=2", "trainer.ckpt_every=4")
+@pytest.mark.parametrize("recompute", [False, True], ids=["plain", "activation_checkpointing"])
+def test_resume_continues_identically(models, shards, tmp_path: Path, recompute: bool) -> None:
+    common = (
+        "trainer.max_steps=8",
+        "trainer.grad_accum_steps=2",
+        "trainer.ckpt_every=4",
+        f"trainer.activation_checkpointing={str(recompute).lower()}",
+    )
     full = recipe_main(make_cfg(models, shards, tmp_path / "full", *common))
     ref = train_losses(tmp_path / "full")
     assert (tmp_path / "full/checkpoints/step-000004/adapter.safetensors").is_file()

@@ -40,6 +40,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
@@ -358,6 +359,8 @@ class MoTAdapterModel(nn.Module):
                 f"'lora' variant; set model.mot.audio_attention=lora model.mot.lora_rank=16 (or lora_rank=0)"
             )
         self.vocab, self.pattern, self.cfg = vocab, pattern, cfg
+        # trainer.activation_checkpointing: recompute each MoT layer in backward (training with grad enabled only)
+        self.activation_checkpointing = False
         L, M = lcfg.num_hidden_layers, acfg.num_hidden_layers
         layer_map = list(cfg.layer_map) if cfg.layer_map is not None else default_layer_map(L, M)
         if len(layer_map) != L or not all(0 <= m < M for m in layer_map):
@@ -492,9 +495,17 @@ class MoTAdapterModel(nn.Module):
         idx_audio = flat_audio.nonzero().squeeze(1)  # [N_audio]
         idx_text = (~flat_audio).nonzero().squeeze(1)  # [N_text]
         keys, values = [], []
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for l, layer in enumerate(self.layers):
             past = (cache.keys[l], cache.values[l]) if cache is not None else None
-            h, (k, v) = layer(h, position_embeddings, idx_text, idx_audio, allowed, past)  # [B, S, D]
+            if recompute:
+                # Keeps only the layer's inputs; backward reruns it. Non-reentrant: restores the RNG state (dropout
+                # draws the same masks) and lets gradients reach parameters that no input requires grad for.
+                h, (k, v) = checkpoint(
+                    layer, h, position_embeddings, idx_text, idx_audio, allowed, past, use_reentrant=False
+                )  # [B, S, D]
+            else:
+                h, (k, v) = layer(h, position_embeddings, idx_text, idx_audio, allowed, past)  # [B, S, D]
             keys.append(k)
             values.append(v)
         return self.llm.model.norm(h), MoTKVCache(keys, values)  # [B, S, D]

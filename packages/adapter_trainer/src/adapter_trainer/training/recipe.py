@@ -172,6 +172,7 @@ class MoTAdapterRecipe:
 
         built = build_mot_model(self.cfg, self.device)
         self.model, self.tokenizer, self.vocab = built.model, built.tokenizer, built.vocab
+        self.model.activation_checkpointing = self.cfg.trainer.activation_checkpointing  # training forward only
         self.bos_id, self.pad_id = built.bos_id, built.pad_id
         d = self.cfg.data
         self.spec = ExampleSpec(
