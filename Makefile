@@ -16,7 +16,7 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench clean listen listen-check
+.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-gpu clean listen listen-check
 
 setup: $(VENV)/.installed
 
@@ -116,6 +116,11 @@ test-slow: | setup
 
 bench: demo-shards demo-models
 	$(PY) benchmarks/run_benchmarks.py
+
+# CUDA figures (benchmarks/bench_gpu.py); the demo codec + corpus feed its encoder figures. Without CUDA: one line, exit 0
+bench-gpu: | setup
+	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then $(MAKE) codec; fi
+	@$(PY) benchmarks/run_benchmarks.py --device cuda
 
 clean:
 	rm -rf build outputs multirun

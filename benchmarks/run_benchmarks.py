@@ -13,11 +13,16 @@ Groups:
   data      trainer_data_wait_fraction, trainer_rss_100x_vs_1x (bench_data.py),
             trainer_ddp_vs_one_eval_ce_rel (bench_ddp.py: 1 process x 8 vs 2 gloo ranks x 4)
   onthefly  shards_vs_onthefly_step_speedup (bench_onthefly.py; the codec exists only inside the benchmark)
-  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes)
+  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes);
+            realsize_bytes_per_position, realsize_fixed_gb, realsize_ckpt_memory_ratio and what fits in
+            24/48/80 GB per preset (bench_memory.py: 24 real-size cases, each its own process, 5-20 GB each)
+  gpu       CUDA only: real-size cuda_1b training step (positions/s, MFU, peak memory per batch, checkpointing
+            off/on), the attention kernel that ran, encoder clips/s + bf16 agreement, generation (bench_gpu.py)
   download  downloader clips/s per worker against a local server (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
-Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N, --pipeline-clips N.
+`--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
+line saying nothing was measured and exits 0. Extra flags: --train-steps N, --encode-clips N, --pipeline-clips N.
 """
 
 from __future__ import annotations
@@ -33,8 +38,16 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
-GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample")
-SUMMARY_ONLY_STAGES = ("shards_vs_onthefly", "realsize")  # rows whose figures live in the summary table
+GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu")
+OPT_IN = ("download", "resample", "gpu")  # not in a plain `make bench`
+NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
+SUMMARY_ONLY_STAGES = (
+    "shards_vs_onthefly",
+    "realsize",
+    "realsize_memory",
+    "realsize_memory_fit",
+    "gpu",
+)  # rows whose figures live in the summary table
 
 
 def run(script: str, out: Path, *args: str) -> tuple[list[dict], dict]:
@@ -103,8 +116,15 @@ def main() -> None:
         help="measure one group and merge it into an existing results.json",
     )
     args = ap.parse_args()
+    cuda = args.device.startswith("cuda")
+    if args.only == "all":
+        want = {"gpu"} if cuda else set(GROUPS) - set(OPT_IN)
+    else:
+        want = {args.only}
+    if (cuda or "gpu" in want) and not torch.cuda.is_available():
+        print(NO_CUDA)
+        return
     OUT.mkdir(parents=True, exist_ok=True)
-    want = set(GROUPS) - {"download", "resample"} if args.only == "all" else {args.only}  # those two are opt-in
     rows: list[dict] = []
     summary: dict = {}
 
@@ -136,10 +156,13 @@ def main() -> None:
         add("bench_onthefly.py", "onthefly.json", f"trainer.device={args.device}")
     if "realsize" in want:
         add("bench_realsize.py", "realsize.json")  # CPU by design (the closest this machine gets to mps_small)
+        add("bench_memory.py", "realsize_memory.json")  # CPU by design; each case in its own process
     if "download" in want:
         add("bench_download.py", "download.json")
     if "resample" in want:
         add("bench_resample.py", "resample.json")
+    if "gpu" in want:
+        add("bench_gpu.py", "gpu.json")
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     results = merge_results(OUT / "results.json", machine, rows, summary)

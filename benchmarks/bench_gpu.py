@@ -1,0 +1,313 @@
+"""GPU figures in one run (`make bench-gpu`): the real-size training step at `cuda_1b` settings, which attention kernel
+ran, the encoder, generation. Without CUDA it prints one line, writes nothing and exits 0.
+
+Measured (each in its own try/except: a failure is recorded as its error text, the rest still runs):
+  train      Llama-3.2-1B + musicgen-small sizes with random weights (realsize_model.py), cuda_1b's config
+             (frozen towers in its model.dtype, its trainer.precision autocast, seq = data.max_seq_len, delay), one
+             full-length unpadded batch per size: positions/s and MFU per batch size with activation checkpointing
+             off and on, peak memory (torch.cuda.max_memory_allocated, after reset_peak_memory_stats), OOM recorded.
+  flops      FLOPs per position COUNTED by torch.utils.flop_counter.FlopCounterMode over one training step (forward
+             + backward, checkpointing off, so recompute is not counted: model FLOPs): every matmul and attention
+             call with its real shapes (frozen weights get no weight gradient, so none is counted; attention is
+             counted over the full S x S, FlopCounterMode's convention). MFU = positions/s x that / the GPU's peak
+             dense bf16 tensor-core FLOP/s from PEAK_BF16_FLOPS (by device name; unknown name -> no MFU).
+  kernels    which scaled_dot_product_attention kernel ran (torch.profiler op names) for: training unpadded,
+             right-padded and left-padded; one decoding step against an unpadded and a left-padded cache. The math
+             kernel in any of them is a failure: the JSON is written, then the script exits 1.
+  encoder    tokenizer_pipeline's CodecEncoder on the demo codec (`make codec`: the real encodec_32khz
+             architecture) and the demo corpus clips: clips/s in fp32 and bf16, and the share of bf16 codes equal to
+             fp32's.
+  generate   decoding positions/s: MoTAdapterModel.forward_step one position at a time against its KV cache, 8
+             captions + 8 CFG rows, under the preset's autocast (the model's decode step, not the sampler's host
+             logic; inputs are random audio ids).
+
+Usage: python benchmarks/bench_gpu.py --out FILE.json [--batches 1,2,4,8,16] [--steps 3] [--dims real|tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+NOTHING_MEASURED = "no CUDA device: nothing was measured (bench_gpu needs a GPU; CPU figures: make bench)"
+# Peak dense (no sparsity) bf16 tensor-core FLOP/s per GPU, NVIDIA's datasheets. First substring match of the
+# torch.cuda.get_device_name() wins, so the more specific names come first.
+PEAK_BF16_FLOPS = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM5 ("NVIDIA H100 80GB HBM3")
+    ("H200", 989e12),  # also GH200
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+)
+KERNELS = {  # profiler op-name substring -> kernel
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_efficient_attention": "mem_efficient",
+    "_scaled_dot_product_cudnn_attention": "cudnn",
+    "_scaled_dot_product_attention_math": "math",
+}
+
+
+def peak_flops(name: str) -> float | None:
+    return next((f for key, f in PEAK_BF16_FLOPS if key in name), None)
+
+
+DEV = torch.device("cuda")  # --smoke-cpu: every measurement on CPU at tiny dims, to check this script without a GPU
+
+
+def guarded(results: dict, key: str, fn: Callable[[], object]) -> None:
+    """results[key] = fn(), or {"error": "<type>: <message>"} (the traceback goes to stderr)."""
+    try:
+        results[key] = fn()
+    except Exception as e:  # recorded in the results, not swallowed: the JSON and the log name it
+        traceback.print_exc()
+        results[key] = {"error": f"{type(e).__name__}: {e}"}
+    if DEV.type == "cuda":
+        torch.cuda.empty_cache()  # after the except block: the exception's frames (and their tensors) are gone
+
+
+def synchronize() -> None:
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def sync_time(fn: Callable[[], object], n: int) -> float:
+    """Seconds per call of fn over n calls, CUDA-synchronised."""
+    synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+def sdpa_kernels(fn: Callable[[], object]) -> list[str]:
+    """The attention kernels the profiler saw while fn ran (op names, CPU side; CUDA activity recorded too)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn()
+        synchronize()
+    names = {e.key for e in prof.key_averages()}
+    return sorted({k for n in names for sub, k in KERNELS.items() if sub in n})
+
+
+# ------------------------------------------------------------------------------------------------------ measurements
+def flops_per_position(model, optimizer, cfg, vocab) -> dict:
+    from realsize_model import full_batch, train_step
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = full_batch(cfg, vocab, 1).to(DEV)
+    model.activation_checkpointing = False
+    counter = FlopCounterMode(display=False)
+    with counter:
+        train_step(model, optimizer, batch, cfg)
+    positions = int(batch.attention_mask.sum())
+    return {"flops_per_position": counter.get_total_flops() / positions, "positions": positions}
+
+
+def train_throughput(model, optimizer, cfg, vocab, batch_size: int, recompute: bool, steps: int, fpp, peak) -> dict:
+    from realsize_model import full_batch, train_step
+
+    model.activation_checkpointing = recompute
+    batch = full_batch(cfg, vocab, batch_size).to(DEV)
+    if DEV.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    train_step(model, optimizer, batch, cfg)  # warm-up: kernel selection, allocator
+    s = sync_time(lambda: train_step(model, optimizer, batch, cfg), steps)
+    positions = int(batch.attention_mask.sum())
+    row = {
+        "batch_size": batch_size,
+        "activation_checkpointing": recompute,
+        "seq_len": int(batch.tokens.shape[1]),
+        "s_per_step": s,
+        "positions_per_s": positions / s,
+    }
+    if DEV.type == "cuda":
+        row["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    if fpp is not None and peak is not None:
+        row["mfu"] = row["positions_per_s"] * fpp / peak
+    return row
+
+
+def kernel_cases(model, optimizer, cfg, vocab) -> dict:
+    """Kernel per case; raises nothing here (the caller checks for math)."""
+    from realsize_model import full_batch, train_step
+
+    from adapter_trainer.data.token_layout import IGNORE_INDEX, Batch
+    from adapter_trainer.training.device import autocast
+
+    model.activation_checkpointing = False
+    full = full_batch(cfg, vocab, 2).to(DEV)  # [2, S, J], no padding
+    S = full.tokens.shape[1]
+    cut = S // 2
+    mask, labels = full.attention_mask.clone(), full.labels.clone()  # [2, S], [2, S, J]
+    mask[1, cut:] = False  # row 1 ends at S/2: right padding
+    labels[1, cut:] = IGNORE_INDEX
+    right = Batch(full.tokens, full.is_audio, labels, mask, full.keys)
+    shift = S - cut  # row 1 rolled so its pads come first: left padding (row 0 stays all real)
+
+    def roll(t: torch.Tensor) -> torch.Tensor:
+        return torch.stack([t[0], t[1].roll(shift, 0)])
+
+    left = Batch(roll(full.tokens), roll(full.is_audio), roll(labels), roll(mask), full.keys)
+
+    def decode(mask: torch.Tensor) -> None:
+        with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
+            model.eval()
+            _, cache = model.forward_step(full.tokens[:, : S - 1], full.is_audio[:, : S - 1], mask[:, : S - 1])
+            model.forward_step(full.tokens[:, S - 1 :], full.is_audio[:, S - 1 :], mask, cache)
+
+    cases = {
+        "train_unpadded": lambda: train_step(model, optimizer, full, cfg),
+        "train_right_padded": lambda: train_step(model, optimizer, right, cfg),
+        "train_left_padded": lambda: train_step(model, optimizer, left, cfg),
+        "decode_unpadded_cache": lambda: decode(torch.ones_like(full.attention_mask)),
+        "decode_left_padded_cache": lambda: decode(left.attention_mask),
+    }
+    return {name: sdpa_kernels(fn) for name, fn in cases.items()}
+
+
+def generation_speed(model, cfg, vocab, rows: int = 16, prompt: int = 66, steps: int = 256) -> dict:
+    from adapter_trainer.training.device import autocast
+
+    J = model.n_slots
+    g = torch.Generator(device=DEV).manual_seed(0)
+    lo, hi = vocab.text_vocab_size, vocab.text_vocab_size + vocab.n_codes
+    mask = torch.ones(rows, prompt + steps, dtype=torch.bool, device=DEV)  # [R, P + steps]
+    mask[rows // 2 :, : prompt - 2] = False  # CFG rows: a 2-token prompt, left-padded
+    tokens = torch.randint(0, 100_000, (rows, prompt, J), device=DEV, generator=g)  # [R, P, J] text ids
+    is_audio = torch.zeros(rows, prompt, dtype=torch.bool, device=DEV)
+    new = torch.randint(lo, hi, (steps, rows, 1, J), device=DEV, generator=g)  # [steps, R, 1, J] audio ids
+    one = torch.ones(rows, 1, dtype=torch.bool, device=DEV)
+    model.eval()
+
+    def run(n: int) -> None:
+        with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
+            _, cache = model.forward_step(tokens, is_audio, mask[:, :prompt])
+            for i in range(n):
+                _, cache = model.forward_step(new[i], one, mask[:, : prompt + i + 1], cache)
+
+    run(4)  # warm-up
+    s = sync_time(lambda: run(steps), 1)
+    return {"rows": rows, "prompt": prompt, "steps": steps, "seconds": s, "positions_per_s": rows * steps / s}
+
+
+def encoder(codec: Path, corpus: Path, n_clips: int, batch_size: int) -> dict:
+    import numpy as np
+
+    from tokenizer_pipeline.encode import CodecEncoder
+    from tokenizer_pipeline.read_audio import load_audio
+
+    files = sorted(corpus.glob("*.wav"))[:n_clips]
+    if not files:
+        raise FileNotFoundError(f"no wav files in {corpus}: run `make codec` (it builds the corpus) first")
+    out: dict = {"codec": str(codec), "clips": len(files), "batch_size": batch_size}
+    codes = {}
+    for dtype in ("float32", "bfloat16"):
+        enc = CodecEncoder(str(codec), device=DEV.type, dtype=dtype)
+        wavs = [load_audio(f, enc.sampling_rate) for f in files]  # each [N] float32
+        enc.encode_batch(wavs[:batch_size])  # warm-up
+        got: list = []
+
+        def run(enc=enc, wavs=wavs, got=got) -> None:
+            for i in range(0, len(wavs), batch_size):
+                got.extend(enc.encode_batch(wavs[i : i + batch_size]))
+
+        s = sync_time(run, 1)
+        codes[dtype] = got
+        out[f"clips_per_s_{dtype}"] = len(wavs) / s
+        out["audio_s_per_clip"] = sum(w.numel() for w in wavs) / enc.sampling_rate / len(wavs)
+    out["bf16_code_agreement"] = float(
+        np.mean(np.concatenate([(a == b).ravel() for a, b in zip(codes["float32"], codes["bfloat16"])]))
+    )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batches", default="1,2,4,8,16")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--dims", choices=["real", "tiny"], default="real")
+    ap.add_argument("--codec", default="build/demo/codec")
+    ap.add_argument("--corpus", default="build/demo/corpus")
+    ap.add_argument("--encode-clips", type=int, default=32)
+    ap.add_argument("--smoke-cpu", action="store_true", help="run every step on CPU at tiny dims (no figures)")
+    args = ap.parse_args()
+    global DEV
+    if args.smoke_cpu:
+        DEV, args.dims, args.batches, args.encode_clips = torch.device("cpu"), "tiny", "1,2", 2
+    elif not torch.cuda.is_available():
+        print(NOTHING_MEASURED)
+        return
+
+    from realsize_model import build_model, make_optimizer, preset_config
+
+    name = torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (smoke test: not a GPU figure)"
+    peak = peak_flops(name)
+    res: dict = {"device": name, "peak_bf16_flops": peak, "torch": torch.__version__, "dims": args.dims}
+    cfg = preset_config("cuda_1b", f"trainer.device={DEV.type}")
+    res["settings"] = {
+        "experiment": "cuda_1b",
+        "model_dtype": cfg.model.dtype,
+        "precision": cfg.trainer.precision,
+        "seq_len": cfg.data.max_seq_len,
+        "pattern": cfg.data.pattern,
+    }
+    torch.manual_seed(0)
+    model, vocab = build_model(cfg, args.dims, DEV)
+    optimizer = make_optimizer(model, cfg)
+
+    guarded(res, "flops", lambda: flops_per_position(model, optimizer, cfg, vocab))
+    fpp = res["flops"].get("flops_per_position")
+    res["train"] = []
+    for recompute in (False, True):
+        for bs in [int(b) for b in args.batches.split(",")]:
+            one: dict = {}
+            guarded(
+                one,
+                "row",
+                lambda bs=bs, r=recompute: train_throughput(model, optimizer, cfg, vocab, bs, r, args.steps, fpp, peak),
+            )
+            res["train"].append({"batch_size": bs, "activation_checkpointing": recompute, **one["row"]})
+    guarded(res, "kernels", lambda: kernel_cases(model, optimizer, cfg, vocab))
+    guarded(res, "generate", lambda: generation_speed(model, cfg, vocab))
+    model = optimizer = None  # free the GPU for the encoder
+    if DEV.type == "cuda":
+        torch.cuda.empty_cache()
+    guarded(res, "encoder", lambda: encoder(Path(args.codec), Path(args.corpus), args.encode_clips, 8))
+
+    summary: dict = {}
+    for r in res["train"]:
+        tag = f"ckpt_{'on' if r['activation_checkpointing'] else 'off'}"
+        for key in ("positions_per_s", "mfu", "peak_memory_gb"):
+            if key in r:
+                summary.setdefault(f"gpu_train_{key}_{tag}", {})[str(r["batch_size"])] = r[key]
+    if "flops_per_position" in res["flops"]:
+        summary["gpu_train_flops_per_position"] = res["flops"]["flops_per_position"]
+    if "positions_per_s" in res["generate"]:
+        summary["gpu_generate_positions_per_s"] = res["generate"]["positions_per_s"]
+    for key in ("clips_per_s_float32", "clips_per_s_bfloat16", "bf16_code_agreement"):
+        if key in res["encoder"]:
+            summary[f"gpu_encoder_{key}"] = res["encoder"][key]
+    Path(args.out).write_text(json.dumps({"summary": summary, "rows": [{"stage": "gpu", **res}]}, indent=2))
+    print(json.dumps(res, indent=2))
+    math_cases = [c for c, ks in res["kernels"].items() if isinstance(ks, list) and "math" in ks]
+    if math_cases and DEV.type == "cuda":
+        raise SystemExit(f"the math attention kernel ran in {math_cases} on {name}: expected flash/mem-efficient/cuDNN")
+    if "error" in res["kernels"]:
+        raise SystemExit(f"the attention kernel check failed: {res['kernels']['error']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Measured memory model of one training step at real size on CPU: peak memory = fixed + bytes/position x positions.
+
+Cases: batch {1, 2} x seq {512, 1024} x activation checkpointing {off, on} x tower mode, EACH IN ITS OWN PROCESS.
+A case's child builds the Llama-3.2-1B + musicgen-small sizes with random weights (realsize_model.py), then runs one
+training step as the recipe does (forward + backward under the mode's autocast, clip, AdamW step: the optimizer's
+moments are allocated in it). Its peak is the child's peak resident set size as the kernel reports it to the parent
+on exit (os.wait4's rusage.ru_maxrss, KiB on Linux): per child, unlike RUSAGE_CHILDREN, which is a running maximum.
+
+Tower modes (model.dtype / trainer.precision):
+    fp32           float32  / fp32   mps_small as configured
+    fp32_autocast  float32  / bf16   cuda_1b as configured
+    bf16           bfloat16 / bf16   frozen towers in bf16
+
+Per mode and checkpointing setting, least squares over the cases fits peak_bytes = fixed + bpp * batch * seq. From
+them: what batch x seq fits in 24, 48 and 80 GiB per preset (the preset's mode), written as a Markdown table next to
+the JSON. A CPU process's peak includes the Python runtime and CPU kernels' work space: the GPU figures derived from
+it are a projection, not a GPU measurement (`make bench-gpu` measures a GPU).
+
+Real size needs 5-20 GB per case and ~1-4 minutes of 2 CPU cores: `make bench` runs it (group realsize), never
+`make test`. `--dims tiny` runs the same cases at the demo model's sizes (seconds, MBs) to try the script.
+
+Usage: python benchmarks/bench_memory.py --out FILE.json [--dims real|tiny] [--modes fp32,fp32_autocast,bf16]
+       [--batches 1,2] [--seqs 512,1024]
+Writes {"summary": {"realsize_bytes_per_position", "realsize_fixed_gb", "realsize_ckpt_memory_ratio"}, "rows": [...]}
+(summary only at real dims; tiny figures are no real-size figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+MODES = {"fp32": ("float32", "fp32"), "fp32_autocast": ("float32", "bf16"), "bf16": ("bfloat16", "bf16")}
+PRESETS = ("cuda_1b", "mps_small")
+MEMORY_GIB = (24, 48, 80)
+GIB = 2**30
+
+
+def run_case(case: dict) -> dict:
+    """In the child: build, one training step; returns timings and the resident set size after the build."""
+    import torch
+    from realsize_model import build_model, full_batch, make_optimizer, preset_config, train_step
+
+    torch.manual_seed(0)
+    dtype, precision = MODES[case["mode"]]
+    cfg = preset_config(
+        "mps_small",  # the MoT settings of both presets are the defaults; dtype/precision/seq/batch set here
+        "trainer.device=cpu",
+        f"model.dtype={dtype}",
+        f"trainer.precision={precision}",
+        f"data.max_seq_len={case['seq']}",
+        f"trainer.batch_size={case['batch']}",
+        f"trainer.activation_checkpointing={str(case['recompute']).lower()}",
+    )
+    t0 = time.perf_counter()
+    model, vocab = build_model(cfg, case["dims"], "cpu")
+    optimizer = make_optimizer(model, cfg)
+    batch = full_batch(cfg, vocab, case["batch"])
+    build_s = time.perf_counter() - t0
+    rss_built = rss_now_bytes()
+    t0 = time.perf_counter()
+    loss = train_step(model, optimizer, batch, cfg)
+    return {
+        "seq_len": int(batch.tokens.shape[1]),
+        "positions": int(batch.attention_mask.sum()),
+        "build_s": build_s,
+        "step_s": time.perf_counter() - t0,
+        "loss": loss,
+        "rss_after_build_gb": rss_built / GIB,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def rss_now_bytes() -> int:
+    """Current resident set size from /proc/self/statm (pages)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure(case: dict, tmp: Path) -> dict:
+    """Run `case` in a fresh interpreter; its peak RSS comes from os.wait4 (that child only)."""
+    out = tmp / f"case-{case['mode']}-b{case['batch']}-s{case['seq']}-r{int(case['recompute'])}.json"
+    proc = subprocess.Popen([sys.executable, __file__, "--case", json.dumps(case), "--out", str(out)])
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory case {case} failed with exit code {proc.returncode}")
+    row = {"stage": "realsize_memory", **case, **json.loads(out.read_text())}
+    row["peak_rss_gb"] = usage.ru_maxrss * 1024 / GIB  # ru_maxrss: KiB on Linux
+    print(
+        f"{case['mode']:>13} batch {case['batch']} seq {case['seq']:>4} recompute {case['recompute']!s:>5}: "
+        f"peak {row['peak_rss_gb']:.2f} GiB, step {row['step_s']:.1f} s",
+        flush=True,
+    )
+    return row
+
+
+def fit(rows: list[dict]) -> dict:
+    """Least squares peak_bytes = fixed + bpp * positions over `rows` (>= 2 distinct position counts)."""
+    x = np.array([r["positions"] for r in rows], dtype=float)
+    y = np.array([r["peak_rss_gb"] * GIB for r in rows])
+    if len(set(x)) < 2:
+        raise ValueError("the fit needs cases with at least two different batch x seq")
+    bpp, fixed = np.polyfit(x, y, 1)
+    resid = y - (fixed + bpp * x)
+    return {
+        "bytes_per_position": float(bpp),
+        "fixed_gb": float(fixed / GIB),
+        "max_residual_gb": float(abs(resid).max() / GIB),
+    }
+
+
+def preset_modes() -> dict[str, str]:
+    """Each preset's tower mode, read from its YAML (model.dtype, trainer.precision)."""
+    from realsize_model import preset_config
+
+    by_pair = {v: k for k, v in MODES.items()}
+    out = {}
+    for p in PRESETS:
+        cfg = preset_config(p)
+        out[p] = by_pair.get(
+            (cfg.model.dtype, cfg.trainer.precision), f"unmeasured {cfg.model.dtype}/{cfg.trainer.precision}"
+        )
+    return out
+
+
+def fits_table(fits: dict[tuple[str, bool], dict], modes: dict[str, str], seqs: list[int]) -> str:
+    """Markdown: per preset and checkpointing, the largest batch at each seq that fits in 24/48/80 GiB."""
+    head = "| preset (towers / precision) | activation checkpointing | " + " | ".join(
+        f"{g} GiB: max batch at seq {s}" for g in MEMORY_GIB for s in seqs
+    )
+    lines = [head + " |", "| --- | --- |" + " --- |" * (len(MEMORY_GIB) * len(seqs))]
+    for preset, mode in modes.items():
+        for recompute in (False, True):
+            f = fits.get((mode, recompute))
+            if f is None:
+                continue
+            cells = []
+            for g in MEMORY_GIB:
+                for s in seqs:
+                    n = int((g * GIB - f["fixed_gb"] * GIB) // (f["bytes_per_position"] * s))
+                    cells.append(str(n) if n >= 1 else "none")
+            lines.append(
+                f"| {preset} ({'/'.join(MODES[mode])}) | {'on' if recompute else 'off'} | " + " | ".join(cells) + " |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, in a child process
+    ap.add_argument("--dims", choices=["real", "tiny"], default="real")
+    ap.add_argument("--modes", default="fp32,fp32_autocast,bf16")
+    ap.add_argument("--batches", default="1,2")
+    ap.add_argument("--seqs", default="512,1024")
+    args = ap.parse_args()
+    if args.case:
+        Path(args.out).write_text(json.dumps(run_case(json.loads(args.case))))
+        return
+
+    modes = args.modes.split(",")
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        raise SystemExit(f"--modes {bad}: choose from {sorted(MODES)}")
+    batches, seqs = [int(b) for b in args.batches.split(",")], [int(s) for s in args.seqs.split(",")]
+    out = Path(args.out)
+    tmp = out.parent / f"{out.stem}-cases"
+    tmp.mkdir(parents=True, exist_ok=True)
+    rows = [
+        measure({"dims": args.dims, "mode": m, "batch": b, "seq": s, "recompute": r}, tmp)
+        for m in modes
+        for r in (False, True)
+        for s in seqs
+        for b in batches
+    ]
+    fits = {}
+    for m in modes:
+        for r in (False, True):
+            fits[(m, r)] = fit([x for x in rows if x["mode"] == m and x["recompute"] == r])
+    fit_rows = [
+        {"stage": "realsize_memory_fit", "dims": args.dims, "mode": m, "recompute": r, **f}
+        for (m, r), f in fits.items()
+    ]
+
+    summary: dict = {}
+    if args.dims == "real" and ("fp32", False) in fits:
+        off = fits[("fp32", False)]
+        summary = {"realsize_bytes_per_position": off["bytes_per_position"], "realsize_fixed_gb": off["fixed_gb"]}
+        at = {
+            r["recompute"]: r["peak_rss_gb"]
+            for r in rows
+            if r["mode"] == "fp32" and (r["batch"], r["seq"]) == (2, 1024)
+        }
+        if len(at) == 2:
+            # activation memory = peak - the fixed part (weights, grads, AdamW moments, runtime), the same with and
+            # without checkpointing: the checkpointing-off fit's intercept for both
+            summary["realsize_ckpt_memory_ratio"] = (at[True] - off["fixed_gb"]) / (at[False] - off["fixed_gb"])
+    table = fits_table(fits, preset_modes(), seqs)
+    note = (
+        f"Projected from CPU peak RSS ({args.dims} dims; fit peak = fixed + bytes/position x batch x seq), "
+        "not measured on a GPU. 1 GiB = 2^30 bytes."
+    )
+    out.with_suffix(".md").write_text(f"{note}\n\n{table}\n")
+    out.write_text(json.dumps({"summary": summary, "rows": rows + fit_rows, "fits_table_md": table}, indent=2))
+    print(f"{note}\n\n{table}\n\nsummary: {json.dumps(summary)}")
+
+
+if __name__ == "__main__":
+    main()
