@@ -114,7 +114,7 @@ class TrainerConfig:
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
-    # true: each MoT layer keeps only its input and is recomputed in backward (less activation memory, ~1/3 slower)
+    # true: each MoT layer keeps only its input and is recomputed in backward (less activation memory, one more forward)
     activation_checkpointing: bool = False
 
 
