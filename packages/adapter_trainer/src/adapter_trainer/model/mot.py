@@ -168,11 +168,15 @@ def sdpa_mask(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor | None:
     return attention_mask_4d(m, n_new)  # [B, 1, n_new, S_k]
 
 
-def _half_precision(q: torch.Tensor) -> bool:
-    """Whether sdpa will compute in fp16/bf16: q's dtype, or the autocast dtype when autocast is on."""
+def _flash_takes_it(q: torch.Tensor) -> bool:
+    """Whether a maskless call can keep grouped k/v (enable_gqa): fp16/bf16 compute (q's dtype, or autocast's) on
+    CUDA sm80+ or CPU, whose flash kernels take it. Elsewhere (fp32, older GPUs, MPS) k/v are expanded so the
+    memory-efficient kernel, which rejects enable_gqa, stays reachable."""
     dev = q.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else q.dtype
-    return dtype in (torch.float16, torch.bfloat16)
+    if dtype not in (torch.float16, torch.bfloat16):
+        return False
+    return dev == "cpu" or (dev == "cuda" and torch.cuda.get_device_capability(q.device) >= (8, 0))
 
 
 def attend(
@@ -187,14 +191,14 @@ def attend(
 
     Kernel eligibility (PyTorch's sdp_utils): flash takes no attn_mask and needs fp16/bf16 but takes enable_gqa;
     memory-efficient and cuDNN take a mask but not enable_gqa. So k/v are expanded to the H query heads (as
-    transformers' repeat_kv) unless there is no mask and the compute is half precision, where flash can run with
-    enable_gqa and the un-expanded k/v. allowed=None means causal (S == S_k) or one query seeing every key (S == 1).
+    transformers' repeat_kv) unless there is no mask and flash can run (`_flash_takes_it`), with enable_gqa and the
+    un-expanded k/v. allowed=None means causal (S == S_k) or one query seeing every key (S == 1).
     """
     S, S_k = q.shape[2], k.shape[2]
     if allowed is None and S not in (1, S_k):
         raise ValueError(f"attend without a mask needs S == S_k or S == 1 (got S={S}, S_k={S_k}); pass sdpa_mask's")
     is_causal = allowed is None and S > 1
-    if allowed is None and _half_precision(q):
+    if allowed is None and _flash_takes_it(q):
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
         )  # [B, H, S, hd]
