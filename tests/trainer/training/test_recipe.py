@@ -63,7 +63,19 @@ def test_fifty_steps_each_with_backward_and_no_autograd_error(models, shards, tm
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["plain", "activation_checkpointing"])
-def test_resume_continues_identically(models, shards, tmp_path: Path, recompute: bool) -> None:
+def test_resume_continues_identically(
+    models, shards, tmp_path: Path, recompute: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adapter_trainer.model.mot as mot_module
+
+    recomputed = {"layers": 0}  # layer calls wrapped for recompute: the setting reaches the model
+
+    def counting_checkpoint(*args, **kwargs):
+        recomputed["layers"] += 1
+        return real_checkpoint(*args, **kwargs)
+
+    real_checkpoint = mot_module.checkpoint
+    monkeypatch.setattr(mot_module, "checkpoint", counting_checkpoint)
     common = (
         "trainer.max_steps=8",
         "trainer.grad_accum_steps=2",
@@ -92,6 +104,7 @@ def test_resume_continues_identically(models, shards, tmp_path: Path, recompute:
     a = load_file(str(tmp_path / "full/checkpoints/step-000008/adapter.safetensors"))
     b = load_file(str(tmp_path / "resumed/checkpoints/step-000008/adapter.safetensors"))
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-6, atol=1e-7) for k in a)
+    assert (recomputed["layers"] > 0) == recompute
 
 
 def test_resume_with_different_pattern_is_refused(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
