@@ -16,7 +16,7 @@ them: what batch x seq fits in 24, 48 and 80 GiB per preset (the preset's mode),
 the JSON. A CPU process's peak includes the Python runtime and CPU kernels' work space: the GPU figures derived from
 it are a projection, not a GPU measurement (`make bench-gpu` measures a GPU).
 
-Real size needs 5-20 GB per case and ~1-4 minutes of 2 CPU cores: `make bench` runs it (group realsize), never
+Real size needs ~8-12 GB per case and about 1-2 minutes of 2 idle CPU cores (fp32, batch 1, seq 512: 7.8 GiB, 35 s): `make bench` runs it (group realsize), never
 `make test`. `--dims tiny` runs the same cases at the demo model's sizes (seconds, MBs) to try the script.
 
 Usage: python benchmarks/bench_memory.py --out FILE.json [--dims real|tiny] [--modes fp32,fp32_autocast,bf16]
