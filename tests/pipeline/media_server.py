@@ -17,7 +17,7 @@ import soundfile as sf
 from tests.pipeline.helpers import MUSICCAPS_CSV
 from tokenizer_pipeline.ffmpeg_binary import find_ffmpeg
 
-CONTENT_TYPES = {"wav": "audio/wav", "m4a": "audio/mp4", "webm": "audio/webm", "ogg": "audio/ogg"}
+CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "m4a": "audio/mp4", "webm": "audio/webm", "ogg": "audio/ogg"}
 
 
 def music_like(seconds: float, sr: int, channels: int = 2, seed: int = 0) -> np.ndarray:
@@ -34,16 +34,24 @@ def music_like(seconds: float, sr: int, channels: int = 2, seed: int = 0) -> np.
 
 
 def write_media(path: Path, seconds: float, sr: int = 44100, channels: int = 2, seed: int = 0) -> np.ndarray:
-    """Write `path` (.wav as 16-bit PCM; .m4a AAC, .webm Opus, .ogg Vorbis encoded by the ffmpeg binary).
+    """Write `path` (.wav as 16-bit PCM; .flac, .m4a AAC, .webm Opus, .ogg Vorbis encoded by the ffmpeg binary).
 
     Returns the `[N, C]` float32 signal as the 16-bit wav holds it (the reference for a window).
     """
+    return write_signal(path, music_like(seconds, sr, channels, seed), sr)
+
+
+def write_signal(path: Path, signal: np.ndarray, sr: int, bitrate: str | None = None) -> np.ndarray:
+    """Write the `[N, C]` float `signal` to `path` as write_media does; `bitrate` overrides the lossy default.
+
+    Returns the `[N, C]` float32 signal as the 16-bit wav holds it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     wav = path.with_suffix(".wav")
-    sf.write(wav, music_like(seconds, sr, channels, seed), sr, subtype="PCM_16")
+    sf.write(wav, signal, sr, subtype="PCM_16")
     ref, _ = sf.read(wav, dtype="float32", always_2d=True)  # [N, C]
-    codec = {".wav": None, ".m4a": ["-c:a", "aac", "-b:a", "128k"], ".webm": ["-c:a", "libopus", "-b:a", "96k"],
-             ".ogg": ["-c:a", "libvorbis"]}[path.suffix]  # fmt: skip
+    codec = {".wav": None, ".flac": ["-c:a", "flac"], ".m4a": ["-c:a", "aac", "-b:a", bitrate or "128k"],
+             ".webm": ["-c:a", "libopus", "-b:a", bitrate or "96k"], ".ogg": ["-c:a", "libvorbis"]}[path.suffix]  # fmt: skip
     if codec is not None:
         subprocess.run(
             [find_ffmpeg(), "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), *codec, str(path)], check=True
