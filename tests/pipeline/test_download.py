@@ -337,3 +337,23 @@ def test_download_yaml_composes_to_the_schema() -> None:
     assert cfg.url_template == "https://www.youtube.com/watch?v={ytid}" and cfg.format == "bestaudio/best"
     with pytest.raises(ConfigCompositionException, match="worker"):
         config_from_overrides(["out_dir=x", "worker=3"])
+
+
+def test_a_second_run_into_the_same_out_dir_is_refused_at_once(tmp_path: Path) -> None:
+    """Two `make audio` runs into one out_dir deleted each other's .partial/ and sources; now the second one
+    refuses before it writes anything, with one line, exit 2 (the lock `make shards` uses, on .download.lock)."""
+    import filelock
+
+    csv_path, _ = write_csv_rows(tmp_path / "subset.csv", 2, [(0.5, 1.5)] * 2)
+    out = tmp_path / "audio"
+    out.mkdir()
+    with MediaServer() as srv, filelock.FileLock(out / ".download.lock", timeout=0):  # another run holds it
+        with pytest.raises(DownloadConfigError, match=r"another tokenizer_pipeline\.download run is writing .*audio"):
+            run_download(
+                DownloadConfig(csv=str(csv_path), out_dir=str(out), url_template=srv.url_template), progress=False
+            )
+        r = _run_cli([f"csv={csv_path}", f"out_dir={out}", f"url_template='{srv.url_template}'"], tmp_path)
+        assert sum(srv.hits.values()) == 0  # refused before any request
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
+    assert "another tokenizer_pipeline.download run is writing" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [".download.lock"]  # nothing else written

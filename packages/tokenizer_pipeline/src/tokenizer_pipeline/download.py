@@ -7,8 +7,9 @@ and renamed. The cut is done here, not by yt-dlp: its `--download-sections` wrot
 plain HTTP download, and its post-processors need `ffprobe`, which the wheel does not ship.
 The output directory feeds `make shards DATA=<out_dir>` unchanged.
 
-Reads top to bottom: parse CSV -> skip rows whose flac exists -> worker threads fetch the rest (each
-retries transient errors with backoff) -> `download_failures.jsonl` + `download_summary.json` -> summary.
+Reads top to bottom: parse CSV -> lock out_dir (`.download.lock`, as `make shards` locks its own) ->
+skip rows whose flac exists -> worker threads fetch the rest (each retries transient errors with
+backoff) -> `download_failures.jsonl` + `download_summary.json` -> summary.
 Failures never stop the run; it exits non-zero only when nothing at all could be fetched.
 Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema below.
 """
@@ -36,6 +37,7 @@ from omegaconf.errors import MissingMandatoryValue
 from tqdm import tqdm
 
 from .conf_dir import find_conf_dir
+from .dir_lock import lock_dir
 from .errors import USER_ERROR_EXIT, UserError
 from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg
 from .manifest import write_text_atomic
@@ -43,6 +45,7 @@ from .musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
+LOCK_FILE = ".download.lock"  # held while a run writes out_dir (a second run into it is refused)
 PARTIAL_DIR = ".partial"  # yt-dlp's downloads in progress (resumable `.part` files) and uncut sources
 SHORT_TOLERANCE_S = 0.01  # a cut shorter than the window by more than this is a `short_source` failure
 
@@ -306,6 +309,15 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
     check_ytids(rows, csv_path, DownloadConfigError)  # the rule make shards applies to the same rows
+    lock = lock_dir(out_dir, LOCK_FILE, "tokenizer_pipeline.download run", DownloadConfigError)
+    try:
+        return _fetch_rows(cfg, rows, out_dir, progress)
+    finally:
+        lock.release()
+
+
+def _fetch_rows(cfg: DownloadConfig, rows: list[ClipRow], out_dir: Path, progress: bool) -> DownloadResult:
+    """Fetch `rows` into the locked `out_dir`, write the failures and the summary."""
     (out_dir / PARTIAL_DIR).mkdir(parents=True, exist_ok=True)
 
     results: list[ClipResult] = []

@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from .config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
+from .dir_lock import lock_dir
 from .encode import CodecEncoder
 from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .manifest import (
@@ -461,22 +462,7 @@ def default_workers(ranks: RankInfo) -> int:
 
 def lock_out_dir(out_dir: Path) -> filelock.BaseFileLock:
     """An exclusive lock on `out_dir/.lock` so two runs cannot write one shard set (released on exit)."""
-    lock_path = out_dir / LOCK_FILE
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(lock_path, timeout=0)
-        lock.acquire()
-    except filelock.Timeout as e:
-        raise PipelineError(
-            f"another tokenizer_pipeline run is writing {out_dir} (it holds {lock_path}). Wait for it to finish or "
-            f"choose another out_dir. The lock is released when that process exits; if no run is active (a stale "
-            f"lock, e.g. on a network file system), delete {lock_path}."
-        ) from e
-    except OSError as e:
-        raise PipelineError(
-            f"out_dir {out_dir} is not writable ({e}); choose another out_dir or fix its permissions"
-        ) from e
-    return lock
+    return lock_dir(out_dir, LOCK_FILE, "tokenizer_pipeline run", PipelineError)
 
 
 def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
