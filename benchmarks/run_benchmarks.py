@@ -14,7 +14,8 @@ Groups:
             trainer_ddp_vs_one_eval_ce_rel (bench_ddp.py: 1 process x 8 vs 2 gloo ranks x 4)
   onthefly  shards_vs_onthefly_step_speedup (bench_onthefly.py; the codec exists only inside the benchmark)
   realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes)
-  download  downloader clips/s per worker against a local server (bench_download.py)
+  download  downloader clips/s per worker against a local server, download_bytes_per_clip_vs_whole (bytes
+            fetched per 10-s clip of a 4-min source, sections vs whole streams) (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N, --pipeline-clips N.
@@ -104,7 +105,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    want = set(GROUPS) - {"download", "resample"} if args.only == "all" else {args.only}  # those two are opt-in
+    want = set(GROUPS) - {"resample"} if args.only == "all" else {args.only}  # resample is opt-in
     rows: list[dict] = []
     summary: dict = {}
 
