@@ -22,7 +22,7 @@ import io
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from .config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from .dir_lock import lock_dir
-from .encode import CodecEncoder
+from .encode import CodecEncoder, resolve_batch_size
 from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .manifest import (
     FORMAT_VERSION,
@@ -448,8 +448,12 @@ def check_config(cfg: PipelineConfig) -> None:
     """Values no run can use; PipelineError names the key and the allowed range."""
     if not Path(cfg.audio_dir).is_dir():
         raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
-    for key, value, low in (("codec.batch_size", cfg.codec.batch_size, 1), ("workers", cfg.workers, 0),
-                            ("prefetch", cfg.prefetch, 1), ("threads", cfg.threads, 1)):  # fmt: skip
+    try:
+        resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
+    except ValueError as e:  # ConfigError
+        raise PipelineError(str(e)) from e
+    for key, value, low in (("workers", cfg.workers, 0), ("prefetch", cfg.prefetch, 1),
+                            ("threads", cfg.threads, 1)):  # fmt: skip
         if value is not None and value < low:
             raise PipelineError(f"{key}={value} must be >= {low}")
 
@@ -496,6 +500,10 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         error = str(e)
     agree(ranks, error)
     assert encoder is not None
+    # auto -> this device's number; from here on (and in the manifest's config) the batch size is that int
+    cfg = replace(
+        cfg, codec=replace(cfg.codec, batch_size=resolve_batch_size(cfg.codec.batch_size, encoder.device_type))
+    )
     threads = torch.get_num_threads()  # a recorded setting: codes are reproducible only with the same count
     workers = default_workers(ranks) if cfg.workers is None else cfg.workers
 
