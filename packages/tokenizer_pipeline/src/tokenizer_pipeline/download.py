@@ -145,11 +145,11 @@ class DownloadConfigError(UserError, ValueError):
 
 
 class ClipError(Exception):
-    """A clip that could not be fetched; `reason` is one of REASONS."""
+    """A clip that could not be fetched; `reason` is one of REASONS; `section`: a section download failed."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, section: bool = False) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason, self.section = reason, section
 
 
 class _YdlLogger:
@@ -178,7 +178,9 @@ def ydl_params(cfg: DownloadConfig, partial: Path) -> dict[str, Any]:
 
     params: dict[str, Any] = {
         "format": cfg.format,
-        "outtmpl": {"default": str(partial / "%(musiccaps_ytid)s.%(ext)s")},  # musiccaps_ytid: extra_info below
+        # musiccaps_ytid: extra_info below; a section is <ytid>.section.<ext>, never mistaken for (or resumed
+        # as) the whole stream <ytid>.<ext>, whose .part a later run resumes
+        "outtmpl": {"default": str(partial / "%(musiccaps_ytid)s%(section_end&.section|)s.%(ext)s")},
         "noplaylist": True,
         "quiet": True,
         "noprogress": True,
@@ -237,6 +239,7 @@ def _download_source(ydl, url: str, ytid: str, section: tuple[float, float] | No
     from yt_dlp.utils import YoutubeDLError, download_range_func
 
     ydl.params["logger"].ytid = ytid
+    is_section = False
     try:
         # extract and choose the format first: whether to cut a section depends on the chosen container
         info = ydl.extract_info(url, download=False, extra_info={"musiccaps_ytid": ytid})
@@ -253,7 +256,7 @@ def _download_source(ydl, url: str, ytid: str, section: tuple[float, float] | No
         info = ydl.process_ie_result(info, download=True)
     except YoutubeDLError as e:
         msg = re.sub(r"^ERROR: |\r|\[download\] ", "", str(e)).strip()
-        raise ClipError(classify(msg), msg) from e
+        raise ClipError(classify(msg), msg, section=is_section) from e
     downloads = (info or {}).get("requested_downloads") or []
     paths = [Path(d["filepath"]) for d in downloads if d.get("filepath")]
     if len(paths) != 1 or not paths[0].is_file():
@@ -275,7 +278,7 @@ def _fetch_section(cfg: DownloadConfig, ydl, url: str, row: ClipRow) -> tuple[Pa
     """Try to download only the row's window plus `section_margin_s` either side.
 
     Returns (section, its first sample in the whole stream); (whole stream, None) when yt-dlp fetched the
-    whole stream (a container `_WindowRange` does not cut); (None, None) when the section is unusable and
+    whole stream (a container not in SECTION_EXTS); (None, None) when the section is unusable and
     the whole stream must be downloaded: its start is not known to the sample (`section_first_sample`),
     or the download failed for a reason that is not about the video itself (e.g. ffmpeg could not seek
     because the server ignores HTTP Range).
@@ -284,7 +287,7 @@ def _fetch_section(cfg: DownloadConfig, ydl, url: str, row: ClipRow) -> tuple[Pa
     try:
         src, is_section = _download_source(ydl, url, row.ytid, bounds)
     except ClipError as e:
-        if e.reason in VIDEO_REASONS:  # the whole stream would fail the same way
+        if e.reason in VIDEO_REASONS or not e.section:  # the whole stream would fail the same way / was it
             raise
         return None, None
     if not is_section:
@@ -316,10 +319,13 @@ def _fetch_window(cfg: DownloadConfig, ydl, row: ClipRow, cut: Path) -> tuple[Pa
     if cfg.sections:
         src, first = _fetch_section(cfg, ydl, url, row)
         if src is not None and first is not None:
-            if _cut(src, cut, row, first) >= window_s - SHORT_TOLERANCE_S:
-                return src, True
+            try:
+                if _cut(src, cut, row, first) >= window_s - SHORT_TOLERANCE_S:
+                    return src, True
+            except ClipError:  # a section ffmpeg cannot cut: the whole stream below
+                pass
             src.unlink()
-            cut.unlink()
+            cut.unlink(missing_ok=True)
             src = None
     if src is None:
         src, _ = _download_source(ydl, url, row.ytid, None)
