@@ -40,10 +40,12 @@ OFFLINE_FIX = (
 
 # codec.batch_size=auto: clips per forward pass per device type. A table, not a timed probe at start-up: a
 # probe's pick would vary with the machine's load from run to run, and the batch is part of a shard set's
-# config (a rerun with another batch is a different set). CPU: batch 1 is the fastest on 2 cores
-# (encodec_32khz size, 10-s clips, float32, 2 threads: the issue's probe 7.2x real time at batch 1, 5.7x at 4;
-# see docs/benchmarks.md for the per-batch figures); the first version encoded one clip per forward too.
-# cuda, mps: 8, the previous default, not measured here (no GPU on the machine these figures come from).
+# config (a rerun with another batch is a different set). CPU: batching does not pay on 2 cores
+# (encodec_32khz size, 10-s clips, float32, 2 threads: one probe gave 7.2x real time at batch 1 and 5.7x at
+# batch 4, docs/benchmarks.md's encode rows 5.8x and 6.0x), so 1: as fast within these runs' noise, the least memory,
+# and the first version's own forward shape. cuda, mps: 8, the previous default, not measured (no GPU on
+# the machine these figures come from); `python benchmarks/bench_encode.py --device cuda --batch-sizes 1,4,8,16,32
+# --out build/bench/encode_cuda.json` measures it.
 AUTO_BATCH_SIZE = {"cpu": 1, "cuda": 8, "mps": 8}
 
 
