@@ -10,13 +10,14 @@ DEMO := build/demo
 DEMO_CLIPS ?= 320
 # clips whose encoder latents fit the demo codec's RVQ codebooks
 DEMO_CODEC_CLIPS ?= 40
-# extra Hydra overrides, e.g. make train ARGS="+experiment=demo trainer.max_steps=10"
+# extra Hydra overrides, e.g. make train ARGS="+experiment=demo trainer.max_steps=10"; for make bench, its flags
+# (make bench ARGS="--only pipeline --pipeline-clips 32")
 ARGS ?=
 # real MusicCaps audio directory for `make shards`, and the shard-set output directory
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-gpu clean listen listen-check
+.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-gpu clean listen listen-check
 
 setup: $(VENV)/.installed
 
@@ -114,8 +115,14 @@ format: | setup
 test-slow: | setup
 	$(PY) -m pytest tests -q --run-slow -m slow
 
-bench: demo-shards demo-models
-	$(PY) benchmarks/run_benchmarks.py
+# the benchmarks' own dependencies (benchmarks/requirements.txt, pinned by constraints.txt), e.g. torchaudio
+bench-setup: $(VENV)/.bench-installed
+$(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -r benchmarks/requirements.txt
+	touch $@
+
+bench: demo-shards demo-models bench-setup
+	$(PY) benchmarks/run_benchmarks.py $(ARGS)
 
 # CUDA figures (benchmarks/bench_gpu.py); the demo codec + corpus feed its encoder figures. Without CUDA: one line, exit 0
 bench-gpu: | setup

@@ -9,7 +9,11 @@ Every case runs in its own interpreter (peak RSS per case); the driver writes `{
   pipeline_rss_1000_vs_100    main-process peak RSS, 1,000 vs 100 clips, small random EncodecModel
   decode_workers_speedup_2v1  clips/s with a zero-cost encoder, 2 decode workers vs 1
 
-Usage: python benchmarks/bench_pipeline.py --out build/bench/pipeline.json [--clips 24 --batch-size 4 --threads 2]
+`pipeline_vs_first_version` is one run of each on the same clips with the same `--threads`; the pipeline
+runs with its defaults (`codec.batch_size=auto`, decode workers), its wall clock includes loading the codec,
+the first version's excludes building its model.
+
+Usage: python benchmarks/bench_pipeline.py --out build/bench/pipeline.json [--clips 24 --batch-size auto --threads 2]
 """
 
 from __future__ import annotations
@@ -84,12 +88,19 @@ def small_codec(out: Path) -> Path:
     return out
 
 
+def batch_size(args: argparse.Namespace) -> int:
+    """`--batch-size` as the pipeline resolves it (`auto` -> the table entry for `--device`)."""
+    from tokenizer_pipeline.encode import resolve_batch_size
+
+    return resolve_batch_size(args.batch_size, torch.device(args.device).type)
+
+
 def _pipeline_cfg(csv_path: Path, audio: Path, out: Path, codec: str, args: argparse.Namespace, **kw):
     from tokenizer_pipeline.config import CodecConfig, PipelineConfig, ShardConfig
 
     return PipelineConfig(
         csv=str(csv_path), audio_dir=str(audio), out_dir=str(out), threads=args.threads,
-        codec=CodecConfig(name_or_path=codec, device=args.device, batch_size=args.batch_size),
+        codec=CodecConfig(name_or_path=codec, device=args.device, batch_size=args.batch_size),  # auto or an int
         shard=ShardConfig(max_samples=256), **kw,
     )  # fmt: skip
 
@@ -104,11 +115,12 @@ def case_encoder_bound(args: argparse.Namespace, work: Path) -> dict:
     torch.set_num_threads(args.threads)
     csv_path, audio = subset_csv(Path(args.corpus), work, args.clips)
     enc = CodecEncoder(args.codec, device=args.device, dtype="float32")
+    bs = batch_size(args)  # the pipeline's own number for this device (auto: encode.AUTO_BATCH_SIZE)
     wavs = [load_audio(p, enc.sampling_rate) for p in sorted(audio.iterdir())]  # each [N] float32, in memory
-    enc.encode_batch(wavs[: args.batch_size])  # warm-up
+    enc.encode_batch(wavs[:bs])  # warm-up
     t0 = time.perf_counter()
-    for i in range(0, len(wavs), args.batch_size):
-        enc.encode_batch(wavs[i : i + args.batch_size])
+    for i in range(0, len(wavs), bs):
+        enc.encode_batch(wavs[i : i + bs])
     secs = time.perf_counter() - t0
     audio_s = sum(w.numel() for w in wavs) / enc.sampling_rate
     return {"case": "encoder_bound", "clips": len(wavs), "seconds": secs, "audio_s_per_s": audio_s / secs}
@@ -236,7 +248,9 @@ def main() -> None:
     ap.add_argument("--codec", default="build/demo/codec")
     ap.add_argument("--corpus", default="build/demo/corpus")
     ap.add_argument("--clips", type=int, default=24)  # full-size codec cases: ~1.7 s per 10-s clip on 2 CPU cores
-    ap.add_argument("--batch-size", type=int, default=4)
+    # auto (the pipeline's default): the device's number from encode.AUTO_BATCH_SIZE, in the pipeline and the
+    # encoder-bound case alike; the first version always encodes one clip per forward (its design)
+    ap.add_argument("--batch-size", default="auto")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=1)
@@ -252,7 +266,7 @@ def main() -> None:
             "peak_rss_mb": peak_rss_mb(),
             "device": args.device,
             "threads": args.threads,
-            "batch_size": args.batch_size,
+            "batch_size": 1 if args.case == "first_version" else batch_size(args),
         }
         Path(args.result).write_text(json.dumps(r))
         return

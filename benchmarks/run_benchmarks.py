@@ -18,7 +18,8 @@ Groups:
             24/48/80 GB per preset (bench_memory.py: 24 real-size cases, each its own process, up to ~12 GB)
   gpu       CUDA only: real-size cuda_1b training step (positions/s, MFU, peak memory per batch, checkpointing
             off/on), the attention kernel that ran, encoder clips/s + bf16 agreement, generation (bench_gpu.py)
-  download  downloader clips/s per worker against a local server (bench_download.py)
+  download  downloader clips/s per worker against a local server, download_bytes_per_clip_vs_whole (bytes
+            fetched per 10-s clip of a 4-min source, sections vs whole streams) (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
@@ -39,7 +40,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
 GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu")
-OPT_IN = ("download", "resample", "gpu")  # not in a plain `make bench`
+OPT_IN = ("resample", "gpu")  # not in a plain `make bench`
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
 SUMMARY_ONLY_STAGES = (
     "shards_vs_onthefly",

@@ -258,6 +258,37 @@ def test_output_is_byte_identical_for_0_1_2_workers(corpus, tiny_codec: Path, tm
     assert snaps[0] == snaps[1] == snaps[2]
 
 
+def test_batch_size_auto_is_the_device_s_number_recorded_and_reproducible(
+    corpus, tiny_codec: Path, tmp_path: Path
+) -> None:
+    """codec.batch_size=auto (the default) runs with this device's number from the table; the manifest records
+    that number, and the set is byte-identical to a run that asked for the number explicitly."""
+    from dataclasses import replace
+
+    from tokenizer_pipeline.config import CodecConfig
+    from tokenizer_pipeline.encode import AUTO_BATCH_SIZE, resolve_batch_size
+
+    assert CodecConfig().batch_size == "auto"
+    assert resolve_batch_size("auto", "cpu") == AUTO_BATCH_SIZE["cpu"] and resolve_batch_size(5, "cuda") == 5
+    assert resolve_batch_size("auto", "cuda") == AUTO_BATCH_SIZE["cuda"] and resolve_batch_size("4", "cpu") == 4
+    csv_path, audio_dir, _ = corpus
+    base = pipeline_config(csv_path, audio_dir, tmp_path / "auto", tiny_codec)
+    for bad in ("many", 0, -2, 1.5, True):
+        with pytest.raises(PipelineError, match=r"codec.batch_size=.* must be an integer >= 1 or auto"):
+            run_pipeline(replace(base, codec=replace(base.codec, batch_size=bad)), progress=False)
+    snaps = []
+    out = tmp_path / "out"
+    for bs in ("auto", AUTO_BATCH_SIZE["cpu"]):
+        shutil.rmtree(out, ignore_errors=True)
+        res = run_pipeline(replace(base, out_dir=str(out), codec=replace(base.codec, batch_size=bs)), progress=False)
+        assert res.exit_code == 0 and res.manifest.config["codec"]["batch_size"] == AUTO_BATCH_SIZE["cpu"]
+        assert (
+            json.loads((out / "manifest.json").read_text())["config"]["codec"]["batch_size"] == AUTO_BATCH_SIZE["cpu"]
+        )
+        snaps.append(_snapshot(out))
+    assert snaps[0] == snaps[1]
+
+
 def _clip(n: int, i: int) -> DecodedClip:
     row = ClipRow(f"id{i}", 0.0, 10.0, (), (), "", 0, False, False, "train", i + 2)
     return DecodedClip(row, torch.zeros(n), "f", "s", None)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -19,7 +20,9 @@ class CodecConfig:
     )
     device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps; under torchrun each rank uses cuda:LOCAL_RANK
     dtype: str = "float32"  # float32 | bfloat16 (explicit opt-in: faster on GPU, may change codes)
-    batch_size: int = 8  # clips per forward pass; higher = faster on GPU, more memory
+    # clips per forward pass, or auto: the measured-best per device (encode.AUTO_BATCH_SIZE: cpu 1, cuda/mps 8);
+    # the number used is recorded in the manifest (codes are reproducible for that number). Higher = more memory
+    batch_size: Any = "auto"  # int >= 1 | auto (Any: OmegaConf has no int-or-string type)
     bandwidth_kbps: float | None = None  # null = smallest supported (2.2 kbps = 4 codebooks for encodec_32khz)
     pad_batches: bool = False  # true pads unequal lengths together (faster; may change the last frames' codes)
 

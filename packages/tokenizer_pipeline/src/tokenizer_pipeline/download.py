@@ -1,14 +1,19 @@
 """`python -m tokenizer_pipeline.download out_dir=DIR [hydra overrides]`: MusicCaps CSV -> `<out_dir>/<ytid>.flac`.
 
-For each CSV row: yt-dlp (used as a library) downloads the whole audio stream of the row's video
-(`format=bestaudio/best`), then the ffmpeg binary (`ffmpeg_binary.py`: system or imageio-ffmpeg wheel)
-cuts `[start_s, end_s]` to a 16-bit flac at the source's sample rate, written under a temporary name
-and renamed. The cut is done here, not by yt-dlp: its `--download-sections` wrote an empty file for a
-plain HTTP download, and its post-processors need `ffprobe`, which the wheel does not ship.
+For each CSV row: yt-dlp (used as a library) downloads the row's window of the video's audio
+(`format=bestaudio/best`): only `[start_s, end_s]` plus `section_margin_s` either side where the
+container allows (M4A/MP4, WebM: yt-dlp's `download_ranges`, done by the ffmpeg binary with HTTP Range
+requests), else the whole stream. The ffmpeg binary (`ffmpeg_binary.py`: system or imageio-ffmpeg wheel)
+then cuts `[start_s, end_s]` exactly (on the whole stream's sample grid, also from a section) to a
+16-bit flac at the source's sample rate, written under a temporary name and renamed. The exact cut is
+done here, not by yt-dlp: a section alone is not sample-exact (10.013-10.016 s for a 10-s window), and
+yt-dlp's post-processors need `ffprobe`, which the wheel does not ship. A section that cannot be placed
+to the sample, or that a server ignoring Range breaks, is replaced by the whole stream.
 The output directory feeds `make shards DATA=<out_dir>` unchanged.
 
-Reads top to bottom: parse CSV -> skip rows whose flac exists -> worker threads fetch the rest (each
-retries transient errors with backoff) -> `download_failures.jsonl` + `download_summary.json` -> summary.
+Reads top to bottom: parse CSV -> lock out_dir (`.download.lock`, as `make shards` locks its own) ->
+skip rows whose flac exists -> worker threads fetch the rest (each retries transient errors with
+backoff) -> `download_failures.jsonl` + `download_summary.json` -> summary.
 Failures never stop the run; it exits non-zero only when nothing at all could be fetched.
 Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema below.
 """
@@ -36,13 +41,15 @@ from omegaconf.errors import MissingMandatoryValue
 from tqdm import tqdm
 
 from .conf_dir import find_conf_dir
+from .dir_lock import lock_dir
 from .errors import USER_ERROR_EXIT, UserError
-from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg
+from .ffmpeg_binary import FFmpegError, cut_to_flac, find_ffmpeg, probe, section_first_sample
 from .manifest import write_text_atomic
 from .musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
+LOCK_FILE = ".download.lock"  # held while a run writes out_dir (a second run into it is refused)
 PARTIAL_DIR = ".partial"  # yt-dlp's downloads in progress (resumable `.part` files) and uncut sources
 SHORT_TOLERANCE_S = 0.01  # a cut shorter than the window by more than this is a `short_source` failure
 
@@ -58,11 +65,15 @@ class DownloadConfig:
     backoff_s: float = 5.0  # wait before retry k: backoff_s * 2**(k-1), +-25% jitter
     limit: int | None = None  # first N CSV rows only (null = all); for quick tries
     cookies_file: str | None = None  # Netscape cookies.txt for yt-dlp (videos that ask to sign in)
-    rate_limit: str | None = None  # per-worker download rate, yt-dlp syntax ("2M" = 2 MB/s); null = unlimited
+    rate_limit: str | None = (
+        None  # per-worker rate of whole-stream downloads, yt-dlp syntax ("2M" = 2 MB/s; sections ignore it)
+    )
     proxy: str | None = None  # e.g. socks5://127.0.0.1:1080; null = direct
     socket_timeout_s: float = 30.0  # yt-dlp's network timeout per request
     http_retries: int = 3  # yt-dlp's own retries inside one attempt (it resumes the partial file)
-    keep_source: bool = False  # true: keep each full downloaded file in <out_dir>/source/
+    keep_source: bool = False  # true: keep each downloaded file (whole stream or section) in <out_dir>/source/
+    sections: bool = True  # fetch only the window (+ margin) where the container allows; false: whole streams
+    section_margin_s: float = 1.0  # seconds fetched either side of a window (at least half is the decoder's lead-in)
     yt_dlp_params: dict[str, Any] = field(default_factory=dict)  # any other YoutubeDL params, passed as is
 
 
@@ -90,6 +101,13 @@ REASON_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
     )
 )
 TRANSIENT = frozenset({"network", "rate_limited"})
+VIDEO_REASONS = frozenset({"private", "region_blocked", "login_required", "rate_limited", "unavailable"})
+SECTION_EXTS = frozenset({"m4a", "mp4", "webm"})  # containers whose section start is exact (section_first_sample)
+# ffmpeg's HTTP Range request size for a section: it reads at most this much past what it needs (index,
+# window). Bytes fetched for a 10-s window of a 4-min source, against the whole stream (tests' local server,
+# AAC 128 kbps / Opus 96 kbps): 32 KiB 0.08 / 0.08 (11 requests), 64 KiB 0.10 / 0.11 (7-8),
+# 128 KiB 0.15 / 0.15 (6), 256 KiB 0.21 / 0.22 (5). Requests share one connection (-multiple_requests).
+SECTION_REQUEST_BYTES = 64 * 1024
 REASONS = (*(name for name, _ in REASON_PATTERNS), "decode", "short_source", "other")
 
 
@@ -117,8 +135,9 @@ class ClipResult:
     ytid: str
     status: str  # fetched | present | failed
     bytes: int = 0  # size of the flac written (fetched) or found (present)
-    download_bytes: int = 0  # size of the full source file yt-dlp fetched
+    download_bytes: int = 0  # size of the source file yt-dlp fetched (the whole stream or a section)
     failure: DownloadFailure | None = None
+    section: bool = False  # fetched as a section (only the window and a margin)
 
 
 class DownloadConfigError(UserError, ValueError):
@@ -126,11 +145,11 @@ class DownloadConfigError(UserError, ValueError):
 
 
 class ClipError(Exception):
-    """A clip that could not be fetched; `reason` is one of REASONS."""
+    """A clip that could not be fetched; `reason` is one of REASONS; `section`: a section download failed."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, section: bool = False) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason, self.section = reason, section
 
 
 class _YdlLogger:
@@ -159,7 +178,9 @@ def ydl_params(cfg: DownloadConfig, partial: Path) -> dict[str, Any]:
 
     params: dict[str, Any] = {
         "format": cfg.format,
-        "outtmpl": {"default": str(partial / "%(musiccaps_ytid)s.%(ext)s")},  # musiccaps_ytid: extra_info below
+        # musiccaps_ytid: extra_info below; a section is <ytid>.section.<ext>, never mistaken for (or resumed
+        # as) the whole stream <ytid>.<ext>, whose .part a later run resumes
+        "outtmpl": {"default": str(partial / "%(musiccaps_ytid)s%(section_end&.section|)s.%(ext)s")},
         "noplaylist": True,
         "quiet": True,
         "noprogress": True,
@@ -169,6 +190,14 @@ def ydl_params(cfg: DownloadConfig, partial: Path) -> dict[str, Any]:
         "socket_timeout": cfg.socket_timeout_s,
         "cachedir": False,
         "continuedl": True,
+        # sections (download_ranges) go through ffmpeg: the same binary as the cut; bounded Range requests,
+        # so ffmpeg reads ahead at most one request past what it needs; -copyts keeps the whole stream's
+        # timestamps in the section, which is how section_first_sample places it
+        "ffmpeg_location": find_ffmpeg(),
+        "external_downloader_args": {
+            "ffmpeg_i": ["-request_size", str(SECTION_REQUEST_BYTES), "-multiple_requests", "1"],
+            "ffmpeg_o": ["-copyts"],
+        },
     }
     if cfg.cookies_file:
         params["cookiefile"] = cfg.cookies_file
@@ -202,21 +231,111 @@ class _Workers:
             ydl.close()
 
 
-def _download_source(ydl, url: str, ytid: str) -> Path:
-    """Full audio of the video at `url` into `<partial>/<ytid>.<ext>` (yt-dlp resumes a `.part` file)."""
-    from yt_dlp.utils import YoutubeDLError
+def _download_source(ydl, url: str, ytid: str, section: tuple[float, float] | None) -> tuple[Path, bool]:
+    """Audio of the video at `url` into `<partial>/<ytid>.<ext>`: only `section` = (start_s, end_s) when
+    given and the chosen format's container has exact section starts (SECTION_EXTS), else the whole
+    stream (yt-dlp resumes a `.part` file). Returns (path, is a section)."""
+    from yt_dlp.postprocessor.ffmpeg import FFmpegPostProcessor
+    from yt_dlp.utils import YoutubeDLError, download_range_func
 
     ydl.params["logger"].ytid = ytid
+    is_section = False
     try:
-        info = ydl.extract_info(url, download=True, extra_info={"musiccaps_ytid": ytid})
+        # extract and choose the format first: whether to cut a section depends on the chosen container
+        info = ydl.extract_info(url, download=False, extra_info={"musiccaps_ytid": ytid})
+        is_section = section is not None and (info or {}).get("ext") in SECTION_EXTS
+        ydl.params.pop("download_ranges", None)
+        if is_section:
+            ydl.params["download_ranges"] = download_range_func(None, [section])
+            # yt-dlp downloads a section with its FFmpegFD, which it enables only if it finds an ffmpeg program
+            # through this context variable or on PATH: the availability check ignores the `ffmpeg_location`
+            # param (yt-dlp's "Fixme" in downloader/external.py), and the wheel's binary is not on PATH.
+            # yt-dlp's own command line sets the same variable for --ffmpeg-location (yt_dlp/__init__.py).
+            # A context variable is per thread: set here, in the worker thread that downloads.
+            FFmpegPostProcessor._ffmpeg_location.set(find_ffmpeg())
+        info = ydl.process_ie_result(info, download=True)
     except YoutubeDLError as e:
         msg = re.sub(r"^ERROR: |\r|\[download\] ", "", str(e)).strip()
-        raise ClipError(classify(msg), msg) from e
+        raise ClipError(classify(msg), msg, section=is_section) from e
     downloads = (info or {}).get("requested_downloads") or []
     paths = [Path(d["filepath"]) for d in downloads if d.get("filepath")]
     if len(paths) != 1 or not paths[0].is_file():
         raise ClipError("other", f"yt-dlp reported no single downloaded file for {url} (got {paths})")
-    return paths[0]
+    return paths[0], is_section
+
+
+def _cut(src: Path, cut: Path, row: ClipRow, first_sample: int = 0) -> float:
+    """Cut the row's window of `src` (whose first sample is `first_sample` of the whole stream) to `cut`; its seconds."""
+    try:
+        cut_to_flac(src, cut, start_s=row.start_s, duration_s=row.end_s - row.start_s, first_sample=first_sample)
+    except FFmpegError as e:
+        raise ClipError("decode", str(e)) from e
+    info = sf.info(str(cut))
+    return info.frames / info.samplerate
+
+
+def _fetch_section(cfg: DownloadConfig, ydl, url: str, row: ClipRow) -> tuple[Path | None, int | None]:
+    """Try to download only the row's window plus `section_margin_s` either side.
+
+    Returns (section, its first sample in the whole stream); (whole stream, None) when yt-dlp fetched the
+    whole stream (a container not in SECTION_EXTS); (None, None) when the section is unusable and
+    the whole stream must be downloaded: its start is not known to the sample (`section_first_sample`),
+    or the download failed for a reason that is not about the video itself (e.g. ffmpeg could not seek
+    because the server ignores HTTP Range).
+    """
+    bounds = (max(row.start_s - cfg.section_margin_s, 0.0), row.end_s + cfg.section_margin_s)
+    try:
+        src, is_section = _download_source(ydl, url, row.ytid, bounds)
+    except ClipError as e:
+        if e.reason in VIDEO_REASONS or not e.section:  # the whole stream would fail the same way / was it
+            raise
+        return None, None
+    if not is_section:
+        return src, None
+    try:
+        first, sr = section_first_sample(src), probe(src).sample_rate
+    except FFmpegError:  # unreadable: e.g. an MP4 section whose index ffmpeg could not fetch without Range
+        first = sr = None
+    # the decoder needs a lead-in before the window to settle (AAC: one frame; Opus: more); a section that
+    # starts later than half the margin before the window (ffmpeg reading without Range can land anywhere)
+    # is not trusted
+    ok = first is not None and first <= max(round((row.start_s - cfg.section_margin_s / 2) * sr), 0)
+    if not ok:
+        src.unlink()
+        return None, None
+    return src, first
+
+
+def _fetch_window(cfg: DownloadConfig, ydl, row: ClipRow, cut: Path) -> tuple[Path, bool]:
+    """The row's window, cut exactly to `cut`; returns (the downloaded source, whether it was a section).
+
+    With `cfg.sections` only the window plus a margin is downloaded (ffmpeg's HTTP Range requests; the
+    margin lets AAC/Opus decoding settle before the window) and the window is cut from it on the whole
+    stream's sample grid; a section that does not cover the window (a server that ignores Range can give
+    one that ends early) is dropped too. Otherwise, or as the fallback, the whole stream is downloaded.
+    """
+    url, window_s = cfg.url_template.format(ytid=row.ytid), row.end_s - row.start_s
+    src = None
+    if cfg.sections:
+        src, first = _fetch_section(cfg, ydl, url, row)
+        if src is not None and first is not None:
+            try:
+                if _cut(src, cut, row, first) >= window_s - SHORT_TOLERANCE_S:
+                    return src, True
+            except ClipError:  # a section ffmpeg cannot cut: the whole stream below
+                pass
+            src.unlink()
+            cut.unlink(missing_ok=True)
+            src = None
+    if src is None:
+        src, _ = _download_source(ydl, url, row.ytid, None)
+    got = _cut(src, cut, row)
+    if got < window_s - SHORT_TOLERANCE_S:
+        raise ClipError(
+            "short_source",
+            f"the source ends before the window: got {got:.3f} s of [{row.start_s}, {row.end_s}] s from {src.name}",
+        )
+    return src, False
 
 
 def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Workers) -> ClipResult:
@@ -225,24 +344,12 @@ def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Worke
     if dst.is_file():
         return ClipResult(row.ytid, "present", bytes=dst.stat().st_size)
     partial = out_dir / PARTIAL_DIR
-    window_s = row.end_s - row.start_s
     attempt = 0
     while True:
         attempt += 1
         try:
-            src = _download_source(workers.ydl(), cfg.url_template.format(ytid=row.ytid), row.ytid)
             cut = partial / f"{row.ytid}.window.flac"  # checked before it gets its final name
-            try:
-                cut_to_flac(src, cut, start_s=row.start_s, duration_s=window_s)
-            except FFmpegError as e:
-                raise ClipError("decode", str(e)) from e
-            info = sf.info(str(cut))
-            if info.frames / info.samplerate < window_s - SHORT_TOLERANCE_S:
-                raise ClipError(
-                    "short_source",
-                    f"the source ends before the window: got {info.frames / info.samplerate:.3f} s of "
-                    f"[{row.start_s}, {row.end_s}] s from {src.name}",
-                )
+            src, section = _fetch_window(cfg, workers.ydl(), row, cut)
             cut.replace(dst)  # same file system: atomic, so an existing <ytid>.flac is always complete
             size = src.stat().st_size
             if cfg.keep_source:
@@ -250,7 +357,7 @@ def fetch_clip(cfg: DownloadConfig, row: ClipRow, out_dir: Path, workers: _Worke
                 src.replace(out_dir / "source" / src.name)
             else:
                 src.unlink()
-            return ClipResult(row.ytid, "fetched", bytes=dst.stat().st_size, download_bytes=size)
+            return ClipResult(row.ytid, "fetched", bytes=dst.stat().st_size, download_bytes=size, section=section)
         except ClipError as e:
             if e.reason in TRANSIENT and attempt <= cfg.retries:
                 time.sleep(cfg.backoff_s * 2 ** (attempt - 1) * random.uniform(0.75, 1.25))
@@ -271,7 +378,7 @@ class DownloadResult:
     failures: list[DownloadFailure]
     elapsed_s: float
     flac_bytes: int  # total size of the flacs fetched this run
-    download_bytes: int  # total size of the full sources downloaded this run
+    download_bytes: int  # total size of the sources downloaded this run (whole streams or sections)
     exit_code: int  # 0 unless nothing was fetched or present
     message: str
 
@@ -306,6 +413,15 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
     check_ytids(rows, csv_path, DownloadConfigError)  # the rule make shards applies to the same rows
+    lock = lock_dir(out_dir, LOCK_FILE, "tokenizer_pipeline.download run", DownloadConfigError)
+    try:
+        return _fetch_rows(cfg, rows, out_dir, progress)
+    finally:
+        lock.release()
+
+
+def _fetch_rows(cfg: DownloadConfig, rows: list[ClipRow], out_dir: Path, progress: bool) -> DownloadResult:
+    """Fetch `rows` into the locked `out_dir`, write the failures and the summary."""
     (out_dir / PARTIAL_DIR).mkdir(parents=True, exist_ok=True)
 
     results: list[ClipResult] = []
@@ -333,8 +449,9 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     by_reason = dict(Counter(f.reason for f in failures).most_common())
     flac_bytes = sum(r.bytes for r in results if r.status == "fetched")
     download_bytes = sum(r.download_bytes for r in results)
+    section_clips = sum(r.section for r in results)
     summary = {"counts": counts, "failures_by_reason": by_reason, "elapsed_s": round(elapsed, 3), "workers": cfg.workers,
-               "flac_bytes": flac_bytes, "download_bytes": download_bytes}  # fmt: skip
+               "flac_bytes": flac_bytes, "download_bytes": download_bytes, "section_clips": section_clips}  # fmt: skip
     write_text_atomic(out_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
 
     lines = [
@@ -343,7 +460,8 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
     ]
     if counts["fetched"]:
         lines.append(
-            f"  {flac_bytes / counts['fetched'] / 1e6:.2f} MB flac per clip, {download_bytes / counts['fetched'] / 1e6:.2f} MB downloaded per clip"
+            f"  {flac_bytes / counts['fetched'] / 1e6:.2f} MB flac per clip, {download_bytes / counts['fetched'] / 1e6:.2f} MB downloaded per clip "
+            f"({section_clips} of {counts['fetched']} as a section of the window)"
         )
     if failures:
         lines.append(

@@ -38,6 +38,32 @@ OFFLINE_FIX = (
 )
 
 
+# codec.batch_size=auto: clips per forward pass per device type. A table, not a timed probe at start-up: a
+# probe's pick would vary with the machine's load from run to run, and the batch is part of a shard set's
+# config (a rerun with another batch is a different set). CPU: batching does not pay on 2 cores
+# (encodec_32khz size, 10-s clips, float32, 2 threads: one probe gave 7.2x real time at batch 1 and 5.7x at
+# batch 4, docs/benchmarks.md's encode rows 5.8x and 6.0x), so 1: as fast within these runs' noise, the least memory,
+# and the first version's own forward shape. cuda, mps: 8, the previous default, not measured (no GPU on
+# the machine these figures come from); `python benchmarks/bench_encode.py --device cuda --batch-sizes 1,4,8,16,32
+# --out build/bench/encode_cuda.json` measures it.
+AUTO_BATCH_SIZE = {"cpu": 1, "cuda": 8, "mps": 8}
+
+
+def resolve_batch_size(batch_size: int | str, device_type: str) -> int:
+    """The clips per forward pass for `codec.batch_size`: an int >= 1 as is, `auto` from AUTO_BATCH_SIZE.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if batch_size == "auto":
+        return AUTO_BATCH_SIZE[device_type]
+    if isinstance(batch_size, str) and batch_size.strip().isdigit():
+        batch_size = int(batch_size)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"codec.batch_size={batch_size!r} must be an integer >= 1 or auto")
+    return batch_size
+
+
 def resolve_device(device: str) -> torch.device:
     """'auto' picks cuda > mps > cpu; an explicit device that is not available is an error."""
     if device not in DEVICES:

@@ -22,7 +22,7 @@ import io
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,7 +32,8 @@ import torch
 from tqdm import tqdm
 
 from .config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
-from .encode import CodecEncoder
+from .dir_lock import lock_dir
+from .encode import CodecEncoder, resolve_batch_size
 from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .manifest import (
     FORMAT_VERSION,
@@ -447,8 +448,12 @@ def check_config(cfg: PipelineConfig) -> None:
     """Values no run can use; PipelineError names the key and the allowed range."""
     if not Path(cfg.audio_dir).is_dir():
         raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
-    for key, value, low in (("codec.batch_size", cfg.codec.batch_size, 1), ("workers", cfg.workers, 0),
-                            ("prefetch", cfg.prefetch, 1), ("threads", cfg.threads, 1)):  # fmt: skip
+    try:
+        resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
+    except ValueError as e:  # ConfigError
+        raise PipelineError(str(e)) from e
+    for key, value, low in (("workers", cfg.workers, 0), ("prefetch", cfg.prefetch, 1),
+                            ("threads", cfg.threads, 1)):  # fmt: skip
         if value is not None and value < low:
             raise PipelineError(f"{key}={value} must be >= {low}")
 
@@ -461,22 +466,7 @@ def default_workers(ranks: RankInfo) -> int:
 
 def lock_out_dir(out_dir: Path) -> filelock.BaseFileLock:
     """An exclusive lock on `out_dir/.lock` so two runs cannot write one shard set (released on exit)."""
-    lock_path = out_dir / LOCK_FILE
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(lock_path, timeout=0)
-        lock.acquire()
-    except filelock.Timeout as e:
-        raise PipelineError(
-            f"another tokenizer_pipeline run is writing {out_dir} (it holds {lock_path}). Wait for it to finish or "
-            f"choose another out_dir. The lock is released when that process exits; if no run is active (a stale "
-            f"lock, e.g. on a network file system), delete {lock_path}."
-        ) from e
-    except OSError as e:
-        raise PipelineError(
-            f"out_dir {out_dir} is not writable ({e}); choose another out_dir or fix its permissions"
-        ) from e
-    return lock
+    return lock_dir(out_dir, LOCK_FILE, "tokenizer_pipeline run", PipelineError)
 
 
 def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
@@ -510,6 +500,10 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         error = str(e)
     agree(ranks, error)
     assert encoder is not None
+    # auto -> this device's number; from here on (and in the manifest's config) the batch size is that int
+    cfg = replace(
+        cfg, codec=replace(cfg.codec, batch_size=resolve_batch_size(cfg.codec.batch_size, encoder.device_type))
+    )
     threads = torch.get_num_threads()  # a recorded setting: codes are reproducible only with the same count
     workers = default_workers(ranks) if cfg.workers is None else cfg.workers
 

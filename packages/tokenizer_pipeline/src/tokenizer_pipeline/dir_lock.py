@@ -1,0 +1,42 @@
+"""An exclusive, non-waiting lock on an output directory, so two runs never write one directory at once.
+
+`make shards` (run.py, `<out_dir>/.lock`) and `make audio` (download.py, `<out_dir>/.download.lock`)
+take it before they write anything; the second run is refused at once with one line that says what to do.
+The lock is an OS file lock (`filelock`), released when its holder exits, even on kill -9.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import filelock
+
+from .errors import UserError
+
+
+def lock_dir(out_dir: Path, lock_name: str, who: str, error: type[UserError]) -> filelock.BaseFileLock:
+    """Create `out_dir` if needed and lock `out_dir/lock_name`; release the returned lock when done.
+
+    Args:
+        out_dir: the directory the run writes.
+        lock_name: the lock file's name inside it.
+        who: the kind of run, for the message ("tokenizer_pipeline run").
+        error: the UserError subclass to raise (the command's own).
+
+    Raises:
+        error: another process holds the lock, or `out_dir` is not writable.
+    """
+    lock_path = out_dir / lock_name
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(lock_path, timeout=0)
+        lock.acquire()
+    except filelock.Timeout as e:
+        raise error(
+            f"another {who} is writing {out_dir} (it holds {lock_path}). Wait for it to finish or "
+            f"choose another out_dir. The lock is released when that process exits; if no run is active (a stale "
+            f"lock, e.g. on a network file system), delete {lock_path}."
+        ) from e
+    except OSError as e:
+        raise error(f"out_dir {out_dir} is not writable ({e}); choose another out_dir or fix its permissions") from e
+    return lock
