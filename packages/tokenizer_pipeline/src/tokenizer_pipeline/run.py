@@ -135,13 +135,21 @@ def join_ranks(codec_device: str) -> RankInfo:
 
 
 def agree(ranks: RankInfo, error: str | None) -> None:
-    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier)."""
+    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier).
+
+    Under torchrun the ranks then leave the process group together (a barrier, then destroy it): a rank that
+    exited with the group still up aborted ("terminate called without an active exception", SIGABRT in
+    torchrun's report) instead of exiting 2 with the one `error:` line.
+    """
     if ranks.is_distributed:
         import torch.distributed as dist
 
         errors: list[str | None] = [None] * ranks.world_size
         dist.all_gather_object(errors, error)
         error = next((e for e in errors if e), None)
+        if error:
+            dist.barrier()
+            dist.destroy_process_group()
     if error:
         raise PipelineError(error)
 
