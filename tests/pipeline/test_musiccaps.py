@@ -152,3 +152,15 @@ def test_split_names_must_be_plain_names(name: str) -> None:
     for kw in ({"train_name": name}, {"eval_name": name}):
         with pytest.raises(UserError, match=r"split\.(train|eval)_name=.* plain directory name"):
             read_musiccaps_csv(MUSICCAPS_CSV, **kw)
+
+
+@pytest.mark.parametrize("window", ["-30,-20", "nan,10", "30,inf"])
+def test_make_audio_refuses_the_same_windows_before_fetching(tmp_path: Path, window: str) -> None:
+    """`make audio` parses the CSV with the same reader: a negative start used to crash it with a traceback."""
+    from tokenizer_pipeline.download import DownloadConfig, run_download
+
+    p = tmp_path / "w.csv"
+    p.write_text(HEADER + f'abcdefghijk,{window},"/m/1","[\'a\']",cap,4,False,True\n', encoding="utf-8")
+    with pytest.raises(CsvRowError, match=rf"{p}:2: column '(start|end)_s'"):
+        run_download(DownloadConfig(csv=str(p), out_dir=str(tmp_path / "out")), progress=False)
+    assert not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ docs; what torchrun still adds is in docs/architecture.md (errors and exit codes
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -53,8 +54,21 @@ def _hydra_main(dcfg: DictConfig) -> None:
         _user_error(str(e))
     if rank0:
         print(result.message, file=sys.stderr if result.exit_code else sys.stdout)
-    if result.exit_code:
-        raise SystemExit(result.exit_code)
+    _exit(result.exit_code)
+
+
+def _exit(code: int) -> None:
+    """Exit with `code`. Under torchrun (the process group is already destroyed, every file written and fsynced)
+    the process ends with `os._exit` after flushing, skipping the interpreter's teardown: there a C++ thread left
+    by torch.distributed sometimes aborted a finished rank ("terminate called without an active exception",
+    SIGABRT), which turned a complete job into torchrun's exit 1."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        raise SystemExit(code)
 
 
 def _user_error(message: str) -> None:
@@ -66,7 +80,7 @@ def _user_error(message: str) -> None:
         # torch.distributed.elastic's error-file format: a str message (shown as is) and an int timestamp
         with open(error_file, "w", encoding="utf-8") as f:
             json.dump({"message": f"error: {message}", "timestamp": int(time.time())}, f, allow_nan=False)
-    raise SystemExit(USER_ERROR_EXIT) from None
+    _exit(USER_ERROR_EXIT)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,7 +31,7 @@ import torch
 
 from .encode import _local_model_dir, config_identity, hash_weight_files, resolve_device
 from .errors import USER_ERROR_EXIT, UserError
-from .keys import key_problem, shard_path_problem
+from .keys import KEY_RULE, key_problem, shard_path_problem
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS
 
 DEMO_CODEC_MARKER = "DEMO_CODEC.md"  # written by tokenizer_pipeline.demo_codec next to the weights
@@ -99,7 +99,9 @@ def _shard_paths(root: Path, manifest: dict, split: str | None) -> list[tuple[st
             )
         problem = key_problem(name)
         if problem:
-            raise DecodeError(f"{root / 'manifest.json'}: split name {name!r} {problem}; {VERIFY_HINT.format(root)}")
+            raise DecodeError(
+                f"{root / 'manifest.json'}: split name {name!r} {problem} ({KEY_RULE}); {VERIFY_HINT.format(root)}"
+            )
         for entry in manifest["splits"][name]["shards"]:
             problem = shard_path_problem(root, entry["path"])
             if problem:
@@ -126,7 +128,7 @@ def read_samples(root: Path, manifest: dict, split: str | None, limit: int = 0) 
                 key, _, member = m.name.partition(".")
                 problem = key_problem(key)
                 if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER) or problem:
-                    why = f"key {problem}" if problem else "not a <key>.codes.npy or <key>.json file"
+                    why = f"key {problem} ({KEY_RULE})" if problem else "not a <key>.codes.npy or <key>.json file"
                     raise DecodeError(f"{path}: member {m.name!r}: {why}; {VERIFY_HINT.format(root)}")
                 samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
         for key, members in samples.items():

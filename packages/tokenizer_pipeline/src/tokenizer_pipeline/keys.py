@@ -21,8 +21,8 @@ from pathlib import Path
 USTAR_NAME_BYTES = 100  # the ustar header's name field; longer names need a PAX/GNU long-name header
 LONGEST_MEMBER_SUFFIX = ".codes.npy"  # `<key>.codes.npy` is the longest member name of a sample
 MAX_KEY_LEN = USTAR_NAME_BYTES - len(LONGEST_MEMBER_SUFFIX)  # 90
-KEY_CHARS = "A-Z a-z 0-9 _ -"
 KEY_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_KEY_LEN}}}")
+KEY_RULE = f"keys are 1-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -"  # for messages
 
 
 def key_problem(key: str) -> str | None:
@@ -33,7 +33,7 @@ def key_problem(key: str) -> str | None:
         return f"is {len(key)} characters long, more than {MAX_KEY_LEN} (its tar member names must fit a ustar header)"
     if not KEY_RE.fullmatch(key):
         bad = "".join(sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)}))
-        return f"contains {bad!r}; only {KEY_CHARS} are allowed (WebDataset splits member names at '.')"
+        return f"contains {bad!r}"
     return None
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, UserError
-from .keys import MAX_KEY_LEN, key_problem
+from .keys import KEY_RULE, MAX_KEY_LEN, key_problem
 
 BOOL_COLUMNS = ("is_audioset_eval", "is_balanced_subset")  # allowed split.eval_column values
 COLUMNS = (
@@ -158,7 +158,8 @@ def check_split_names(train_name: str, eval_name: str) -> None:
         problem = key_problem(name)
         if problem:
             raise ConfigError(
-                f"{key}={name!r} {problem}; a split name is a plain directory name inside out_dir (e.g. train, eval)"
+                f"{key}={name!r} {problem}; a split name is a plain directory name inside out_dir (e.g. train, eval): "
+                f"{KEY_RULE}"
             )
     if train_name == eval_name:
         raise ConfigError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")

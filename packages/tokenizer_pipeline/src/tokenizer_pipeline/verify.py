@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .keys import key_problem, shard_path_problem
+from .keys import KEY_RULE, key_problem, shard_path_problem
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord
 from .write_shards import sha256_file
 
@@ -81,7 +81,7 @@ def read_tar_samples(path: Path) -> tuple[list[tuple[str, dict[str, bytes]]], li
             key, _, suffix = m.name.partition(".")
             problem = key_problem(key)
             if problem:
-                problems.append(f"{path.name}: member {m.name!r}: key {problem}")
+                problems.append(f"{path.name}: member {m.name!r}: key {problem} ({KEY_RULE})")
             f = tar.extractfile(m)
             assert f is not None
             if suffix in samples.setdefault(key, {}):
@@ -112,7 +112,7 @@ def verify(root: Path) -> tuple[list[str], str]:
         split_samples = split_frames = 0
         problem = key_problem(split)
         if problem:
-            problems.append(f"split name {split!r} {problem}; its shards were not read")
+            problems.append(f"split name {split!r} {problem} ({KEY_RULE}); its shards were not read")
             continue
         for i, e in enumerate(s["shards"]):
             if e["path"] != f"{split}/shard-{i:06d}.tar":

@@ -17,6 +17,7 @@ USTAR_NAME_BYTES = 100  # the ustar header's name field
 LONGEST_MEMBER_SUFFIX = ".codes.npy"
 MAX_KEY_LEN = USTAR_NAME_BYTES - len(LONGEST_MEMBER_SUFFIX)  # 90
 KEY_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_KEY_LEN}}}")
+KEY_RULE = f"keys are 1-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -"  # for messages
 
 
 def key_problem(key: str) -> str | None:
@@ -27,7 +28,7 @@ def key_problem(key: str) -> str | None:
         return f"is {len(key)} characters long, more than {MAX_KEY_LEN} (its tar member names must fit a ustar header)"
     if not KEY_RE.fullmatch(key):
         bad = "".join(sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)}))
-        return f"contains {bad!r}; only A-Z a-z 0-9 _ - are allowed"
+        return f"contains {bad!r}"
     return None
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import webdataset as wds
 
-from adapter_trainer.data.sample_keys import key_problem, shard_path_problem
+from adapter_trainer.data.sample_keys import KEY_RULE, key_problem, shard_path_problem
 from adapter_trainer.errors import UserError
 
 FORMAT_NAME = "musiccaps-encodec-shards"
@@ -217,7 +217,7 @@ def _check_key(key: str, path: Path | str, member: str) -> None:
     problem = key_problem(key)
     if problem:
         raise ShardFormatError(
-            f"{path}: member {member!r}: sample key {problem} (docs/shard-format.md, keys and paths). Refusing the "
+            f"{path}: member {member!r}: sample key {problem} ({KEY_RULE}; docs/shard-format.md). Refusing the "
             "shard without decoding it; regenerate it with tokenizer_pipeline"
         )
 

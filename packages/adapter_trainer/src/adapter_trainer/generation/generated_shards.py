@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import webdataset as wds
 
-from adapter_trainer.data.sample_keys import key_problem
+from adapter_trainer.data.sample_keys import KEY_RULE, key_problem
 from adapter_trainer.data.shards import FORMAT_NAME, ShardFormatError, sha256_file
 
 SPLIT = "generated"  # the one split of a generated set
@@ -107,7 +107,7 @@ def write_generated_set(
     for clip in clips:
         problem = key_problem(clip.key)
         if problem:
-            raise ShardFormatError(f"generated key {clip.key!r} {problem} (docs/shard-format.md, keys and paths)")
+            raise ShardFormatError(f"generated key {clip.key!r} {problem} ({KEY_RULE}; docs/shard-format.md)")
         c = clip.codes
         if c.ndim != 2 or c.shape[1] != K or c.shape[0] == 0 or int(c.min()) < 0 or int(c.max()) >= C:
             raise ShardFormatError(
