@@ -100,10 +100,12 @@ def write_shard_set(
     format_version: int = 1,
     samples_per_shard: int = 16,
     extra_members: dict[str, bytes] | None = None,
+    tar_format: int = tarfile.USTAR_FORMAT,
 ) -> Path:
     """Write `root/{split}/shard-%06d.tar` + failures.jsonl + manifest.json (last). Returns root.
 
     extra_members: {member name: bytes} appended to the FIRST shard of the first split (to plant bad members).
+    tar_format: tarfile's format (PAX_FORMAT to plant keys whose member names need a long-name header).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,7 @@ def write_shard_set(
                 break
             rel = f"{split}/shard-{s:06d}.tar"
             path = root / rel
-            with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            with tarfile.open(path, "w", format=tar_format) as tar:
                 for key, caption, codes in chunk:
                     _add_member(tar, f"{key}.codes.npy", npy_bytes(codes))
                     meta = sample_json(key, caption, codes, split, row, frame_rate)

@@ -54,11 +54,12 @@ def _samples(tar_path: Path) -> tuple[list[str], dict[str, dict[str, bytes]], li
 def test_layout_and_manifest(shard_set) -> None:
     root, csv_path, rows = shard_set
     m = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    assert m["format"] == "musiccaps-encodec-shards" and m["format_version"] == 1
+    assert m["format"] == "musiccaps-encodec-shards" and m["format_version"] == 2
     assert m["created_by"] == {"package": "tokenizer_pipeline", "version": "0.1.0"}
     c = m["codec"]
     assert set(c) == {"name_or_path", "model_class", "sampling_rate", "frame_rate", "n_codebooks", "codebook_size",
-                      "bandwidth_kbps", "weights_sha256", "dtype", "library_versions", "device", "num_threads"}  # fmt: skip
+                      "bandwidth_kbps", "weights_sha256", "dtype", "library_versions", "device", "num_threads",
+                      "config", "path_from_set"}  # fmt: skip
     assert (
         c["model_class"] == "EncodecModel"
         and c["dtype"] == "float32"
@@ -66,6 +67,8 @@ def test_layout_and_manifest(shard_set) -> None:
     )
     assert set(c["library_versions"]) == {"torch", "soxr", "transformers", "webdataset", "numpy"}
     assert c["device"] == "cpu" and isinstance(c["num_threads"], int) and c["num_threads"] >= 1
+    assert c["config"]["use_causal_conv"] is False and c["config"]["pad_mode"] == "reflect"  # the tiny codec's config
+    assert (root / c["path_from_set"]).resolve() == Path(c["name_or_path"]).resolve()  # found from any directory
     assert m["codes"] == {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}
     assert set(m["splits"]) == {"train", "eval"}
     encoded = 0
@@ -84,7 +87,7 @@ def test_layout_and_manifest(shard_set) -> None:
     assert t["n_frames"] == sum(s["n_frames"] for s in m["splits"].values())
     f = m["failures"][0]
     assert m["failures"] == [{"ytid": rows[2]["ytid"], "csv_row": 4, "split": "eval", "reason": "missing_audio",
-                              "detail": f["detail"], "error_type": None}]  # fmt: skip
+                              "detail": f["detail"], "error_type": None, "retryable": True}]  # fmt: skip
     assert "audio file not found" in f["detail"] and rows[2]["ytid"] in f["detail"]
     lines = (root / "failures.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(x) for x in lines] == m["failures"]

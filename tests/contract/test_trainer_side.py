@@ -13,6 +13,7 @@ import pytest
 
 from adapter_trainer.data.shards import (
     ShardFormatError,
+    build_index,
     load_split,
     open_shard_sets,
     read_manifest,
@@ -53,11 +54,11 @@ def test_two_sets_concatenate_and_duplicate_keys_are_refused(tmp_path: Path) -> 
 
 
 def test_unsupported_format_version_is_refused_naming_the_manifest(tmp_path: Path) -> None:
-    root = write_synthetic_set(tmp_path / "v2", n_train=2, n_eval=1, format_version=2)
+    root = write_synthetic_set(tmp_path / "v3", n_train=2, n_eval=1, format_version=3)
     with pytest.raises(ShardFormatError) as e:
         read_manifest(root)
     msg = str(e.value)
-    assert str(root / "manifest.json") in msg and "format_version=2" in msg and "supported: 1" in msg
+    assert str(root / "manifest.json") in msg and "format_version=3" in msg and "supported: 1, 2" in msg
 
 
 def test_wrong_format_name_is_refused(tmp_path: Path) -> None:
@@ -188,3 +189,37 @@ def test_codes_with_wrong_dtype_or_range_are_refused(tmp_path: Path) -> None:
     root = write_shard_set(tmp_path / "rg", {"train": big})
     with pytest.raises(ShardFormatError, match="outside 0..2047"):
         load_split(open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048), "train")
+
+
+@pytest.mark.parametrize("key", ["a+b", "a b", "x" * 91])
+def test_keys_outside_the_rule_are_refused_naming_shard_and_member(tmp_path: Path, key: str) -> None:
+    clips = [(key, "x", np.zeros((5, 4), dtype=np.int16))]
+    root = write_shard_set(tmp_path / "k", {"train": clips}, tar_format=tarfile.PAX_FORMAT)
+    sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
+    for read in (lambda: load_split(sets, "train"), lambda: build_index(sets, "train", cache=None)):
+        with pytest.raises(ShardFormatError) as e:
+            read()
+        assert str(root / "train/shard-000000.tar") in str(e.value) and f"member '{key}.codes.npy'" in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink"])
+def test_shard_paths_leaving_the_set_are_refused(tmp_path: Path, where: str) -> None:
+    outside = write_shard_set(tmp_path / "other", {"train": synthetic_clips(2, prefix="ot")})
+    root = write_shard_set(tmp_path / "set", {"train": synthetic_clips(2, prefix="in")})
+    m = json.loads((root / "manifest.json").read_text())
+    entry = m["splits"]["train"]["shards"][0]
+    if where == "absolute":
+        entry["path"] = str(outside / "train/shard-000000.tar")
+    elif where == "dotdot":
+        entry["path"] = "../other/train/shard-000000.tar"
+    else:
+        (root / "linked").symlink_to(outside / "train")
+        entry["path"] = "linked/shard-000000.tar"
+    (root / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ShardFormatError, match=f"shard path '{entry['path']}'"):
+        read_manifest(root)
+
+
+def test_format_version_2_is_read(tmp_path: Path) -> None:
+    root = write_synthetic_set(tmp_path / "v2", n_train=2, n_eval=1, format_version=2)
+    assert read_manifest(root).format_version == 2

@@ -115,3 +115,52 @@ def test_cli_prints_csv_errors_without_traceback(corpus, tiny_codec: Path, tmp_p
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"error: {bad}:2: column 'is_balanced_subset'") and "Fix or delete" in r.stderr
     assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "column"),
+    [("-5", "5", "start_s"), ("nan", "10", "start_s"), ("0", "nan", "end_s"), ("30", "inf", "end_s"),
+     ("-inf", "10", "start_s"), ("30", "1e999", "end_s"), ("40", "30", "end_s=30.0 is not after")],
+)  # fmt: skip
+def test_windows_that_are_not_finite_non_negative_and_ordered_are_refused(tmp_path: Path, start, end, column) -> None:
+    good = 'goodgoodgoo,0,10,"/m/1","[\'x\']",cap,1,True,False\n'
+    p = tmp_path / "w.csv"
+    p.write_text(HEADER + good + f'abcdefghijk,{start},{end},"/m/1","[\'a\']",cap,4,False,True\n', encoding="utf-8")
+    with pytest.raises(CsvRowError) as ei:
+        read_musiccaps_csv(p)
+    assert ei.value.csv_row == 3 and f"{p}:3" in str(ei.value) and column in str(ei.value)
+
+
+def test_a_csv_saved_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    text = HEADER + 'goodgoodgoo,0,10,"/m/1","[\'x\']",cap,1,True,False\n'
+    p = tmp_path / "bom.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert [(r.ytid, r.csv_row) for r in read_musiccaps_csv(p)] == [("goodgoodgoo", 2)]
+
+
+def test_a_bad_byte_is_reported_on_its_own_line(tmp_path: Path) -> None:
+    good = 'goodgoodgo{},0,10,"/m/1","[\'x\']",cap,1,True,False\n'
+    bad = 'abcdefghijk,30,40,"/m/1","[\'a\']",caf\xe9,4,False,True\n'.encode("latin-1")
+    p = tmp_path / "byte.csv"
+    p.write_bytes((HEADER + good.format(1)).encode() + bad + "".join(good.format(i) for i in range(2, 400)).encode())
+    with pytest.raises(CsvError, match=rf"^{p}:3: not UTF-8 text"):
+        read_musiccaps_csv(p)
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs/dir", "", ".", "..", "a/b", "a.b"])
+def test_split_names_must_be_plain_names(name: str) -> None:
+    for kw in ({"train_name": name}, {"eval_name": name}):
+        with pytest.raises(UserError, match=r"split\.(train|eval)_name=.* plain directory name"):
+            read_musiccaps_csv(MUSICCAPS_CSV, **kw)
+
+
+@pytest.mark.parametrize("window", ["-30,-20", "nan,10", "30,inf"])
+def test_make_audio_refuses_the_same_windows_before_fetching(tmp_path: Path, window: str) -> None:
+    """`make audio` parses the CSV with the same reader: a negative start used to crash it with a traceback."""
+    from tokenizer_pipeline.download import DownloadConfig, run_download
+
+    p = tmp_path / "w.csv"
+    p.write_text(HEADER + f'abcdefghijk,{window},"/m/1","[\'a\']",cap,4,False,True\n', encoding="utf-8")
+    with pytest.raises(CsvRowError, match=rf"{p}:2: column '(start|end)_s'"):
+        run_download(DownloadConfig(csv=str(p), out_dir=str(tmp_path / "out")), progress=False)
+    assert not (tmp_path / "out").exists()

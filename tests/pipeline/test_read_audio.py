@@ -118,10 +118,14 @@ def test_clip_failure_interface() -> None:
     assert (f.reason, f.exc_type, f.detail) == ("encode_error", "RuntimeError", "RuntimeError: CUDA out of memory")
     assert str(f) == "encode_error: RuntimeError: CUDA out of memory (a.wav)"
     assert f.record_fields() == {"reason": "encode_error", "detail": "RuntimeError: CUDA out of memory (a.wav)",
-                                 "error_type": "RuntimeError"}  # fmt: skip
+                                 "error_type": "RuntimeError", "retryable": True}  # fmt: skip
     g = pickle.loads(pickle.dumps(f))  # crosses process boundaries (decode workers)
     assert type(g) is ClipFailure and str(g) == str(f)
-    assert (g.reason, g.path, g.detail, g.exc_type) == (f.reason, f.path, f.detail, f.exc_type)
+    assert (g.reason, g.path, g.detail, g.exc_type, g.retryable) == (f.reason, f.path, f.detail, f.exc_type, True)
+    # final unless the cause can go away: a corrupt file stays corrupt, running out of memory may not happen again
+    assert ClipFailure("decode_error", "a.wav", "corrupt").retryable is False
+    oom = ClipFailure.from_exception("decode_error", "a.wav", MemoryError("cannot allocate"))
+    assert oom.retryable is True and pickle.loads(pickle.dumps(oom)).retryable is True
     assert {"missing_audio", "needs_ffmpeg", "decode_error", "duration_mismatch", "too_short", "resample_error",
             "encode_error"} == set(REASONS)  # fmt: skip
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import filelock
@@ -162,6 +163,73 @@ def test_rerun_heals_exactly_the_changed_shards(corpus, tiny_codec: Path, tmp_pa
     calls.clear()
     run_pipeline(cfg, progress=False)
     assert calls == [] and _snapshot(tmp_path / "out") == fresh
+
+
+def test_a_rerun_retries_a_transient_encode_error_and_matches_a_fresh_run(
+    corpus, tiny_codec: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """An out-of-memory error on one clip is recorded `retryable`; the next run redoes its shard, and the set is
+    byte-identical to one that never failed. A final failure (too short) is not redone."""
+    csv_path, audio_dir, rows = corpus
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    run_pipeline(cfg, progress=False)
+    fresh = _snapshot(tmp_path / "out")
+    shutil.rmtree(tmp_path / "out")
+
+    victim = rows[1]["ytid"]
+    poisoned = run.ClipSource([r for r in run.load_rows(cfg) if r.ytid == victim], cfg, 32000)[0].wav
+    real_encode = run.CodecEncoder.encode_batch
+    failing = [True]
+
+    def encode_batch(self, wavs):
+        if failing[0] and any(torch.equal(w, poisoned) for w in wavs):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_encode(self, wavs)
+
+    monkeypatch.setattr(run.CodecEncoder, "encode_batch", encode_batch)
+    res = run_pipeline(cfg, progress=False)
+    f = _failures(tmp_path / "out")[victim]
+    assert f["reason"] == "encode_error" and f["retryable"] is True
+    assert "1 failures are retryable" in res.message and "rerun the same command" in res.message
+    plan = next(p for p in _plan_objects(cfg) if victim in {r.ytid for r in p.rows})
+    progress = json.loads((tmp_path / "out/.progress" / plan.record_name).read_text())
+    assert [f["retryable"] for f in progress["failures"]] == [True]
+
+    failing[0] = False  # the transient cause went away
+    calls = _record_calls(monkeypatch)
+    run_pipeline(cfg, progress=False)
+    assert calls == [path for path, ids in _plans(cfg) if victim in ids]
+    assert _snapshot(tmp_path / "out") == fresh  # byte-identical to the fresh run: tars, manifest, failures.jsonl
+
+    # a final failure stays as it is: the same file fails the same way
+    sf.write(audio_dir / f"{rows[0]['ytid']}.wav", np.zeros(800, np.float32), 16000)  # 0.05 s
+    run_pipeline(cfg, progress=False)
+    assert _failures(tmp_path / "out")[rows[0]["ytid"]]["retryable"] is False
+    calls.clear()
+    run_pipeline(cfg, progress=False)
+    assert calls == []
+
+
+def test_progress_records_from_before_retryable_still_read(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, rows = corpus
+    (audio_dir / f"{rows[0]['ytid']}.wav").unlink()
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    run_pipeline(cfg, progress=False)
+    before = _snapshot(tmp_path / "out")
+    plan = next(p for p in _plan_objects(cfg) if rows[0]["ytid"] in {r.ytid for r in p.rows})
+    rec_path = tmp_path / "out/.progress" / plan.record_name
+    rec = json.loads(rec_path.read_text())
+    for f in rec["failures"]:
+        del f["retryable"]  # as an older version wrote it
+    rec_path.write_text(json.dumps(rec))
+    old = run.ProgressStore(tmp_path / "out").completed(plan)
+    assert old is not None and [(f.reason, f.retryable) for f in old.failures] == [("missing_audio", True)]
+    run_pipeline(cfg, progress=False)
+    assert _snapshot(tmp_path / "out") == before
+
+
+def _plan_objects(cfg) -> list[ShardPlan]:
+    return run.plan_shards(run.load_rows(cfg), [cfg.split.train_name, cfg.split.eval_name], cfg.shard.max_samples)
 
 
 def test_ffmpeg_failures_are_counted_and_retried_once_installed(
@@ -376,3 +444,53 @@ def test_threads_is_a_recorded_setting(corpus, tiny_codec: Path, tmp_path: Path)
             pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec, threads=2, limit=2), progress=False
         )
     torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs/dir"])
+def test_split_names_that_are_paths_are_refused_before_anything_is_touched(
+    corpus, tiny_codec: Path, tmp_path: Path, name: str
+) -> None:
+    csv_path, audio_dir, _ = corpus
+    victim = tmp_path / "abs/dir"
+    victim.mkdir(parents=True)
+    (victim / "shard-000000.tar").write_bytes(b"someone else's tar")
+    split = str(victim) if name == "/abs/dir" else name
+    out = tmp_path / "o"
+    cfg = pipeline_config(csv_path, audio_dir, out, tiny_codec, overwrite=True)
+    cfg = replace(cfg, split=replace(cfg.split, train_name=split))
+    with pytest.raises(PipelineError, match=r"split\.train_name=.* plain directory name"):
+        run_pipeline(cfg, progress=False)
+    assert (victim / "shard-000000.tar").read_bytes() == b"someone else's tar"
+    assert not out.exists() and not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("length", [91, 100, 300])
+def test_long_ytids_are_refused_with_their_row_on_every_run(corpus, tiny_codec: Path, tmp_path: Path, length) -> None:
+    """A 100-character ytid gave a tar with a PAX header; a 300-character one crashed every rerun (name too long)."""
+    csv_path, audio_dir, rows = corpus
+    lines = csv_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    long_id = ("L" * length)[:length]
+    p = tmp_path / "long.csv"
+    p.write_text(lines[0] + lines[1] + lines[2].replace(rows[1]["ytid"], long_id), encoding="utf-8")
+    for _ in range(2):
+        with pytest.raises(PipelineError, match=rf"long.csv:3: ytid .* is {length} characters long, more than 90"):
+            run_pipeline(pipeline_config(p, audio_dir, tmp_path / "o", tiny_codec), progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_90_character_ytid_gives_plain_ustar_members(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, rows = corpus
+    lines = csv_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    long_id = "L" * 90
+    p = tmp_path / "long.csv"
+    p.write_text(lines[0] + lines[1].replace(rows[0]["ytid"], long_id), encoding="utf-8")
+    shutil.copy(audio_dir / f"{rows[0]['ytid']}.wav", audio_dir / f"{long_id}.wav")
+    out = tmp_path / "o"
+    assert run_pipeline(pipeline_config(p, audio_dir, out, tiny_codec), progress=False).exit_code == 0
+    (tar_path,) = out.glob("*/shard-000000.tar")
+    with tarfile.open(tar_path) as tar:
+        names = [(m.name, m.pax_headers) for m in tar.getmembers()]
+    assert names == [(f"{long_id}.codes.npy", {}), (f"{long_id}.json", {})]
+    from tokenizer_pipeline.verify import verify
+
+    assert verify(out)[0] == []

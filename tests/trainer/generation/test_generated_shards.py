@@ -5,8 +5,10 @@ weights hash matches the manifest (refused otherwise, naming both hashes). Tiny 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +92,9 @@ def test_generated_set_passes_verify_and_the_trainer_reader(codec: Path, tmp_pat
     m = json.loads((root / "manifest.json").read_text())
     assert m["codec"] == source_manifest(codec)["codec"]  # codec identity copied verbatim
     assert m["generated"]["checkpoint"] == "ckpt" and m["created_by"]["package"] == "adapter_trainer"
+    # plain ustar members as the contract says: an integer mtime (a float one made tarfile add a PAX header)
+    with tarfile.open(root / "generated/shard-000000.tar") as tar:
+        assert all(m.pax_headers == {} and m.mtime == 0 for m in tar.getmembers())
     # deterministic bytes (fixed tar metadata, no timestamps)
     again = write(tmp_path / "gen2", codec)
     assert (root / "generated/shard-000000.tar").read_bytes() == (again / "generated/shard-000000.tar").read_bytes()
@@ -103,6 +108,31 @@ def test_generated_set_refuses_overwrite_and_bad_keys(codec: Path, tmp_path: Pat
     bad = [GeneratedClip(key="a.b", caption="", aspects=[], codes=np.zeros((3, K), np.int16), source_key="", csv_row=0)]
     with pytest.raises(ShardFormatError, match="'a.b'"):
         write_generated_set(tmp_path / "bad", bad, source_manifest=source_manifest(codec), generated={}, config={})
+    # the same key rule as the pipeline (docs/shard-format.md): a key too long for a ustar member name; refused
+    # before the existing set is touched, even with overwrite
+    long = [
+        GeneratedClip(key="g" * 91, caption="", aspects=[], codes=np.zeros((3, K), np.int16), source_key="", csv_row=0)
+    ]
+    kept = (root / "manifest.json").read_bytes()
+    with pytest.raises(ShardFormatError, match="more than 90"):
+        write_generated_set(root, long, source_manifest=source_manifest(codec), generated={}, config={}, overwrite=True)
+    assert (root / "manifest.json").read_bytes() == kept
+
+
+def test_generated_set_rebases_the_codec_location(codec: Path, tmp_path: Path) -> None:
+    """A version-2 source records where its codec is relative to the set; the generated set points to the same dir."""
+    src = tmp_path / "shards"
+    src.mkdir()
+    manifest = source_manifest(codec)
+    manifest["codec"]["path_from_set"] = Path(os.path.relpath(codec, src)).as_posix()
+    root = write_generated_set(
+        tmp_path / "runs" / "gen", clips(), source_manifest=manifest, generated={"source_shards": [str(src)]}, config={}
+    )
+    m = json.loads((root / "manifest.json").read_text())
+    assert (root / m["codec"]["path_from_set"]).resolve() == codec.resolve()
+    assert {k: v for k, v in m["codec"].items() if k != "path_from_set"} == {
+        k: v for k, v in manifest["codec"].items() if k != "path_from_set"
+    }
 
 
 def run_decode(*args: str) -> subprocess.CompletedProcess:

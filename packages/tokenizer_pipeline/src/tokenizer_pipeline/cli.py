@@ -2,13 +2,19 @@
 
 Configs: conf/tokenizer_pipeline/shards.yaml over the `PipelineConfig` schema (config.py).
 `--explain` prints how to point it at audio. Under `torchrun --nproc_per_node=N -m tokenizer_pipeline`
-every rank parses the same overrides; only rank 0 prints the summary.
+every rank parses the same overrides; only rank 0 prints the summary, or a configuration error's one `error:` line.
+Every rank also writes that line to torchrun's per-worker error file (`TORCHELASTIC_ERROR_FILE`, the file
+`torch.distributed.elastic`'s `@record` writes), so torchrun's own failure report quotes it instead of a link to its
+docs; what torchrun still adds is in docs/architecture.md (errors and exit codes).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import sys
+import time
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -39,20 +45,42 @@ def _hydra_main(dcfg: DictConfig) -> None:
     try:
         cfg: PipelineConfig = OmegaConf.to_object(dcfg)  # typed from here on
     except MissingMandatoryValue as e:
-        print(f"error: {e.full_key} is required.\n\n{EXPLAIN}", file=sys.stderr)
-        raise SystemExit(USER_ERROR_EXIT) from e
+        _user_error(f"{e.full_key} is required.\n\n{EXPLAIN}")
     rank0 = os.environ.get("RANK", "0") == "0"
     try:
         result = run_pipeline(cfg)
     except UserError as e:
         # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
-        if rank0:
-            print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(USER_ERROR_EXIT) from None
+        _user_error(str(e))
     if rank0:
         print(result.message, file=sys.stderr if result.exit_code else sys.stdout)
-    if result.exit_code:
-        raise SystemExit(result.exit_code)
+    _exit(result.exit_code)
+
+
+def _exit(code: int) -> None:
+    """Exit with `code`. Under torchrun (the process group is already destroyed, every file written and fsynced)
+    the process ends with `os._exit` after flushing, skipping the interpreter's teardown: there a C++ thread left
+    by torch.distributed sometimes aborted a finished rank ("terminate called without an active exception",
+    SIGABRT), which turned a complete job into torchrun's exit 1."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        raise SystemExit(code)
+
+
+def _user_error(message: str) -> None:
+    """Print `error: <message>` (rank 0 only under torchrun), hand it to torchrun, exit 2."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file and not os.path.exists(error_file):
+        # torch.distributed.elastic's error-file format: a str message (shown as is) and an int timestamp
+        with open(error_file, "w", encoding="utf-8") as f:
+            json.dump({"message": f"error: {message}", "timestamp": int(time.time())}, f, allow_nan=False)
+    _exit(USER_ERROR_EXIT)
 
 
 def main(argv: list[str] | None = None) -> None:

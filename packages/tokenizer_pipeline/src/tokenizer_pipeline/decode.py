@@ -1,8 +1,12 @@
 """`python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=...] [split=...] [limit=N] [device=cpu]`.
 
-Codes -> wav files, with the codec that made them: the codec named in the manifest (or `codec=` for a copy
-elsewhere) is loaded with `EncodecModel.from_pretrained`, and its weight files must hash to the manifest's
-`codec.weights_sha256` (refused otherwise, naming both hashes). Works on any set in the contract format:
+Codes -> wav files, with the codec that made them: `codec=` if given, else the codec directory recorded relative to
+the set (`codec.path_from_set`, so it resolves from any working directory and after copying the set with its codec),
+else the recorded `codec.name_or_path`, is loaded with `EncodecModel.from_pretrained`. Its weight files must hash to
+the manifest's `codec.weights_sha256` and its config.json must match `codec.config` (the fields that change the
+computation; a version-1 set has none: a warning, weights checked only). Before anything is written, the set is
+checked: split names, shard paths (never outside the set) and member keys follow docs/shard-format.md's rule, and
+codes match the manifest's K and codebook size; any problem is one line naming the shard and member. Works on any set in the contract format:
 the pipeline's own shards (reference clips) and the trainer's generated sets (`adapter_trainer.generate`),
 which copy the training shards' codec identity. This is the only place codes meet a decoder; the trainer
 never does (it runs in another process).
@@ -25,11 +29,13 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from .encode import _local_model_dir, hash_weight_files, resolve_device
+from .encode import _local_model_dir, config_identity, hash_weight_files, resolve_device
 from .errors import USER_ERROR_EXIT, UserError
-from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER
+from .keys import KEY_RULE, key_problem, shard_path_problem
+from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS
 
 DEMO_CODEC_MARKER = "DEMO_CODEC.md"  # written by tokenizer_pipeline.demo_codec next to the weights
+VERIFY_HINT = "nothing was decoded; check the set with `python -m tokenizer_pipeline.verify {}`"
 
 
 class DecodeError(UserError, ValueError):
@@ -73,49 +79,118 @@ def parse_args(argv: list[str]) -> DecodeArgs:
     )
 
 
-def iter_samples(root: Path, manifest: dict, split: str | None):
-    """(split, key, codes [T, K] int16, meta dict) per sample, safe decoders only (no pickle)."""
+@dataclass(frozen=True)
+class Sample:
+    split: str
+    key: str
+    codes: np.ndarray  # [T, K] int16, checked against the manifest's K and codebook size
+    meta: dict
+
+
+def _shard_paths(root: Path, manifest: dict, split: str | None) -> list[tuple[str, Path]]:
+    """(split, tar path) of every shard to decode, after the naming rule: nothing outside the set is opened."""
     splits = [split] if split else list(manifest["splits"])
+    out = []
     for name in splits:
         if name not in manifest["splits"]:
             raise DecodeError(
                 f"{root / 'manifest.json'} has no split {name!r} (has {list(manifest['splits'])}); "
                 f"pass split=<one of them>"
             )
+        problem = key_problem(name)
+        if problem:
+            raise DecodeError(
+                f"{root / 'manifest.json'}: split name {name!r} {problem} ({KEY_RULE}); {VERIFY_HINT.format(root)}"
+            )
         for entry in manifest["splits"][name]["shards"]:
-            path = root / entry["path"]
-            samples: dict[str, dict[str, bytes]] = {}
-            with tarfile.open(path, "r:") as tar:
-                for m in tar:
-                    key, _, member = m.name.partition(".")
-                    if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER):
-                        raise DecodeError(
-                            f"{path}: unexpected member {m.name!r}; verify the set with "
-                            f"`python -m tokenizer_pipeline.verify {root}`"
-                        )
-                    samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
-            for key, members in samples.items():
+            problem = shard_path_problem(root, entry["path"])
+            if problem:
+                raise DecodeError(
+                    f"{root / 'manifest.json'}: shard path {entry['path']!r} {problem}; {VERIFY_HINT.format(root)}"
+                )
+            out.append((name, root / entry["path"]))
+    return out
+
+
+def read_samples(root: Path, manifest: dict, split: str | None, limit: int = 0) -> list[Sample]:
+    """The samples to decode (the first `limit`, 0 = all), every one checked before any audio is written.
+
+    Checks, each a one-line DecodeError naming the shard and member: member names follow the key rule and the
+    contract (`<key>.codes.npy`, `<key>.json`, regular files), codes are int16 `[T, K]` with the manifest's K and
+    values in `0..codebook_size-1`, the json parses. Safe decoders only (no pickle).
+    """
+    K, C = int(manifest["codec"]["n_codebooks"]), int(manifest["codec"]["codebook_size"])
+    out: list[Sample] = []
+    for name, path in _shard_paths(root, manifest, split):
+        samples: dict[str, dict[str, bytes]] = {}
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                key, _, member = m.name.partition(".")
+                problem = key_problem(key)
+                if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER) or problem:
+                    why = f"key {problem} ({KEY_RULE})" if problem else "not a <key>.codes.npy or <key>.json file"
+                    raise DecodeError(f"{path}: member {m.name!r}: {why}; {VERIFY_HINT.format(root)}")
+                samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
+        for key, members in samples.items():
+            if set(members) != {CODES_MEMBER, JSON_MEMBER}:
+                raise DecodeError(f"{path}: sample {key!r} has members {sorted(members)}; {VERIFY_HINT.format(root)}")
+            where = f"{path}: member {key}.{CODES_MEMBER}"
+            try:
                 codes = np.load(io.BytesIO(members[CODES_MEMBER]), allow_pickle=False)  # [T, K]
-                yield name, key, codes, json.loads(members[JSON_MEMBER].decode("utf-8"))
+                meta = json.loads(members[JSON_MEMBER].decode("utf-8"))
+            except ValueError as e:
+                raise DecodeError(
+                    f"{path}: sample {key!r} does not decode safely ({e}); {VERIFY_HINT.format(root)}"
+                ) from e
+            if codes.dtype != np.int16 or codes.ndim != 2 or codes.shape[1] != K or codes.shape[0] == 0:
+                raise DecodeError(
+                    f"{where}: codes {codes.dtype} {list(codes.shape)}, the manifest's codec needs int16 [T>0, {K}]; "
+                    f"{VERIFY_HINT.format(root)}"
+                )
+            lo, hi = int(codes.min()), int(codes.max())
+            if lo < 0 or hi >= C:
+                raise DecodeError(
+                    f"{where}: code values in [{lo}, {hi}], the manifest's codec has codes 0..{C - 1}; "
+                    f"{VERIFY_HINT.format(root)}"
+                )
+            out.append(Sample(name, key, codes, meta if isinstance(meta, dict) else {}))
+            if limit and len(out) >= limit:
+                return out
+    return out
+
+
+def _codec_candidates(manifest: dict, root: Path, name_or_path: str | None) -> list[tuple[str, str]]:
+    """(name, where it came from) to try, in order: codec=, the path recorded relative to the set, the recorded name."""
+    if name_or_path:
+        return [(name_or_path, "codec=")]
+    info = manifest["codec"]
+    out = []
+    if info.get("path_from_set"):
+        out.append((str(root / info["path_from_set"]), f"codec.path_from_set in {root / 'manifest.json'}"))
+    out.append((info["name_or_path"], f"codec.name_or_path in {root / 'manifest.json'}"))
+    return out
 
 
 def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, device: torch.device):
-    """EncodecModel whose weight files hash to the manifest's codec.weights_sha256; DecodeError otherwise."""
-    from transformers import EncodecModel
+    """EncodecModel whose weight files hash to the manifest's codec.weights_sha256 and whose config.json agrees with
+    the manifest's codec.config (the fields that change the computation); DecodeError otherwise."""
+    from transformers import EncodecConfig, EncodecModel
 
     info = manifest["codec"]
-    name = name_or_path or info["name_or_path"]
-    try:
-        model_dir = _local_model_dir(name)
-        have = hash_weight_files(model_dir)
-    except (OSError, ValueError) as e:  # missing dir / no weight files / not a hub id (e.g. a relative dir elsewhere)
-        relative = (
-            "" if Path(name).is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
-        )
+    tried = []
+    for name, source in _codec_candidates(manifest, where, name_or_path):
+        try:
+            model_dir = _local_model_dir(name)
+            have = hash_weight_files(model_dir)
+            break
+        except (OSError, ValueError) as e:  # missing dir / no weight files / not a hub id in the local cache
+            tried.append(f"{name!r} (from {source}): {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    else:
+        relative = "" if name_or_path is None or Path(name_or_path).is_absolute() else f" (cwd {Path.cwd()})"
         raise DecodeError(
-            f"codec {name!r} (from {'codec=' if name_or_path else where / 'manifest.json'}) is not "
-            f"available here{relative}: {e}. Pass codec=/path/to/the/codec/dir"
-        ) from e
+            f"the codec that made {where} is not available here{relative}: tried {'; '.join(tried)}. "
+            "Pass codec=/path/to/the/codec/dir"
+        )
     want = info["weights_sha256"]
     if have != want:
         raise DecodeError(
@@ -123,13 +198,30 @@ def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, d
             f"{want}: these codes would decode to the wrong audio. Pass codec=<the directory of the codec that made "
             f"the shards>"
         )
-    model = EncodecModel.from_pretrained(str(model_dir)).to(device).eval()
-    cfg = model.config
+    cfg = EncodecConfig.from_pretrained(str(model_dir))  # checked before the weights are loaded
+    recorded = info.get("config")
+    if recorded is None:
+        print(
+            f"tokenizer_pipeline.decode: warning: {where / 'manifest.json'} (format_version "
+            f"{manifest.get('format_version')}) records no codec config; only the weights were checked, so a codec "
+            "with the same weights but another config.json (e.g. use_causal_conv, pad_mode) would go unnoticed",
+            file=sys.stderr,
+        )
+    else:
+        have_cfg = config_identity(cfg)
+        diff = sorted(k for k in set(recorded) | set(have_cfg) if recorded.get(k) != have_cfg.get(k))
+        if diff:
+            shown = ", ".join(f"{k}={have_cfg.get(k)!r} (manifest {recorded.get(k)!r})" for k in diff)
+            raise DecodeError(
+                f"codec {name!r} has the right weights but another config.json: {shown}; these codes would decode "
+                "to other audio. Pass codec=<the directory of the codec that made the shards>"
+            )
     if int(cfg.sampling_rate) != int(info["sampling_rate"]) or int(cfg.codebook_size) != int(info["codebook_size"]):
         raise DecodeError(
             f"codec {name!r}: sampling_rate/codebook_size {cfg.sampling_rate}/{cfg.codebook_size} != "
             f"manifest {info['sampling_rate']}/{info['codebook_size']}"
         )
+    model = EncodecModel.from_pretrained(str(model_dir)).to(device).eval()
     is_demo = (model_dir / DEMO_CODEC_MARKER).is_file()
     return model, str(model_dir), is_demo
 
@@ -148,17 +240,25 @@ def run_decode(args: DecodeArgs) -> Path:
     mpath = root / "manifest.json"
     if not mpath.is_file():
         raise DecodeError(f"{mpath} not found: {root} is not a complete shard set")
-    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise DecodeError(f"{mpath}: not valid JSON ({e}); {VERIFY_HINT.format(root)}") from e
     if manifest.get("format") != FORMAT_NAME:
         raise DecodeError(f"{mpath}: format {manifest.get('format')!r}, expected {FORMAT_NAME!r}")
+    if manifest.get("format_version") not in READABLE_VERSIONS:
+        raise DecodeError(
+            f"{mpath}: format_version {manifest.get('format_version')!r} is not one this decode reads "
+            f"({READABLE_VERSIONS}); use a matching tokenizer_pipeline"
+        )
+    samples = read_samples(root, manifest, args.split, args.limit)  # every check before anything is written
     device = resolve_device(args.device)
     model, codec_dir, is_demo = load_matching_codec(manifest, root, args.codec, device)
     sr = int(model.config.sampling_rate)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for split, key, codes, meta in iter_samples(root, manifest, args.split):
-        if args.limit and len(entries) >= args.limit:
-            break
+    for sample in samples:
+        codes, key = sample.codes, sample.key  # [T, K]
         if args.max_seconds > 0:
             codes = codes[: max(1, int(round(args.max_seconds * float(manifest["codec"]["frame_rate"]))))]  # [T', K]
         wav = decode_codes(model, codes, device)  # [N]
@@ -168,9 +268,9 @@ def run_decode(args: DecodeArgs) -> Path:
         entries.append(
             {
                 "key": key,
-                "split": split,
+                "split": sample.split,
                 "wav": f"{key}.wav",
-                "caption": meta.get("caption", ""),
+                "caption": sample.meta.get("caption", ""),
                 "n_frames": int(codes.shape[0]),
                 "seconds": len(wav) / sr,
                 "peak": peak,
@@ -185,7 +285,7 @@ def run_decode(args: DecodeArgs) -> Path:
         "clips": entries,
     }
     out = args.out_dir / "decoded.json"
-    out.write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    out.write_text(json.dumps(index, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     print(
         f"decode: {len(entries)} clips from {root} -> {args.out_dir} ({sr} Hz wav, codec {codec_dir}"
         f"{', DEMO codec: random decoder weights' if is_demo else ''})"

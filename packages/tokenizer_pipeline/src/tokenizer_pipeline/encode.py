@@ -64,6 +64,26 @@ def resolve_batch_size(batch_size: int | str, device_type: str) -> int:
     return batch_size
 
 
+# The config.json fields of an EncodecModel that change what it computes from given weights (transformers'
+# EncodecConfig, every architecture and signal-processing argument): causal vs non-causal convolutions and their
+# padding, normalisation, the strides, kernel and layer sizes, the codebooks and bandwidths, rates and chunking.
+# Recorded in the manifest (`codec.config`) and compared by decode: the same weights under `use_causal_conv=true`
+# or `pad_mode=constant` give other audio. Left out: bookkeeping (`transformers_version`, `architectures`,
+# `torch_dtype`/`dtype`, `model_type`, `_name_or_path`) and output flags (`return_dict`, ...).
+IDENTITY_CONFIG_FIELDS = (
+    "sampling_rate", "audio_channels", "normalize", "chunk_length_s", "overlap", "target_bandwidths",
+    "hidden_size", "num_filters", "num_residual_layers", "upsampling_ratios", "norm_type", "kernel_size",
+    "last_kernel_size", "residual_kernel_size", "dilation_growth_rate", "use_causal_conv", "pad_mode", "compress",
+    "num_lstm_layers", "trim_right_ratio", "codebook_size", "codebook_dim", "use_conv_shortcut",
+)  # fmt: skip
+
+
+def config_identity(config) -> dict:
+    """`IDENTITY_CONFIG_FIELDS` of an EncodecConfig as plain JSON values (tuples as lists)."""
+    d = config.to_dict()
+    return {k: list(d[k]) if isinstance(d.get(k), tuple) else d.get(k) for k in IDENTITY_CONFIG_FIELDS}
+
+
 def resolve_device(device: str) -> torch.device:
     """'auto' picks cuda > mps > cpu; an explicit device that is not available is an error."""
     if device not in DEVICES:
@@ -244,6 +264,11 @@ class CodecEncoder:
     def num_threads(self) -> int:
         """Intra-op CPU threads torch uses now (`torch.get_num_threads()`), recorded in the manifest."""
         return int(torch.get_num_threads())
+
+    @property
+    def config_identity(self) -> dict:
+        """The config.json fields that change the computation (`IDENTITY_CONFIG_FIELDS`), for the manifest."""
+        return config_identity(self._config)
 
     @property
     def weights_sha256(self) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: codec.config and codec.path_from_set (docs/shard-format.md, version history)
+READABLE_VERSIONS = (1, 2)  # version 1 sets still verify and decode (decode warns: no codec config to check)
 PACKAGE = "tokenizer_pipeline"
 PACKAGE_VERSION = "0.1.0"
 CODES_MEMBER = "codes.npy"  # tar member suffix: `<ytid>.codes.npy`
@@ -43,7 +44,7 @@ class SampleRecord:
     source_sha256: str  # sha256 of the audio file's bytes
 
     def to_json_bytes(self) -> bytes:
-        return json.dumps(asdict(self), ensure_ascii=False).encode("utf-8")
+        return dumps_strict(asdict(self)).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class FailureRecord:
     reason: str  # one of read_audio.REASONS: missing_audio | needs_ffmpeg | decode_error | duration_mismatch | ...
     detail: str = ""  # what happened, naming the file, e.g. "audio file not found (audio/x.wav)"
     error_type: str | None = None  # type name of the exception behind it (e.g. "LibsndfileError"), if any
+    retryable: bool = False  # a rerun retries it (read_audio.RETRYABLE_REASONS, or out of memory); else final
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,10 @@ class CodecInfo:
     library_versions: dict[str, str]
     device: str | None = None  # device type that encoded: cpu | cuda | mps (None: set written before it was recorded)
     num_threads: int | None = None  # torch intra-op threads while encoding (CPU results can depend on it)
+    # The codec's config.json fields that change what it computes (encode.IDENTITY_CONFIG_FIELDS); None: version 1
+    config: dict[str, Any] | None = None
+    # The codec directory relative to the shard set's directory (None for a hub id): decode finds it from anywhere
+    path_from_set: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ class Manifest:
         d = asdict(self)
         ordered = {k: d[k] for k in ("format", "format_version", "created_by", "codec", "codes", "splits",
                                      "totals", "failures", "source", "config")}  # fmt: skip
-        return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
+        return dumps_strict(ordered, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
@@ -115,9 +121,9 @@ class Manifest:
         d = json.loads(text)
         if d.get("format") != FORMAT_NAME:
             raise ValueError(f"not a {FORMAT_NAME} manifest (format={d.get('format')!r})")
-        if d.get("format_version") != FORMAT_VERSION:
+        if d.get("format_version") not in READABLE_VERSIONS:
             raise ValueError(
-                f"format_version={d.get('format_version')} is not supported; this code reads {FORMAT_VERSION}"
+                f"format_version={d.get('format_version')} is not supported; this code reads {READABLE_VERSIONS}"
             )
         splits = {
             name: SplitSummary(**{**s, "shards": [ShardEntry(**e) for e in s["shards"]]})
@@ -127,7 +133,7 @@ class Manifest:
             codec=CodecInfo(**d["codec"]),
             splits=splits,
             totals=d["totals"],
-            failures=[FailureRecord(**f) for f in d["failures"]],
+            failures=[failure_from_dict(f) for f in d["failures"]],
             source=d["source"],
             config=d["config"],
             codes=d["codes"],
@@ -135,6 +141,18 @@ class Manifest:
             format=d["format"],
             format_version=d["format_version"],
         )
+
+
+def failure_from_dict(d: dict[str, Any]) -> FailureRecord:
+    """A FailureRecord from JSON; records written before `retryable` existed get it from their reason."""
+    from .read_audio import RETRYABLE_REASONS
+
+    return FailureRecord(**({"retryable": d.get("reason") in RETRYABLE_REASONS} | d))
+
+
+def dumps_strict(obj: Any, **kw: Any) -> str:
+    """json.dumps that refuses NaN/Infinity (not JSON: other readers reject them), UTF-8 kept as is."""
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
 
 
 def library_versions() -> dict[str, str]:
@@ -159,4 +177,4 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_failures_jsonl(path: Path, failures: list[FailureRecord]) -> None:
-    write_text_atomic(path, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in failures))
+    write_text_atomic(path, "".join(dumps_strict(asdict(f)) + "\n" for f in failures))

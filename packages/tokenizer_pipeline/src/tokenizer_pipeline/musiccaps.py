@@ -11,13 +11,16 @@ without a traceback.
 from __future__ import annotations
 
 import ast
+import codecs
 import csv
-import re
+import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, UserError
+from .keys import KEY_RULE, MAX_KEY_LEN, key_problem
 
 BOOL_COLUMNS = ("is_audioset_eval", "is_balanced_subset")  # allowed split.eval_column values
 COLUMNS = (
@@ -120,10 +123,46 @@ def parse_row(
         raise CsvRowError(csv_path, csv_row, f"row has {len(raw[None])} more fields than the header")
     if not values["ytid"]:
         raise CsvRowError(csv_path, csv_row, "empty ytid")
+    for col in ("start_s", "end_s"):  # float() also parses "nan", "-inf" and "1e999"
+        if not math.isfinite(values[col]) or values[col] < 0:
+            raise CsvRowError(csv_path, csv_row, f"column {col!r}: {raw[col]!r} is not a finite number >= 0 (seconds)")
     if values["end_s"] <= values["start_s"]:
         raise CsvRowError(csv_path, csv_row, f"end_s={values['end_s']} is not after start_s={values['start_s']}")
     split = eval_name if values[eval_column] else train_name
     return ClipRow(**values, split=split, csv_row=csv_row)
+
+
+def _read_text(csv_path: Path) -> str:
+    """The CSV's text, decoded as UTF-8 (a leading byte-order mark, as spreadsheets save it, is dropped).
+
+    Read whole (the MusicCaps CSV is 3 MB) so that a bad byte is reported with its own line number.
+    """
+    try:
+        data = csv_path.read_bytes()
+    except OSError as e:
+        raise CsvError(
+            f"cannot read MusicCaps CSV {csv_path}: {e.strerror or e}; check the path and its permissions"
+        ) from e
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise CsvError(f"{csv_path}:{line}: not UTF-8 text ({e.reason}); save the CSV as UTF-8") from e
+
+
+def check_split_names(train_name: str, eval_name: str) -> None:
+    """Split names become directories of the shard set: plain names under the sample-key rule, and different."""
+    for key, name in (("split.train_name", train_name), ("split.eval_name", eval_name)):
+        problem = key_problem(name)
+        if problem:
+            raise ConfigError(
+                f"{key}={name!r} {problem}; a split name is a plain directory name inside out_dir (e.g. train, eval): "
+                f"{KEY_RULE}"
+            )
+    if train_name == eval_name:
+        raise ConfigError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")
 
 
 def read_musiccaps_csv(
@@ -143,39 +182,32 @@ def read_musiccaps_csv(
         raise ConfigError(
             f"split.eval_column={eval_column!r} is not a boolean MusicCaps column; use one of {BOOL_COLUMNS}"
         )
-    if train_name == eval_name:
-        raise ConfigError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")
+    check_split_names(train_name, eval_name)
     csv_path = Path(csv_path)
     if not csv_path.is_file():
         raise CsvError(
             f"MusicCaps CSV not found: {csv_path}. The repo ships it at data/musiccaps/musiccaps-public.csv; "
             f"pass csv=/path/to/musiccaps-public.csv"
         )
+    text = _read_text(csv_path)
     rows: list[ClipRow] = []
     problems: list[tuple[int, str]] = []
     line = 1
     try:
-        with csv_path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise CsvRowError(csv_path, 1, f"header lacks columns {missing}; expected {list(COLUMNS)}")
-            line = reader.line_num + 1  # first data row starts after the header's last line
-            for raw in reader:
-                try:
-                    split_kw = {"train_name": train_name, "eval_name": eval_name, "eval_column": eval_column}
-                    rows.append(parse_row(raw, csv_path, line, **split_kw))
-                except CsvRowError as e:
-                    problems.extend(e.problems)
-                line = reader.line_num + 1
-    except UnicodeDecodeError as e:
-        raise CsvError(f"{csv_path}: not UTF-8 text near line {line} ({e.reason}); save the CSV as UTF-8") from e
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise CsvRowError(csv_path, 1, f"header lacks columns {missing}; expected {list(COLUMNS)}")
+        line = reader.line_num + 1  # first data row starts after the header's last line
+        for raw in reader:
+            try:
+                split_kw = {"train_name": train_name, "eval_name": eval_name, "eval_column": eval_column}
+                rows.append(parse_row(raw, csv_path, line, **split_kw))
+            except CsvRowError as e:
+                problems.extend(e.problems)
+            line = reader.line_num + 1
     except csv.Error as e:
         raise CsvError(f"{csv_path}:{line}: cannot parse CSV ({e}); check the quoting from that line on") from e
-    except OSError as e:
-        raise CsvError(
-            f"cannot read MusicCaps CSV {csv_path}: {e.strerror or e}; check the path and its permissions"
-        ) from e
     if problems:
         listed = "\n".join(f"  line {n}: {msg}" for n, msg in problems[:MAX_REPORTED])
         more = f"\n  ... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
@@ -188,21 +220,19 @@ def read_musiccaps_csv(
     return rows
 
 
-KEY_RE = re.compile(r"[A-Za-z0-9_-]+")  # docs/shard-format.md: YouTube-id characters only
-
-
 def check_ytids(rows: Sequence[ClipRow], csv_path: Path, error: type[Exception]) -> None:
-    """ytids become sample keys (tar member prefixes) and audio file names: only `[A-Za-z0-9_-]`, no repeats.
+    """ytids become sample keys (tar member prefixes) and audio file names: `keys.key_problem`'s rule, no repeats.
 
     One rule for `make audio` and `make shards`; each raises its own user-error type (`error`), naming the CSV row.
     """
     seen: dict[str, int] = {}
     for r in rows:
-        if not KEY_RE.fullmatch(r.ytid):
-            bad = sorted({c for c in r.ytid if not KEY_RE.fullmatch(c)})
+        problem = key_problem(r.ytid)
+        if problem:
+            shown = r.ytid if len(r.ytid) <= 40 else f"{r.ytid[:40]}..."
             raise error(
-                f"{csv_path}:{r.csv_row}: ytid {r.ytid!r} contains {''.join(bad)!r}; sample keys may only use "
-                "A-Z a-z 0-9 _ - (docs/shard-format.md; WebDataset splits member names at '.'); fix the CSV row"
+                f"{csv_path}:{r.csv_row}: ytid {shown!r} {problem}; sample keys may only use A-Z a-z 0-9 _ -, "
+                f"at most {MAX_KEY_LEN} characters (docs/shard-format.md); fix the CSV row"
             )
         if r.ytid in seen:
             raise error(

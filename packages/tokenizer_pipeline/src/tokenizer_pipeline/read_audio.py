@@ -55,6 +55,11 @@ REASONS: dict[str, str] = {
     "resample_error": "resampling to the codec's rate failed",
     "encode_error": "the codec raised on this clip",
 }
+# Failures a rerun retries (`retryable: true` in failures.jsonl): their cause is outside the file and can go away.
+# encode_error always (out of memory, a device error); missing_audio once the file exists; needs_ffmpeg once FFmpeg
+# is installed. Any failure caused by running out of memory (MemoryError, torch.OutOfMemoryError) is retryable too.
+# The others are final: the same bytes fail the same way, and a rerun redoes them only when the file changes.
+RETRYABLE_REASONS = frozenset({"missing_audio", "needs_ffmpeg", "encode_error"})
 
 # Default tolerance between a file's duration and its CSV window. yt-dlp/ffmpeg cuts land on packet
 # boundaries and lossy codecs add encoder delay/padding (mp3: ~26-50 ms, AAC: ~21 ms); 0.5 s accepts
@@ -91,15 +96,21 @@ class ClipFailure(Exception):
         self.path = Path(path)
         self.detail = detail
         self.exc_type = None if exc is None else type(exc).__name__
+        self.retryable = reason in RETRYABLE_REASONS or isinstance(exc, (MemoryError, torch.OutOfMemoryError))
         super().__init__(f"{reason}: {detail} ({self.path})")
 
     def __reduce__(self) -> tuple:
         """Picklable (decode workers send failures back to the main process): rebuilt from its fields."""
-        return (_rebuild_clip_failure, (self.reason, str(self.path), self.detail, self.exc_type))
+        return (_rebuild_clip_failure, (self.reason, str(self.path), self.detail, self.exc_type, self.retryable))
 
-    def record_fields(self) -> dict[str, str | None]:
-        """The `reason`, `detail` and `error_type` fields of a `manifest.FailureRecord` for this failure."""
-        return {"reason": self.reason, "detail": f"{self.detail} ({self.path})", "error_type": self.exc_type}
+    def record_fields(self) -> dict[str, str | bool | None]:
+        """The `reason`, `detail`, `error_type` and `retryable` fields of a `manifest.FailureRecord` for this failure."""
+        return {
+            "reason": self.reason,
+            "detail": f"{self.detail} ({self.path})",
+            "error_type": self.exc_type,
+            "retryable": self.retryable,
+        }
 
     @classmethod
     def from_exception(cls, reason: str, path: Path | str, exc: BaseException) -> ClipFailure:
@@ -108,9 +119,11 @@ class ClipFailure(Exception):
         return cls(reason, path, f"{type(exc).__name__}: {first}", exc=exc)
 
 
-def _rebuild_clip_failure(reason: str, path: str, detail: str, exc_type: str | None) -> ClipFailure:
+def _rebuild_clip_failure(
+    reason: str, path: str, detail: str, exc_type: str | None, retryable: bool = False
+) -> ClipFailure:
     failure = ClipFailure(reason, path, detail)
-    failure.exc_type = exc_type
+    failure.exc_type, failure.retryable = exc_type, retryable
     return failure
 
 

@@ -136,13 +136,21 @@ def join_ranks(codec_device: str) -> RankInfo:
 
 
 def agree(ranks: RankInfo, error: str | None) -> None:
-    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier)."""
+    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier).
+
+    Under torchrun the ranks then leave the process group together (a barrier, then destroy it): a rank that
+    exited with the group still up aborted ("terminate called without an active exception", SIGABRT in
+    torchrun's report) instead of exiting 2 with the one `error:` line.
+    """
     if ranks.is_distributed:
         import torch.distributed as dist
 
         errors: list[str | None] = [None] * ranks.world_size
         dist.all_gather_object(errors, error)
         error = next((e for e in errors if e), None)
+        if error:
+            dist.barrier()
+            dist.destroy_process_group()
     if error:
         raise PipelineError(error)
 
@@ -391,14 +399,19 @@ def ffmpeg_available() -> bool:
 def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str | None:
     """Why this shard must be (re)encoded, or None when its tar and inputs are unchanged.
 
-    Redone: no record or a damaged tar; a failed row whose audio now exists; a row whose audio
-    file changed (another file or other bytes); an FFmpeg failure now that FFmpeg is installed.
-    Audio deleted after encoding keeps its sample (deleting sources never deletes shards).
+    Redone: no record or a damaged tar; a retryable failure (`FailureRecord.retryable`: an encode error or
+    running out of memory, at once; a missing file once it exists; an FFmpeg failure once FFmpeg is installed);
+    a row whose audio file changed (another file or other bytes). Final failures (corrupt audio, too short, ...)
+    are redone only when their file changes. Audio deleted after encoding keeps its sample (deleting sources
+    never deletes shards).
     """
     rec = store.completed(plan)
     if rec is None:
         return "new or damaged"
     audio_dir = Path(cfg.audio_dir)
+    for f in rec.failures:
+        if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):  # those two: only once the cause went
+            return f"{f.ytid} failed with a retryable {f.reason}"
     ffmpeg_failed = {f.ytid for f in rec.failures if f.reason == "needs_ffmpeg"}
     for row in plan.rows:
         try:
@@ -432,6 +445,15 @@ def load_rows(cfg: PipelineConfig) -> list[ClipRow]:
     rows = rows if cfg.limit is None else rows[: cfg.limit]
     check_keys(rows, csv_path)
     return rows
+
+
+def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
+    """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
+    set and its codec are copied side by side); None for a hub id."""
+    p = Path(name_or_path).expanduser()
+    if not p.is_dir():
+        return None
+    return Path(os.path.relpath(p.resolve(), out_dir.resolve())).as_posix()
 
 
 def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
@@ -520,12 +542,14 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         library_versions=library_versions(),
         device=encoder.device_type,
         num_threads=threads,
+        config=encoder.config_identity,
+        path_from_set=codec_path_from_set(cfg.codec.name_or_path, out_dir),
     )
     csv_sha = sha256_file(Path(cfg.csv))
     resolved = {k: v for k, v in asdict(cfg).items() if k not in OUTPUT_NEUTRAL_KEYS} | {"threads": threads}
     fingerprint = {
         "format_version": FORMAT_VERSION,
-        "codec": asdict(codec_info) | {"library_versions": None},
+        "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
         "device": encoder.device.type,
         "csv_sha256": csv_sha,
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
@@ -661,6 +685,12 @@ def _write_manifest(
         lines.append(
             f"  {n_ffmpeg} clips need FFmpeg, which is not available here: {FFMPEG_FIX}; "
             "then rerun the same command (no overwrite) to encode just those"
+        )
+    n_retry = sum(f.retryable for f in failures)
+    if n_retry:
+        lines.append(
+            f"  {n_retry} failures are retryable (retryable: true in failures.jsonl: missing audio, FFmpeg, encode "
+            "errors, out of memory); rerun the same command to retry them"
         )
     code, msg = 0, "ok"
     frac = len(failures) / max(n_rows, 1)

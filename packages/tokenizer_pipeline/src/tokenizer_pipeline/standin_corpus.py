@@ -745,7 +745,7 @@ def build_corpus(
         "n_eval": sum(c["split"] == "eval" for c in clips),
         "clips": clips,
     }
-    (out / CORPUS_JSON).write_text(json.dumps(corpus, indent=2) + "\n", encoding="utf-8")
+    (out / CORPUS_JSON).write_text(json.dumps(corpus, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return corpus
 
 

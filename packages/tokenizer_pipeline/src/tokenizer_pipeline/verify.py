@@ -1,7 +1,9 @@
 """`python -m tokenizer_pipeline.verify <shard-set>`: check a shard set against docs/shard-format.md.
 
 Reads tars with plain `tarfile` and decodes members only with safe decoders
-(`numpy.load(allow_pickle=False)`, `json.loads`). Exit 0 with one OK line, or 1 listing every problem.
+(`numpy.load(allow_pickle=False)`, strict `json.loads`: NaN/Infinity are not JSON). Keys, split names and shard
+paths must follow the naming rule (`keys.py`): a shard path that is absolute or leaves the set is never opened.
+Exit 0 with one OK line, or 1 listing every problem.
 """
 
 from __future__ import annotations
@@ -15,10 +17,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import CODES_MEMBER, FORMAT_NAME, FORMAT_VERSION, JSON_MEMBER, SampleRecord
+from .keys import KEY_RULE, key_problem, shard_path_problem
+from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord
 from .write_shards import sha256_file
 
 JSON_FIELDS = set(SampleRecord.__dataclass_fields__)
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON (a number must be finite)")
+
+
+def loads_strict(text: str | bytes) -> object:
+    """json.loads that refuses NaN, Infinity and -Infinity (Python's json accepts them by default)."""
+    return json.loads(text, parse_constant=_not_json)
 
 
 def _check_sample(
@@ -38,8 +50,8 @@ def _check_sample(
     if codes.size and (codes.min() < 0 or codes.max() >= codebook_size):
         problems.append(f"{where}: code values in [{codes.min()}, {codes.max()}], expected [0, {codebook_size})")
     try:
-        meta = json.loads(members[JSON_MEMBER].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        meta = loads_strict(members[JSON_MEMBER].decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, NaN/Infinity
         return [*problems, f"{where}: json does not parse: {e}"], codes.shape[0]
     missing = JSON_FIELDS - set(meta)
     if missing:
@@ -64,7 +76,12 @@ def read_tar_samples(path: Path) -> tuple[list[tuple[str, dict[str, bytes]]], li
             if not m.isfile():
                 problems.append(f"{path.name}: member {m.name!r} is not a regular file")
                 continue
+            if m.pax_headers:
+                problems.append(f"{path.name}: member {m.name!r} has a PAX header; members are plain ustar entries")
             key, _, suffix = m.name.partition(".")
+            problem = key_problem(key)
+            if problem:
+                problems.append(f"{path.name}: member {m.name!r}: key {problem} ({KEY_RULE})")
             f = tar.extractfile(m)
             assert f is not None
             if suffix in samples.setdefault(key, {}):
@@ -78,10 +95,14 @@ def verify(root: Path) -> tuple[list[str], str]:
     mpath = root / "manifest.json"
     if not mpath.is_file():
         return [f"{mpath} missing: the set is incomplete (manifest.json is written last)"], ""
-    m = json.loads(mpath.read_text(encoding="utf-8"))
-    if m.get("format") != FORMAT_NAME or m.get("format_version") != FORMAT_VERSION:
+    try:
+        m = loads_strict(mpath.read_text(encoding="utf-8"))
+    except ValueError as e:
+        return [f"{mpath}: not valid JSON ({e})"], ""
+    if m.get("format") != FORMAT_NAME or m.get("format_version") not in READABLE_VERSIONS:
         return [
-            f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}"
+            f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} "
+            f"v{' or v'.join(map(str, READABLE_VERSIONS))}"
         ], ""
     K, C = m["codec"]["n_codebooks"], m["codec"]["codebook_size"]
     problems: list[str] = []
@@ -89,9 +110,17 @@ def verify(root: Path) -> tuple[list[str], str]:
     total_samples = total_frames = 0
     for split, s in m["splits"].items():
         split_samples = split_frames = 0
+        problem = key_problem(split)
+        if problem:
+            problems.append(f"split name {split!r} {problem} ({KEY_RULE}); its shards were not read")
+            continue
         for i, e in enumerate(s["shards"]):
             if e["path"] != f"{split}/shard-{i:06d}.tar":
                 problems.append(f"shard #{i} of {split} is named {e['path']!r}, expected {split}/shard-{i:06d}.tar")
+            problem = shard_path_problem(root, e["path"])
+            if problem:
+                problems.append(f"shard path {e['path']!r} {problem}; not read")
+                continue
             p = root / e["path"]
             if not p.is_file():
                 problems.append(f"{e['path']}: listed in the manifest but missing")

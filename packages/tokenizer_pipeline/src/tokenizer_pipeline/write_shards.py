@@ -27,7 +27,16 @@ import numpy as np
 import webdataset as wds
 
 from .errors import UserError
-from .manifest import CODES_MEMBER, JSON_MEMBER, FailureRecord, SampleRecord, ShardEntry, write_text_atomic
+from .manifest import (
+    CODES_MEMBER,
+    JSON_MEMBER,
+    FailureRecord,
+    SampleRecord,
+    ShardEntry,
+    dumps_strict,
+    failure_from_dict,
+    write_text_atomic,
+)
 from .musiccaps import ClipRow, check_ytids
 
 PROGRESS_DIR = ".progress"
@@ -75,7 +84,7 @@ class ShardRecord:
     inputs: dict[str, list[str | None]]  # ytid -> [source file relative to audio_dir, sha256]; [None, None] = no file
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1) + "\n"
+        return dumps_strict(asdict(self), indent=1) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ShardRecord:
@@ -84,7 +93,7 @@ class ShardRecord:
             entry=ShardEntry(**d["entry"]),
             audio_seconds=d["audio_seconds"],
             n_frames=d["n_frames"],
-            failures=[FailureRecord(**f) for f in d["failures"]],
+            failures=[failure_from_dict(f) for f in d["failures"]],
             inputs=d["inputs"],
         )
 
@@ -199,7 +208,7 @@ class ProgressStore:
                     f"out_dir {self.out_dir} is not empty and holds no {PROGRESS_DIR}/{FINGERPRINT_FILE} from this "
                     "pipeline; choose an empty out_dir, or pass overwrite=true to clear its shards"
                 )
-            old = json.loads(fp_path.read_text())
+            old = json.loads(fp_path.read_text(encoding="utf-8"))
             if old != fingerprint:
                 a, b = _flatten(old), _flatten(fingerprint)
                 changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
@@ -216,7 +225,7 @@ class ProgressStore:
         for split in split_names:
             for p in (self.out_dir / split).glob("shard-*.tar.partial"):
                 p.unlink()
-        write_text_atomic(fp_path, json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(fp_path, dumps_strict(fingerprint, indent=1, sort_keys=True) + "\n")
 
     def clear(self, split_names: Iterable[str]) -> None:
         """Delete only what this pipeline writes (never other files a user keeps in out_dir)."""
@@ -238,7 +247,7 @@ class ProgressStore:
         if not (rec_path.is_file() and tar.is_file()):
             return None
         try:
-            rec = ShardRecord.from_json(rec_path.read_text())
+            rec = ShardRecord.from_json(rec_path.read_text(encoding="utf-8"))
         except (KeyError, TypeError, json.JSONDecodeError):  # a record from an older version: redo the shard
             return None
         if rec.entry.bytes != tar.stat().st_size or rec.entry.sha256 != sha256_file(tar):

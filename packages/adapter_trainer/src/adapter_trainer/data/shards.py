@@ -35,10 +35,11 @@ from pathlib import Path
 import numpy as np
 import webdataset as wds
 
+from adapter_trainer.data.sample_keys import KEY_RULE, key_problem, shard_path_problem
 from adapter_trainer.errors import UserError
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)  # 2 adds codec identity fields the trainer does not read
 CODES_MEMBER = "codes.npy"
 JSON_MEMBER = "json"
 ALLOWED_MEMBERS = frozenset({CODES_MEMBER, JSON_MEMBER})
@@ -135,8 +136,11 @@ def read_manifest(root: str | Path) -> ShardSet:
         entries = []
         for s in split.get("shards", []):
             rel = Path(s["path"])
-            if rel.is_absolute() or ".." in rel.parts:
-                raise ShardFormatError(f"{mpath}: shard path {s['path']!r} must be relative and inside the set")
+            problem = shard_path_problem(root, s["path"])
+            if problem:
+                raise ShardFormatError(
+                    f"{mpath}: shard path {s['path']!r} {problem}; refusing the set (docs/shard-format.md)"
+                )
             entries.append(
                 ShardEntry(str(s["path"]), int(s["n_samples"]), int(s["bytes"]), str(s["sha256"]), root / rel)
             )
@@ -208,6 +212,16 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
 _MEMBER_RE = re.compile(r"^(?P<key>[^./][^./]*)\.(?P<member>.+)$")
 
 
+def _check_key(key: str, path: Path | str, member: str) -> None:
+    """The contract's key rule (`sample_keys`); ShardFormatError naming the shard and the member."""
+    problem = key_problem(key)
+    if problem:
+        raise ShardFormatError(
+            f"{path}: member {member!r}: sample key {problem} ({KEY_RULE}; docs/shard-format.md). Refusing the "
+            "shard without decoding it; regenerate it with tokenizer_pipeline"
+        )
+
+
 def _check_tar_members(path: Path) -> None:
     """Every tar member is a regular file named `<key>.codes.npy` or `<key>.json` (headers only, no payload read)."""
     with tarfile.open(path, "r") as tar:
@@ -218,10 +232,12 @@ def _check_tar_members(path: Path) -> None:
                     f"{path}: unexpected tar member {m.name!r} (allowed per sample: <key>.codes.npy, <key>.json; "
                     f"docs/shard-format.md). Refusing the shard without decoding it; regenerate it with tokenizer_pipeline"
                 )
+            _check_key(match["key"], path, m.name)
 
 
 def _decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int) -> Clip:
     key = sample["__key__"]
+    _check_key(key, url, f"{key}.{CODES_MEMBER}")
     members = {k for k in sample if not k.startswith("__")}
     if members != ALLOWED_MEMBERS:
         extra = sorted(members - ALLOWED_MEMBERS)
@@ -358,6 +374,7 @@ def scan_shard(path: Path) -> dict[str, np.ndarray]:
                     f"{path}: unexpected tar member {m.name!r} (allowed per sample: <key>.codes.npy, <key>.json; "
                     f"docs/shard-format.md). Refusing the shard without decoding it; regenerate it with tokenizer_pipeline"
                 )
+            _check_key(match["key"], path, m.name)
             members = found.setdefault(match["key"], {})
             if match["member"] in members:
                 raise ShardFormatError(f"{path}: member {m.name!r} appears twice; regenerate the shard")

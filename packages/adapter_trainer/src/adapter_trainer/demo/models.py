@@ -181,7 +181,7 @@ def write_llm(
         tokenizer.save_pretrained(llm_dir)
     if report is not None:
         record = {"config": asdict(cfg), "report": asdict(report), "torch_threads": 1}
-        (llm_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        (llm_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return llm_dir
 
 

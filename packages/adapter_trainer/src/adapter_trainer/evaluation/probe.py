@@ -290,8 +290,20 @@ def _probe(args: argparse.Namespace) -> dict:
         seed=args.seed,
     )
     report["shards"], report["generated"] = str(args.shards), str(args.generated)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(_finite_or_none(report), indent=2, allow_nan=False) + "\n")
     return report
+
+
+def _finite_or_none(x: object) -> object:
+    """NaN/inf -> None recursively (an accuracy over no defined attribute is NaN): the report is strict JSON.
+    The same rule as training.metric_logging.finite_or_none, which this room may not import."""
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_or_none(v) for v in x]
+    return x
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Write generated codes as a shard set in the contract format (docs/shard-format.md), from the trainer side.
 
 adapter_trainer never depends on the pipeline package, so this module writes the same layout itself: WebDataset tars
-(`webdataset.TarWriter`, fixed member mtime, so reruns are byte-identical) with `<key>.codes.npy` (int16 [T, K])
-and `<key>.json` (every SampleRecord field), `failures.jsonl` (empty), and `manifest.json` last. The codec
-identity is copied verbatim from the training shards' manifest (so `python -m tokenizer_pipeline.decode` finds
-the codec whose weights hash matches), and an extra `generated` section says where the codes came from.
+(`webdataset.TarWriter`, fixed integer member mtime, so reruns are byte-identical and no member needs a PAX header)
+with `<key>.codes.npy` (int16 [T, K]) and `<key>.json` (every SampleRecord field), `failures.jsonl` (empty), and
+`manifest.json` last. Keys follow the contract's rule (`data.sample_keys`). The codec identity is copied verbatim
+from the training shards' manifest (so `python -m tokenizer_pipeline.decode` finds the codec whose weights hash
+and config match; only the location hint `path_from_set` is re-based to the new set), and an extra `generated` section says where the codes came from.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import webdataset as wds
 
+from adapter_trainer.data.sample_keys import KEY_RULE, key_problem
 from adapter_trainer.data.shards import FORMAT_NAME, ShardFormatError, sha256_file
 
 SPLIT = "generated"  # the one split of a generated set
@@ -64,7 +66,19 @@ def _sample_json(clip: GeneratedClip, frame_rate: float) -> bytes:
         "source_file": "",
         "source_sha256": "",
     }
-    return json.dumps(record, ensure_ascii=False).encode("utf-8")
+    return json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def _relocated_codec(codec: dict[str, Any], generated: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The source manifest's codec section, verbatim except `path_from_set` (format version 2), which locates the
+    codec directory relative to a set: re-based from the first source set to `out`, or dropped when unknown."""
+    if not codec.get("path_from_set"):
+        return codec
+    sources = generated.get("source_shards") or []
+    if not sources:
+        return {**codec, "path_from_set": None}
+    codec_dir = (Path(sources[0]) / codec["path_from_set"]).resolve()
+    return {**codec, "path_from_set": Path(os.path.relpath(codec_dir, out.resolve())).as_posix()}
 
 
 def write_generated_set(
@@ -79,27 +93,29 @@ def write_generated_set(
     """Write `clips` as `<out_dir>/generated/shard-NNNNNN.tar` + failures.jsonl + manifest.json. Returns out_dir.
 
     Raises:
-        ShardFormatError: out_dir already holds files (and overwrite is False), a key contains '.', or a clip's
-            codes do not fit the source codec (K, C).
+        ShardFormatError: out_dir already holds files (and overwrite is False), a key breaks the contract's key
+            rule (data.sample_keys), or a clip's codes do not fit the source codec (K, C). Checked before anything
+            is written or deleted.
     """
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise ShardFormatError(
-                f"{out} is not empty; pass generate.overwrite=true to replace it or choose another generate.out_dir"
-            )
-        shutil.rmtree(out)
-    codec = source_manifest["codec"]
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise ShardFormatError(
+            f"{out} is not empty; pass generate.overwrite=true to replace it or choose another generate.out_dir"
+        )
+    codec = _relocated_codec(source_manifest["codec"], generated, out)
     K, C, frame_rate = int(codec["n_codebooks"]), int(codec["codebook_size"]), float(codec["frame_rate"])
     for clip in clips:
-        if "." in clip.key or "/" in clip.key or not clip.key:
-            raise ShardFormatError(f"generated key {clip.key!r} must be non-empty without '.' or '/'")
+        problem = key_problem(clip.key)
+        if problem:
+            raise ShardFormatError(f"generated key {clip.key!r} {problem} ({KEY_RULE}; docs/shard-format.md)")
         c = clip.codes
         if c.ndim != 2 or c.shape[1] != K or c.shape[0] == 0 or int(c.min()) < 0 or int(c.max()) >= C:
             raise ShardFormatError(
                 f"generated clip {clip.key}: codes {c.dtype} {c.shape} do not fit the codec "
                 f"(int16 [T>0, {K}] in 0..{C - 1})"
             )
+    if out.exists() and any(out.iterdir()):  # overwrite: only now that every clip passed the checks
+        shutil.rmtree(out)
     (out / SPLIT).mkdir(parents=True, exist_ok=True)
     entries = []
     for i in range(0, len(clips), MAX_PER_SHARD):
@@ -107,7 +123,9 @@ def write_generated_set(
         rel = f"{SPLIT}/shard-{i // MAX_PER_SHARD:06d}.tar"
         tmp = out / f"{rel}.tmp"
         with tmp.open("wb") as f:
-            writer = wds.TarWriter(f, mtime=0.0, user="", group="")  # fixed metadata: deterministic bytes
+            # fixed metadata: deterministic bytes. mtime an int: tarfile writes a float mtime as a PAX header,
+            # which the contract forbids (plain ustar members)
+            writer = wds.TarWriter(f, mtime=0, user="", group="")
             for clip in chunk:
                 writer.write(
                     {"__key__": clip.key, "codes.npy": _npy_bytes(clip.codes), "json": _sample_json(clip, frame_rate)}
@@ -147,6 +165,6 @@ def write_generated_set(
     }
     (out / "failures.jsonl").write_text("")
     tmp = out / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, out / "manifest.json")  # written last: its presence means the set is complete
     return out

@@ -1,0 +1,47 @@
+"""The shard contract's naming rule on the trainer side: sample keys and shard paths are data, never paths.
+
+adapter_trainer never imports tokenizer_pipeline, so this is its own copy of the rule in docs/shard-format.md
+("Keys and paths"); tests/contract checks that both copies agree on a grid of keys.
+
+- A sample key is 1..`MAX_KEY_LEN` characters of `A-Z a-z 0-9 _ -`: no '.', '/' or '..', and short enough that
+  `<key>.codes.npy` fits a plain ustar header's 100-byte name field (no PAX or GNU long-name header).
+- A shard path in a manifest is relative and resolves (symlinks followed) inside the set's directory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+USTAR_NAME_BYTES = 100  # the ustar header's name field
+LONGEST_MEMBER_SUFFIX = ".codes.npy"
+MAX_KEY_LEN = USTAR_NAME_BYTES - len(LONGEST_MEMBER_SUFFIX)  # 90
+KEY_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_KEY_LEN}}}")
+KEY_RULE = f"keys are 1-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -"  # for messages
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` is not a valid sample key, or None when it is."""
+    if not isinstance(key, str) or not key:
+        return "is empty"
+    if len(key) > MAX_KEY_LEN:
+        return f"is {len(key)} characters long, more than {MAX_KEY_LEN} (its tar member names must fit a ustar header)"
+    if not KEY_RE.fullmatch(key):
+        bad = "".join(sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)}))
+        return f"contains {bad!r}"
+    return None
+
+
+def shard_path_problem(root: Path, rel: str) -> str | None:
+    """Why the manifest's shard path `rel` is unusable for the set at `root` (absolute or leaving it), or None."""
+    if not isinstance(rel, str) or not rel:
+        return "is empty"
+    p = Path(rel)
+    if p.is_absolute() or rel.startswith(("/", "\\")):
+        return "is absolute; shard paths are relative to the shard set"
+    if ".." in p.parts:
+        return "contains '..'; shard paths must stay inside the shard set"
+    base = Path(root).resolve()
+    if not (base / p).resolve().is_relative_to(base):
+        return f"resolves outside the shard set {base} (through a symlink)"
+    return None
