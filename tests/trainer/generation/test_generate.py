@@ -197,3 +197,19 @@ def test_caption_dropout_empties_some_training_captions(models, shards, tmp_path
 
     assert empty_captions(0.0) == 0
     assert 1 <= empty_captions(0.5) <= 11
+
+
+def test_cfg_needs_a_trained_empty_caption(tmp_path: Path) -> None:
+    """cfg_scale != 1 on a checkpoint trained with data.caption_dropout=0 is refused unless allowed explicitly."""
+    from adapter_trainer.config import ConfigError
+    from adapter_trainer.generation.config import GenerateConfig
+    from adapter_trainer.generation.generate import check_uncond_trained
+
+    (tmp_path / "config.yaml").write_text("data:\n  caption_dropout: 0.0\n")
+    with pytest.raises(ConfigError, match="caption_dropout=0.*allow_untrained_uncond=true") as e:
+        check_uncond_trained(GenerateConfig(cfg_scale=3.0), tmp_path)
+    assert "\n" not in str(e.value)
+    check_uncond_trained(GenerateConfig(cfg_scale=1.0), tmp_path)  # no guidance: nothing to refuse
+    check_uncond_trained(GenerateConfig(cfg_scale=3.0, allow_untrained_uncond=True), tmp_path)
+    (tmp_path / "config.yaml").write_text("data:\n  caption_dropout: 0.1\n")
+    check_uncond_trained(GenerateConfig(cfg_scale=3.0), tmp_path)
