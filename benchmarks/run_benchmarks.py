@@ -16,6 +16,7 @@ Groups:
   realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes)
   download  downloader clips/s per worker against a local server (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
+  generate  generate_speedup_vs_concat_cache (bench_generate.py: the sampler vs the one it replaced, demo models)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 Extra flags: --device cuda (when a GPU is present), --train-steps N, --encode-clips N, --pipeline-clips N.
 """
@@ -33,7 +34,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
-GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample")
+GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "generate")
 SUMMARY_ONLY_STAGES = ("shards_vs_onthefly", "realsize")  # rows whose figures live in the summary table
 
 
@@ -140,6 +141,8 @@ def main() -> None:
         add("bench_download.py", "download.json")
     if "resample" in want:
         add("bench_resample.py", "resample.json")
+    if "generate" in want:
+        add("bench_generate.py", "generate.json", f"trainer.device={args.device}")
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     results = merge_results(OUT / "results.json", machine, rows, summary)
