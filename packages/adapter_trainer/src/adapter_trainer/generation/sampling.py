@@ -3,20 +3,25 @@
 One `generate_codes` call samples a batch of clips, one audio position per step:
 
     prefill   [BOS, caption..., AUDIO_START]   (left-padded; with CFG also [BOS, AUDIO_START] rows = empty caption)
-    step s    logits of the last position -> CFG -> per-head masks -> temperature / top-k / top-p -> sample
+    step s    logits of the last position -> CFG -> per-head masks -> temperature -> top-k -> top-p -> sample
               -> feed the sampled position (J slots) back through `model.forward_step` with the KV cache
+
+Every step stays on the model's device and is vectorised over rows (no Python loop over rows, no host copy of the
+logits); the host reads the rows' state every `stop_check_every` steps and once at the end of the batch.
 
 CFG as MusicGen does it (audiocraft `LMModel._sample_next_token`): the batch holds the conditioned rows and
 the same rows with an empty caption, both continue with the SAME sampled tokens, and the raw logits are
 mixed as `uncond + cfg_scale * (cond - uncond)` (cfg_scale = 1 switches the unconditioned rows off).
 
-Layouts (token_layout): delay -> step s carries slot k = code of frame s - k (AUDIO_PAD where s - k is outside
-[0, T)); flatten -> step s carries code (s % K) of frame s // K. Stopping: head 0 (delay) / a frame boundary
-(flatten) may sample AUDIO_END, or the clip reaches `max_frames`; a delayed row then finishes its last K - 1
-steps with pads forced into the slots that are done, exactly the tail `DelayPattern.build` writes.
+Layouts and AUDIO_END as training lays them out (token_layout's module docstring): delay -> step s carries slot
+k = code of frame s - k (AUDIO_PAD where s - k is outside [0, T)); head 0 sampling AUDIO_END at step T means "T
+frames": END is fed back in slot 0 of step T, and the row finishes its last K - 1 steps with pads forced into the
+slots that are done. flatten -> step s carries code (s % K) of frame s // K; END only at a frame boundary.
+`max_frames` stops a row without END (a crop that does not reach the clip's end).
 
-Reproducible: every row draws from its own `torch.Generator` seeded by `row_seeds[b]`, so a clip's sample does
-not depend on which other clips share its batch (up to float differences in batched logits).
+Reproducible: row b's random numbers are uniforms drawn once per batch by its own `torch.Generator` seeded by
+`row_seeds[b]` (inverse-CDF sampling reads them), so a clip's sample does not depend on which other clips share its
+batch (up to float differences in batched logits).
 """
 
 from __future__ import annotations
