@@ -537,7 +537,8 @@ class MoTAdapterModel(nn.Module):
             is_audio: [B, S_new] bool.
             attention_mask: [B, S_past + S_new] bool, True = real token, covering the cached and the new positions
                 (left-padded prompts work: positions are cumsum(attention_mask) - 1).
-            cache: what the previous call returned, or None for the first call (S_past = 0).
+            cache: what the previous call returned, an empty `MoTKVCache.allocate(max_len)`, or None for the first
+                call (S_past = 0). The call writes the new positions into it in place and returns it; `select` copies.
 
         Returns:
             logits [B, S_new, H, head_size] from the audio heads at EVERY new position (at a text position they are
