@@ -21,6 +21,7 @@ Groups:
   download  downloader clips/s per worker against a local server, download_bytes_per_clip_vs_whole (bytes
             fetched per 10-s clip of a 4-min source, sections vs whole streams) (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
+  generate  generate_speedup_vs_concat_cache (bench_generate.py: the sampler vs the one it replaced, demo models)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
 line saying nothing was measured and exits 0. Extra flags: --train-steps N, --encode-clips N, --pipeline-clips N.
@@ -39,7 +40,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
-GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu")
+GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu", "generate")
 OPT_IN = ("resample", "gpu")  # not in a plain `make bench`
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
 SUMMARY_ONLY_STAGES = (
@@ -164,6 +165,8 @@ def main() -> None:
         add("bench_resample.py", "resample.json")
     if "gpu" in want:
         add("bench_gpu.py", "gpu.json")
+    if "generate" in want:
+        add("bench_generate.py", "generate.json", f"trainer.device={args.device}")
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     results = merge_results(OUT / "results.json", machine, rows, summary)

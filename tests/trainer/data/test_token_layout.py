@@ -25,12 +25,10 @@ def _codes(T: int, seed: int = 0) -> np.ndarray:
 
 
 def _audio_part(ex, pattern: str) -> torch.Tensor:
-    """tokens strictly between AUDIO_START and AUDIO_END (or the end)."""
+    """tokens after AUDIO_START (with the clip's AUDIO_END where the crop reaches it)."""
     col = ex.tokens[:, 0]
     start = int((col == VOCAB.audio_start).nonzero()[0]) + 1
-    end_pos = (col == VOCAB.audio_end).nonzero()
-    stop = int(end_pos[0]) if len(end_pos) else ex.tokens.shape[0]
-    return ex.tokens[start:stop]
+    return ex.tokens[start:]
 
 
 def ref_delay(codes: np.ndarray, pad: int) -> np.ndarray:
@@ -107,11 +105,18 @@ def test_round_trip_without_crop(pattern: str, T: int) -> None:
     )
     J = 1 if pattern == "flatten" else K
     assert ex.tokens.shape[1] == J
-    assert int(ex.tokens[-1, 0]) == VOCAB.audio_end  # whole clip -> END
-    np.testing.assert_array_equal(decode_audio_tokens(_audio_part(ex, pattern), vocab=VOCAB, pattern=pattern), codes)
-    if pattern == "flatten":  # = the shard's row-major flattening, with offsets
+    audio = _audio_part(ex, pattern)
+    # whole clip -> one AUDIO_END, where frame T's first code would be: flatten position T*K, delay slot 0 of step T
+    assert int((ex.tokens == VOCAB.audio_end).sum()) == 1
+    assert int(audio[T * K if pattern == "flatten" else T, 0]) == VOCAB.audio_end
+    np.testing.assert_array_equal(decode_audio_tokens(audio, vocab=VOCAB, pattern=pattern), codes)
+    if pattern == "flatten":  # = the shard's row-major flattening, with offsets, then END
         offs = V + C * np.arange(K)
-        np.testing.assert_array_equal(_audio_part(ex, pattern)[:, 0].numpy(), (codes + offs).reshape(-1))
+        np.testing.assert_array_equal(audio[:-1, 0].numpy(), (codes + offs).reshape(-1))
+    else:  # the delay pattern with END in slot 0 of step T; the tail steps keep the delayed codebooks
+        want = ref_delay(codes.astype(np.int64) + V + C * np.arange(K), VOCAB.audio_pad)
+        want[T, 0] = VOCAB.audio_end
+        np.testing.assert_array_equal(audio.numpy(), want)
 
 
 @pytest.mark.parametrize("pattern", ["flatten", "delay"])
@@ -140,7 +145,7 @@ def test_random_crop_is_contiguous_window_and_fits(pattern: str) -> None:
             starts = [s for s in range(T - n + 1) if np.array_equal(codes[s : s + n], got)]
             assert starts, "crop is not a frame-aligned window of the clip"
             seen_starts.add(starts[0])
-            has_end = int(ex.tokens[-1, 0]) == VOCAB.audio_end
+            has_end = bool((ex.tokens[:, 0] == VOCAB.audio_end).any())
             assert has_end == (starts[0] + n == T)
             saw_end |= has_end
             saw_no_end |= not has_end
@@ -190,7 +195,9 @@ def test_labels_and_is_audio(pattern: str) -> None:
     assert not (ex.labels == VOCAB.audio_pad).any() and not (ex.labels == VOCAB.audio_start).any()
     n_code_labels = int(((ex.labels >= V) & (ex.labels < VOCAB.audio_start)).sum())
     assert n_code_labels == codes.size  # every code is a target exactly once
-    assert int((ex.labels == VOCAB.audio_end).sum()) == J
+    assert int((ex.labels == VOCAB.audio_end).sum()) == 1  # head 0 only (delay), at the last frame's step
+    end_at = (ex.labels == VOCAB.audio_end).nonzero()[0].tolist()
+    assert end_at == ([n_prefix + 6 * K - 1, 0] if pattern == "flatten" else [n_prefix + 6 - 1, 0])
     if pattern == "delay":  # codebook k's labels live in slot k, in codebook k's id range
         for k in range(K):
             lab = ex.labels[:, k]

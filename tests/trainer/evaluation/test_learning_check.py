@@ -97,3 +97,21 @@ def test_identical_captions_give_exactly_zero_gain_and_no_pass(models, tmp_path:
     assert r.n_clips == 32 >= MIN_GAIN_CLIPS
     assert r.caption_gain == 0.0 and r.caption_gain_lo == 0.0 and r.caption_gain_hi == 0.0  # exact: same inputs
     assert r.caption_gain_verdict == "FAIL"
+
+
+def test_end_ce_is_measured_when_no_eval_window_reaches_a_clip_end(models, tmp_path: Path) -> None:
+    """Eval clips longer than the 48-token eval window (as on the demo): END is scored on each clip's end window."""
+    from tests.contract.shard_fixture import synthetic_clips, write_shard_set
+
+    long = write_shard_set(
+        tmp_path / "long",
+        {
+            "train": synthetic_clips(4, frames=(60, 80), seed=0, prefix="tr"),
+            "eval": synthetic_clips(3, frames=(60, 80), seed=1, prefix="ev"),
+        },
+    )
+    recipe = MoTAdapterRecipe(make_cfg(models, long, tmp_path / "run"))
+    recipe.setup()
+    r = recipe.evaluate()
+    assert np.isfinite(r.end_ce) and r.end_ce > 0.0
+    assert "END CE" in learning_check_text(r) and "nan" not in learning_check_text(r).split("END CE")[1].split("\n")[0]

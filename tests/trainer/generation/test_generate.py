@@ -197,3 +197,44 @@ def test_caption_dropout_empties_some_training_captions(models, shards, tmp_path
 
     assert empty_captions(0.0) == 0
     assert 1 <= empty_captions(0.5) <= 11
+
+
+def test_cfg_needs_a_trained_empty_caption(tmp_path: Path) -> None:
+    """cfg_scale != 1 on a checkpoint trained with data.caption_dropout=0 is refused unless allowed explicitly."""
+    from adapter_trainer.config import ConfigError
+    from adapter_trainer.generation.config import GenerateConfig
+    from adapter_trainer.generation.generate import check_uncond_trained
+
+    (tmp_path / "config.yaml").write_text("data:\n  caption_dropout: 0.0\n")
+    with pytest.raises(ConfigError, match="caption_dropout=0.*allow_untrained_uncond=true") as e:
+        check_uncond_trained(GenerateConfig(cfg_scale=3.0), tmp_path)
+    assert "\n" not in str(e.value)
+    check_uncond_trained(GenerateConfig(cfg_scale=1.0), tmp_path)  # no guidance: nothing to refuse
+    check_uncond_trained(GenerateConfig(cfg_scale=3.0, allow_untrained_uncond=True), tmp_path)
+    (tmp_path / "config.yaml").write_text("data:\n  caption_dropout: 0.1\n")
+    check_uncond_trained(GenerateConfig(cfg_scale=3.0), tmp_path)
+
+
+def test_generation_runs_at_the_training_precision(models, shards, tmp_path: Path, monkeypatch) -> None:
+    """A bf16 run (model.dtype=bfloat16, trainer.precision=bf16): sampling sees fp32 trainable weights, bf16 frozen
+    towers and bf16 autocast, as the training step does (before, the whole adapter ran in bf16, no autocast)."""
+    from adapter_trainer.config import to_train_config
+    from adapter_trainer.generation import sampling
+    from adapter_trainer.training.recipe import recipe_main
+
+    bf16 = ["model.dtype=bfloat16", "trainer.precision=bf16"]
+    out = tmp_path / "run"
+    recipe_main(to_train_config(compose("config", overrides(models, shards, out) + ["trainer.max_steps=1", *bf16])))
+    seen = {}
+    real = sampling.generate_codes
+
+    def spy(model, *args, **kwargs):
+        seen["trainable"] = {p.dtype for p in model.parameters() if p.requires_grad}
+        seen["frozen"] = {p.dtype for p in model.parameters() if not p.requires_grad}
+        seen["autocast"] = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(sampling, "generate_codes", spy)
+    run_generate(gen_cfg(models, shards, out, f"generate.out_dir={tmp_path / 'g'}", "generate.n=2", *bf16))
+    assert seen["trainable"] == {torch.float32} and seen["frozen"] == {torch.bfloat16}
+    assert seen["autocast"] == (True, torch.bfloat16)

@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from adapter_trainer.data.token_layout import AudioVocab, DelayPattern
-from adapter_trainer.generation.sampling import SamplingConfig, apply_cfg, filter_logits, generate_codes, left_pad
+from adapter_trainer.generation.sampling import (
+    SamplingConfig,
+    apply_cfg,
+    filter_logits,
+    generate_codes,
+    left_pad,
+    sample_rows,
+    warp,
+)
 
 V, K, C = 50, 3, 16
 VOCAB = AudioVocab(text_vocab_size=V, n_codebooks=K, codebook_size=C)
@@ -97,10 +105,14 @@ def test_delay_stops_at_audio_end_and_finishes_the_delayed_tail() -> None:
     np.testing.assert_array_equal(res.codes[0], expected(4))
     assert res.ended == [True]
     assert res.steps == 4 + K - 1  # frames 0..3 plus the K - 1 steps that finish codebooks 1..K-1
-    # the last step fed back is the END step (4): codebook 0 is done (PAD), codebooks 1.. still hold codes
-    last = m.fed[-1][0, 0]
-    assert int(last[0]) == VOCAB.audio_pad and all(int(x) >= V and int(x) < VOCAB.audio_start for x in last[1:])
-    assert len(m.fed) == 1 + res.steps - 1  # prefill + every step but the last (nothing follows it)
+    # the END step (4) fed back as training lays it out (token_layout): END in slot 0, codebooks 1.. still hold codes
+    end_step = m.fed[1 + 4][0, 0]
+    assert int(end_step[0]) == VOCAB.audio_end
+    assert all(V <= int(x) < VOCAB.audio_start for x in end_step[1:])
+    # the tail steps after it: slot 0 PAD, the rest finish the delayed codebooks
+    for s in range(5, res.steps - 1):
+        fed = m.fed[1 + s][0, 0]
+        assert int(fed[0]) == VOCAB.audio_pad and all(V <= int(x) < VOCAB.audio_start for x in fed[s - 4 + 1 :])
 
 
 def test_flatten_greedy_and_end() -> None:
@@ -199,3 +211,40 @@ def test_guidance_changes_the_choice_towards_the_caption() -> None:
     np.testing.assert_array_equal(plain.codes[0], expected(6, cond=False))
     guided = run(Ambiguous("delay"), [[10, 11]], sampling=SamplingConfig(temperature=0.0, top_k=0, cfg_scale=3.0))
     np.testing.assert_array_equal(guided.codes[0], expected(6, cond=True))
+
+
+def _transformers_warp(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """transformers' sampling chain: Temperature -> TopK -> TopP (the order audiocraft uses too)."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    out = TemperatureLogitsWarper(temperature)(None, logits.clone())
+    if top_k:
+        out = TopKLogitsWarper(top_k)(None, out)
+    if top_p:
+        out = TopPLogitsWarper(top_p)(None, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.5, 0, 0.9), (1.0, 5, 0.0), (0.7, 8, 0.8), (1.3, 0, 0.5)]
+)
+def test_warp_matches_transformers_temperature_then_top_k_then_top_p(temperature, top_k, top_p) -> None:
+    """Fixed random logits have no ties, so the kept set is unique (with ties at the k-th value top-k keeps them all,
+    as transformers does; ties at the nucleus' edge may fall either way, depending on the sort)."""
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(3))  # [rows, V]
+    ours = warp(logits, SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
+    want = _transformers_warp(logits, temperature, top_k, top_p)
+    assert torch.equal(torch.isfinite(ours), torch.isfinite(want))
+    torch.testing.assert_close(ours[torch.isfinite(ours)], want[torch.isfinite(want)], rtol=1e-6, atol=1e-6)
+
+
+def test_temperature_comes_before_the_nucleus_when_sampling() -> None:
+    """At temperature 0.5, top_p 0.9 the tempered nucleus of these logits holds 3 tokens; the raw one holds 5 (the
+    old order, nucleus then temperature, sampled from those 5)."""
+    x = torch.tensor([[2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0]])
+    cfg = SamplingConfig(temperature=0.5, top_k=0, top_p=0.9, cfg_scale=1.0)
+    kept = torch.isfinite(_transformers_warp(x, 0.5, 0, 0.9))[0]
+    assert int(kept.sum()) == 3 and int(torch.isfinite(filter_logits(x, 0, 0.9)).sum()) == 5
+    u = torch.rand(4000, 1, generator=torch.Generator().manual_seed(0))  # [N, H=1]
+    drawn = sample_rows(x.expand(4000, 1, 7), cfg, u)[:, 0]  # [N]
+    assert set(drawn.tolist()) == set(kept.nonzero()[:, 0].tolist())

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -50,10 +50,11 @@ def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec) -> list[int]:
     return list(tokenizer(text_of(clip, spec.text), add_special_tokens=False)["input_ids"])[: spec.max_caption_tokens]
 
 
-def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip) -> Example:
+def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip, crop: Literal["start", "end"] = "start") -> Example:
     """The deterministic eval sequence of a clip: cropped at the clip start, with the same audio budget whatever the
     caption's length (max_seq_len - max_caption_tokens - 2 positions after BOS + AUDIO_START), so true and deranged
-    captions score exactly the same code targets."""
+    captions score exactly the same code targets. crop="end" takes the clip's last frames instead: the window that
+    holds its AUDIO_END target (the learning check's END CE)."""
     audio_budget = spec.max_seq_len - spec.max_caption_tokens - 2
     return encode_example(
         caption,
@@ -63,7 +64,7 @@ def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip) -> Example:
         bos_id=spec.bos_id,
         max_seq_len=len(caption) + 2 + audio_budget,
         max_caption_tokens=spec.max_caption_tokens,
-        crop="start",
+        crop=crop,
         rng=np.random.default_rng(0),
         key=clip.key,
     )

@@ -8,10 +8,19 @@ Combined vocabulary (V = text vocab size, K codebooks, C codes per codebook):
     V + K*C               AUDIO_START
     V + K*C + 1           AUDIO_END
     V + K*C + 2           AUDIO_PAD  (delay-pattern filler)
-Sequence: BOS, caption tokens, AUDIO_START, audio (pattern), [AUDIO_END if the crop reaches the clip's end].
+Sequence: BOS, caption tokens, AUDIO_START, audio (pattern) with AUDIO_END where the crop reaches the clip's end.
 
-Every position carries J slots (J = 1 for "flatten", J = K for "delay"). Text and special positions
-(BOS, caption, AUDIO_START, AUDIO_END) repeat their id in every slot.
+Every position carries J slots (J = 1 for "flatten", J = K for "delay"). Text positions and AUDIO_START repeat
+their id in every slot.
+
+AUDIO_END (one convention for training, the loss, the sampler and the docs): it sits where the first code of the
+frame after the clip's last would be, so "the model predicts END" means "there is no frame T".
+    flatten: one position [END] right after frame T-1's last codebook (the target of frame T-1's code K-1).
+    delay:   slot 0 of step T holds END (where frame T's codebook 0 would be); slots k >= 1 of steps T..T+K-2
+             keep carrying the delayed codes of frames T-k.. until the tail is done, so the block is
+             T + max(K - 1, 1) steps. The head-0 target at step T-1 is END. (Appending END after the whole
+             tail instead would leave head 0 untrained at step T-1, and a sampler that stops on head 0's END
+             would emit K - 1 frames the model never learned.)
 
 Labels are next-step targets: labels[p] = tokens[p + 1] where that target is a code or AUDIO_END,
 IGNORE_INDEX everywhere else (text targets, the AUDIO_START target, AUDIO_PAD slots, the last position).
@@ -180,20 +189,25 @@ def _check_pattern(pattern: str) -> None:
         raise ValueError(f"unknown token pattern {pattern!r}; allowed: {list(PATTERNS)}")
 
 
-def audio_steps(n_frames: int, pattern: PatternName, n_codebooks: int) -> int:
-    """Positions the audio part of `n_frames` frames takes (without AUDIO_START/AUDIO_END)."""
+def audio_steps(n_frames: int, pattern: PatternName, n_codebooks: int, *, with_end: bool = False) -> int:
+    """Positions the audio part of `n_frames` frames takes (without AUDIO_START; with AUDIO_END if `with_end`).
+
+    flatten: T*K (+ 1 END position). delay: T + K - 1 (with END: T + max(K - 1, 1), END in slot 0 of step T).
+    """
     _check_pattern(pattern)
     if n_frames <= 0:
         return 0
-    return n_frames * n_codebooks if pattern == "flatten" else n_frames + n_codebooks - 1
+    if pattern == "flatten":
+        return n_frames * n_codebooks + int(with_end)
+    return n_frames + (max(n_codebooks - 1, 1) if with_end else n_codebooks - 1)
 
 
 def max_frames(budget: int, pattern: PatternName, n_codebooks: int) -> int:
-    """Most frames whose audio part plus one AUDIO_END fits in `budget` positions."""
+    """Most frames whose audio part including AUDIO_END fits in `budget` positions."""
     _check_pattern(pattern)
     if pattern == "flatten":
-        return max(0, (budget - 1) // n_codebooks)
-    return max(0, budget - n_codebooks)  # T + K - 1 steps + 1 END <= budget
+        return max(0, (budget - 1) // n_codebooks)  # T*K codes + 1 END <= budget
+    return max(0, budget - max(n_codebooks - 1, 1))  # T + max(K - 1, 1) steps (END in slot 0 of step T) <= budget
 
 
 def _offset_codes(codes: torch.Tensor, vocab: AudioVocab) -> torch.Tensor:
@@ -211,23 +225,24 @@ def encode_example(
     bos_id: int,
     max_seq_len: int,
     max_caption_tokens: int,
-    crop: Literal["random", "start"],
+    crop: Literal["random", "start", "end"],
     rng: np.random.Generator,
     key: str = "",
 ) -> Example:
     """Lay out one (caption, codes) pair as a training sequence of at most `max_seq_len` positions.
 
     The caption is truncated to `max_caption_tokens`; the codes are cropped (frame-aligned) so the
-    sequence fits, always leaving room for AUDIO_END, which is appended only when the crop reaches the
-    clip's last frame. crop="random" draws the start frame uniformly from `rng` (training);
-    crop="start" keeps frame 0 (deterministic eval).
+    sequence fits, always leaving room for AUDIO_END, which is written only when the crop reaches the
+    clip's last frame (where: module docstring). crop="random" draws the start frame uniformly from `rng`
+    (training); crop="start" keeps frame 0 (deterministic eval); crop="end" keeps the last frames (the eval window
+    that scores AUDIO_END).
 
     Returns:
         Example with tokens [S, J], is_audio [S], labels [S, J].
     """
     _check_pattern(pattern)
-    if crop not in ("random", "start"):
-        raise ValueError(f"unknown crop {crop!r}; allowed: ['random', 'start']")
+    if crop not in ("random", "start", "end"):
+        raise ValueError(f"unknown crop {crop!r}; allowed: ['random', 'start', 'end']")
     codes_np = np.asarray(codes)
     K, C = vocab.n_codebooks, vocab.codebook_size
     if codes_np.ndim != 2 or codes_np.shape[1] != K:
@@ -252,13 +267,15 @@ def encode_example(
     budget = max_seq_len - len(prefix)
     keep = min(n_frames, max_frames(budget, pattern, K))
     if n_frames > 0 and keep <= 0:
-        need = len(prefix) + audio_steps(1, pattern, K) + 1
+        need = len(prefix) + audio_steps(1, pattern, K, with_end=True)
         raise ValueError(
             f"max_seq_len={max_seq_len} leaves no room for audio after {len(prefix)} prefix tokens "
             f"(need >= {need} for one frame with pattern={pattern!r}); raise max_seq_len or lower "
             f"max_caption_tokens={max_caption_tokens}"
         )
     start = int(rng.integers(0, n_frames - keep + 1)) if crop == "random" and n_frames > keep else 0
+    if crop == "end":
+        start = n_frames - keep
     reaches_end = start + keep == n_frames
 
     window = torch.from_numpy(codes_np[start : start + keep].astype(np.int64))  # [T', K]
@@ -266,14 +283,17 @@ def encode_example(
     J = n_slots(pattern, K)
     if pattern == "flatten":
         audio = ids.reshape(-1, 1)  # [T', K] -> [T'*K, 1], frame-major c0_t0, c1_t0, ...
+        if reaches_end:
+            audio = torch.cat([audio, torch.full((1, 1), vocab.audio_end, dtype=torch.long)])  # [T'*K + 1, 1]
     else:
         audio = DelayPattern(K).build(ids, pad_value=vocab.audio_pad)  # [T'+K-1, K]
+        if reaches_end:
+            if K == 1:  # no delayed tail: step T' is a position of its own
+                audio = torch.cat([audio, torch.full((1, 1), vocab.audio_pad, dtype=torch.long)])  # [T'+1, 1]
+            audio[keep, 0] = vocab.audio_end  # slot 0 of step T': "no frame T'"; slots k >= 1 finish the tail
 
     head = torch.tensor(prefix, dtype=torch.long)[:, None].expand(-1, J)  # [P, J]
-    parts = [head, audio]
-    if reaches_end:
-        parts.append(torch.full((1, J), vocab.audio_end, dtype=torch.long))  # [1, J]
-    tokens = torch.cat(parts, dim=0).contiguous()  # [S, J]
+    tokens = torch.cat([head, audio], dim=0).contiguous()  # [S, J]
     S = tokens.shape[0]
     assert max_seq_len >= S, (S, max_seq_len)
 
@@ -310,7 +330,11 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
 
 
 def decode_audio_tokens(tokens: torch.Tensor, *, vocab: AudioVocab, pattern: PatternName) -> np.ndarray:
-    """Inverse of the audio part: tokens [S_audio, J] (between AUDIO_START and AUDIO_END, exclusive) -> codes [T, K]."""
+    """Inverse of the audio part: tokens [S_audio, J] after AUDIO_START -> codes [T, K].
+
+    The tokens may end with the clip's AUDIO_END (flatten: its own last position; delay: slot 0 of step T, with the
+    tail steps after it), or stop before it (a crop that does not reach the clip's end).
+    """
     _check_pattern(pattern)
     K, C = vocab.n_codebooks, vocab.codebook_size
     tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()
@@ -319,6 +343,10 @@ def decode_audio_tokens(tokens: torch.Tensor, *, vocab: AudioVocab, pattern: Pat
         raise ValueError(
             f"decode_audio_tokens with pattern={pattern!r} expects [S_audio, {J}], got {tuple(tokens.shape)}"
         )
+    end = (tokens[:, 0] == vocab.audio_end).nonzero()
+    if len(end):  # flatten: the codes are the positions before END; delay: END at step T, codes in T + K - 1 steps
+        e = int(end[0])
+        tokens = tokens[:e] if pattern == "flatten" else tokens[: DelayPattern(K).num_steps(e)]
     if pattern == "flatten":
         if tokens.shape[0] % K:
             raise ValueError(f"flatten audio length {tokens.shape[0]} is not a multiple of K={K} (truncated frame?)")

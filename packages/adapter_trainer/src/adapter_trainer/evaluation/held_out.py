@@ -2,7 +2,8 @@
 (the caption gain) and under the unigram baseline, on exactly the same code targets.
 
 Deterministic: every clip's sequence is `data.streaming.eval_example` (crop at the start, one audio budget whatever
-the caption's length). Under torchrun each rank scores its share of the clips once; the per-clip values are
+the caption's length). AUDIO_END is scored where it exists: on a second window per clip that ends at the clip's
+end (with its own caption), so the END CE is measured even when the start window never reaches an end. Under torchrun each rank scores its share of the clips once; the per-clip values are
 gathered in clip order, so the bootstrap sees what one process computes. The model is only called
 (`compute_loss`), never built here.
 """
@@ -109,8 +110,14 @@ class HeldOutEval:
                     out.ce_sum_per_codebook, out.count_per_codebook, out.ce_sum_per_example, out.count_per_example
                 )
                 if name == "true":
-                    end_sum += float(out.end_ce_sum)
-                    end_n += int(out.end_count)
+                    end_batch = collate(
+                        [eval_example(self.spec, cap, clips[i], crop="end") for cap, i in zip(caps, ids)],
+                        pad_id=self.spec.pad_id,
+                    ).to(device)
+                    with autocast():
+                        end_out = model.compute_loss(end_batch)  # only its END targets count (one per clip)
+                    end_sum += float(end_out.end_ce_sum)
+                    end_n += int(end_out.end_count)
                     u = unigram_ce(batch.labels, self.spec.vocab, self.unigram_logp)
                     sums["uni"].add(u.sum_per_codebook, u.count_per_codebook, u.sum_per_example, u.count_per_example)
         # Per-clip values from every rank, in clip order: the bootstrap sees what one process would compute.

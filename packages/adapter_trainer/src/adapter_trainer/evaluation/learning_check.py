@@ -357,11 +357,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
             for k, (c, u, p) in enumerate(zip(r.ce_per_codebook, r.unigram_ce_per_codebook, r.ppl_per_codebook))
         ),
         f"  END CE        {r.end_ce:.4f}"
-        + (
-            "  (no eval clip ends inside the eval window: raise data.max_seq_len)"
-            if not math.isfinite(r.end_ce)
-            else ""
-        ),
+        + ("  (no AUDIO_END target was scored: no eval clip)" if not math.isfinite(r.end_ce) else ""),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
         f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{r.caption_gain_verdict}: {gain_rule}]",
         "=" * 72,

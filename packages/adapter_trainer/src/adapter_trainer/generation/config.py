@@ -30,6 +30,8 @@ class GenerateConfig:
     top_k: int = 250  # MusicGen's default; 0 = off
     top_p: float = 0.0  # nucleus mass; 0 = off
     cfg_scale: float = 3.0  # classifier-free guidance (MusicGen's default); 1.0 = off
+    # cfg_scale != 1 is refused for a checkpoint trained with data.caption_dropout=0 (untrained empty caption)
+    allow_untrained_uncond: bool = False
     seed: int = 0  # clip i draws from its own generator seeded by (seed, i): reruns give the same codes
     out_dir: Optional[str] = None  # null = <trainer.output_dir>/generated
     overwrite: bool = False  # replace a non-empty out_dir

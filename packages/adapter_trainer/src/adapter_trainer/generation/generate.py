@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
-from adapter_trainer.generation.config import GenerateRunConfig, validate_generate
+from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
 from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 
 
@@ -57,19 +57,37 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
     return [{"caption": texts[i % len(texts)], "aspects": [], "source_key": ""} for i in range(g.n)]
 
 
+def check_uncond_trained(g: GenerateConfig, ckpt_dir: Path) -> None:
+    """Refuse classifier-free guidance when the checkpoint never trained the empty caption (data.caption_dropout=0):
+    its unconditioned branch would be an untrained guess. generate.allow_untrained_uncond=true runs it anyway."""
+    if g.cfg_scale == 1.0 or g.allow_untrained_uncond:
+        return
+    saved = OmegaConf.load(ckpt_dir / "config.yaml")
+    dropout = float(OmegaConf.select(saved, "data.caption_dropout", default=0.0))
+    if dropout <= 0.0:
+        raise ConfigError(
+            f"generate.cfg_scale={g.cfg_scale} needs the empty caption, but {ckpt_dir} was trained with "
+            f"data.caption_dropout={dropout:g} (its unconditioned branch never trained); use generate.cfg_scale=1, "
+            f"train with data.caption_dropout>0, or pass generate.allow_untrained_uncond=true"
+        )
+
+
 def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     """Load models + checkpoint, sample, write the shard set. Returns the stats also written to generation_stats.json."""
     from adapter_trainer.data.shards import load_split, open_shard_sets
     from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
     from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
+    from adapter_trainer.model.mot import MoTKVCache
     from adapter_trainer.training.checkpoint import load_checkpoint, run_fingerprint
-    from adapter_trainer.training.device import resolve_device
+    from adapter_trainer.training.device import autocast, check_precision, resolve_device
 
     g = cfg.generate
     validate_generate(g)
     device = resolve_device(cfg.trainer.device)
+    check_precision(cfg.trainer.precision, device)
     ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
+    check_uncond_trained(g, ckpt_dir)
     dec_cfg = load_audio_lm_config(cfg)
     shard_sets = open_shard_sets(
         cfg.data.shards,
@@ -77,8 +95,9 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
         model_codebook_size=dec_cfg.vocab_size,
         audio_lm=cfg.model.audio_lm,
     )
-    # Trainable tensors stay in model.dtype here (no fp32 master copies): generation only runs forward.
-    built = build_mot_model(cfg, device, fp32_trainable=False)
+    # The training precision: trainable tensors fp32 (as trained), frozen towers in model.dtype, and the forward
+    # under trainer.precision's autocast (below), exactly as the training step runs it.
+    built = build_mot_model(cfg, device, fp32_trainable=True)
     model, tokenizer, vocab = built.model.eval(), built.tokenizer, built.vocab
     # The training run's fingerprint (one definition of "same run"), computed on this config and model.
     fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
@@ -106,18 +125,20 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     seconds = 0.0
     for start in range(0, len(rows), g.batch_size):
         idx = list(range(start, min(start + g.batch_size, len(rows))))
-        res = generate_codes(
-            model,
-            [captions[i] for i in idx],
-            vocab=vocab,
-            pattern=cfg.data.pattern,
-            bos_id=bos_id,
-            pad_id=pad_id,
-            max_frames=max_frames,
-            sampling=sampling,
-            row_seeds=[g.seed * 1_000_003 + i for i in idx],
-            device=device,
-        )
+        with autocast(cfg.trainer.precision, device):
+            res = generate_codes(
+                model,
+                [captions[i] for i in idx],
+                vocab=vocab,
+                pattern=cfg.data.pattern,
+                bos_id=bos_id,
+                pad_id=pad_id,
+                max_frames=max_frames,
+                sampling=sampling,
+                row_seeds=[g.seed * 1_000_003 + i for i in idx],
+                device=device,
+                new_cache=MoTKVCache.allocate,
+            )
         codes += res.codes
         ended += res.ended
         steps += res.steps * len(idx)

@@ -3,25 +3,31 @@
 One `generate_codes` call samples a batch of clips, one audio position per step:
 
     prefill   [BOS, caption..., AUDIO_START]   (left-padded; with CFG also [BOS, AUDIO_START] rows = empty caption)
-    step s    logits of the last position -> CFG -> per-head masks -> temperature / top-k / top-p -> sample
+    step s    logits of the last position -> CFG -> per-head masks -> temperature -> top-k -> top-p -> sample
               -> feed the sampled position (J slots) back through `model.forward_step` with the KV cache
+
+Every step stays on the model's device and is vectorised over rows (no Python loop over rows, no host copy of the
+logits); the host reads the rows' state every `stop_check_every` steps and once at the end of the batch.
 
 CFG as MusicGen does it (audiocraft `LMModel._sample_next_token`): the batch holds the conditioned rows and
 the same rows with an empty caption, both continue with the SAME sampled tokens, and the raw logits are
 mixed as `uncond + cfg_scale * (cond - uncond)` (cfg_scale = 1 switches the unconditioned rows off).
 
-Layouts (token_layout): delay -> step s carries slot k = code of frame s - k (AUDIO_PAD where s - k is outside
-[0, T)); flatten -> step s carries code (s % K) of frame s // K. Stopping: head 0 (delay) / a frame boundary
-(flatten) may sample AUDIO_END, or the clip reaches `max_frames`; a delayed row then finishes its last K - 1
-steps with pads forced into the slots that are done, exactly the tail `DelayPattern.build` writes.
+Layouts and AUDIO_END as training lays them out (token_layout's module docstring): delay -> step s carries slot
+k = code of frame s - k (AUDIO_PAD where s - k is outside [0, T)); head 0 sampling AUDIO_END at step T means "T
+frames": END is fed back in slot 0 of step T, and the row finishes its last K - 1 steps with pads forced into the
+slots that are done. flatten -> step s carries code (s % K) of frame s // K; END only at a frame boundary.
+`max_frames` stops a row without END (a crop that does not reach the clip's end).
 
-Reproducible: every row draws from its own `torch.Generator` seeded by `row_seeds[b]`, so a clip's sample does
-not depend on which other clips share its batch (up to float differences in batched logits).
+Reproducible: row b's random numbers are uniforms drawn once per batch by its own `torch.Generator` seeded by
+`row_seeds[b]` (inverse-CDF sampling reads them), so a clip's sample does not depend on which other clips share its
+batch (up to float differences in batched logits).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,7 +70,12 @@ def apply_cfg(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.T
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """logits [..., V] -> same shape with everything outside the top-k / top-p nucleus set to -inf."""
+    """logits [..., V] -> same shape with everything outside the top-k / top-p nucleus set to -inf.
+
+    Same rules as transformers' TopKLogitsWarper then TopPLogitsWarper: top-k keeps every token tied with the k-th
+    value; top-p keeps the smallest prefix of the sorted tokens whose mass reaches top_p (at least one token; tokens
+    tied at the nucleus' edge may fall on either side, as with any sort). Temperature is applied before (`warp`).
+    """
     out = logits.clone()
     V = out.shape[-1]
     if 0 < top_k < V:
@@ -80,13 +91,38 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return out
 
 
-def sample_rows(logits: torch.Tensor, cfg: SamplingConfig, generators: list[torch.Generator]) -> torch.Tensor:
-    """logits [B, H, V] (disallowed entries already -inf) -> sampled indices [B, H], row b drawn with generators[b]."""
-    logits = filter_logits(logits.float().cpu(), cfg.top_k, cfg.top_p)  # [B, H, V]
+def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """logits [..., V] -> temperature, then top-k, then top-p (transformers' and audiocraft's order), as float32.
+
+    The temperature comes first so the nucleus is measured on the distribution that is sampled.
+    """
+    logits = logits.float()
+    if cfg.temperature > 0:
+        logits = logits / cfg.temperature
+    return filter_logits(logits, cfg.top_k, cfg.top_p)
+
+
+def row_uniforms(generators: list[torch.Generator], n_steps: int, n_heads: int) -> torch.Tensor:
+    """uniforms [B, n_steps, n_heads] in [0, 1): row b's from generators[b] only (per-clip determinism).
+
+    Drawn once per batch on the CPU (one call per row, not per step) and moved to the device in one transfer.
+    """
+    return torch.stack([torch.rand(n_steps, n_heads, generator=g) for g in generators])  # [B, n_steps, H]
+
+
+def sample_rows(logits: torch.Tensor, cfg: SamplingConfig, uniforms: torch.Tensor) -> torch.Tensor:
+    """logits [B, H, V] (disallowed entries already -inf), uniforms [B, H] -> sampled indices [B, H], on the device.
+
+    Inverse-CDF sampling: the first index whose cumulative probability exceeds u * total. Each row reads only its
+    own uniforms and its own logits, so a row's draw does not depend on the other rows of the batch.
+    """
+    logits = warp(logits, cfg)  # [B, H, V] float32
     if cfg.temperature <= 0:
         return logits.argmax(-1)  # [B, H]
-    probs = torch.softmax(logits / cfg.temperature, dim=-1)  # [B, H, V]
-    return torch.stack([torch.multinomial(probs[b], 1, generator=g)[:, 0] for b, g in enumerate(generators)])  # [B, H]
+    cdf = torch.softmax(logits, dim=-1).cumsum(-1)  # [B, H, V]
+    target = (uniforms.to(cdf.dtype) * cdf[..., -1])[..., None]  # [B, H, 1]
+    idx = torch.searchsorted(cdf, target, right=True)[..., 0]  # [B, H]; zero-probability ids are never picked
+    return idx.clamp(max=logits.shape[-1] - 1)
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,8 +150,15 @@ def generate_codes(
     sampling: SamplingConfig,
     row_seeds: list[int],
     device: torch.device | str = "cpu",
+    new_cache: Callable[[int], object] | None = None,
+    stop_check_every: int = 16,
 ) -> GenerationResult:
     """Sample codes for every caption; stops per row at AUDIO_END or `max_frames` frames.
+
+    Everything per step stays on `device` and is vectorised over rows; the host reads the state only every
+    `stop_check_every` steps (have all rows finished?) and once at the end. `new_cache(max_len)` makes the empty
+    KV cache the prefill starts from (e.g. `MoTKVCache.allocate`: room for the whole batch, written in place);
+    None lets forward_step make its own.
 
     Returns:
         GenerationResult with codes [T_b, K] int16 per row (1 <= T_b <= max_frames).
@@ -128,80 +171,110 @@ def generate_codes(
         raise ValueError(f"max_frames={max_frames} must be >= 1 (raise generate.seconds)")
     K, C, V = vocab.n_codebooks, vocab.codebook_size, vocab.text_vocab_size
     J = n_slots(pattern, K)
+    H = K if pattern == "delay" else 1
     B = len(captions)
     use_cfg = sampling.cfg_scale != 1.0
     prompts = [[bos_id, *c, vocab.audio_start] for c in captions]
     if use_cfg:
         prompts += [[bos_id, vocab.audio_start]] * B  # the empty caption that caption dropout trained
-    ids, mask = left_pad(prompts, pad_id)  # [R, P], [R, P]; R = B or 2B
-    R = ids.shape[0]
-    tokens = ids[..., None].expand(R, ids.shape[1], J).to(device)  # [R, P, J]: text ids repeat in every slot
+    ids, prompt_mask = left_pad(prompts, pad_id)  # [R, P], [R, P]; R = B or 2B
+    R, P = ids.shape
+    # delay: T + K - 1 steps, plus the END step when K = 1; flatten: T*K codes plus END
+    total_steps = max_frames + max(K - 1, 1) if pattern == "delay" else max_frames * K + 1
+    tokens = ids[..., None].expand(R, P, J).to(device)  # [R, P, J]: text ids repeat in every slot
     is_audio = (ids >= V).to(device)  # [R, P]: only AUDIO_START
-    mask = mask.to(device)
-    generators = [torch.Generator().manual_seed(int(s)) for s in row_seeds]
+    mask = torch.ones((R, P + total_steps), dtype=torch.bool, device=device)  # [R, P + steps]; a view per step
+    mask[:, :P] = prompt_mask.to(device)
+    step_is_audio = torch.ones((R, 1), dtype=torch.bool, device=device)  # [R, 1]
+    uniforms = row_uniforms([torch.Generator().manual_seed(int(s)) for s in row_seeds], total_steps, H).to(
+        device
+    )  # [B, steps, H]
 
-    # Per-row state. frames[b] = T_b once known (END sampled or max_frames reached), else -1.
-    frames = [-1] * B
-    ended = [False] * B
-    audio: list[list[torch.Tensor]] = [[] for _ in range(B)]  # per row: [J] id tensors, one per step
-    total_steps = max_frames + K - 1 if pattern == "delay" else max_frames * K
+    # Allowed entries of the heads per step kind (device constants), END column last.
+    size = C + 1 if pattern == "delay" else K * C + 1
+    slot = torch.arange(K, device=device)  # [K]
+    # delay: [codes only, codes + END on head 0] ("no frame `step`, stop here"; from step 1 on).
+    # flatten: step % K = k proposes codebook k; END only at a frame boundary (k = 0), after >= 1 frame.
+    allowed_codes = torch.zeros((K if pattern == "flatten" else 1, H, size), dtype=torch.bool, device=device)
+    if pattern == "delay":
+        allowed_codes[0, :, :C] = True  # [1, K, C + 1]
+    else:
+        for k in range(K):
+            allowed_codes[k, 0, k * C : (k + 1) * C] = True  # [K, 1, K*C + 1]
+    allowed_end = allowed_codes[0].clone()  # [H, size]
+    allowed_end[0, size - 1] = True
+
+    # Per-row state on the device. frames[b] = T_b once known (END sampled or max_frames reached), else -1.
+    frames = torch.full((B,), -1, dtype=torch.long, device=device)  # [B]
+    ended = torch.zeros((B,), dtype=torch.bool, device=device)  # [B]
+    audio = torch.full((B, total_steps, J), vocab.audio_pad, dtype=torch.long, device=device)  # [B, steps, J]
+    code_offset = V + C * slot  # [K] first id of codebook k
+    cache = new_cache(P + total_steps) if new_cache is not None else None
 
     t0 = time.perf_counter()
-    logits, cache = model.forward_step(tokens, is_audio, mask, None)  # [R, P, H, size]
-    step = 0
+    logits, cache = model.forward_step(tokens, is_audio, mask[:, :P], cache)  # [R, P, H, size]
     for step in range(total_steps):
         last = logits[:, -1].float()  # [R, H, size]
         guided = apply_cfg(last[:B], last[B:], sampling.cfg_scale) if use_cfg else last  # [B, H, size]
-        allowed = torch.zeros_like(guided, dtype=torch.bool)  # [B, H, size]
+        kind = step % K if pattern == "flatten" else 0
+        allowed = allowed_end if kind == 0 and step >= 1 else allowed_codes[kind]  # [H, size]
+        drawn = sample_rows(guided.masked_fill(~allowed, float("-inf")), sampling, uniforms[:, step])  # [B, H]
+
+        active = frames < 0  # [B] rows whose length is still open
         if pattern == "delay":
-            # head k proposes code of frame step - k (+ END on head 0 only: "no frame `step`, stop here")
-            for k in range(K):
-                allowed[:, k, :C] = True
-            allowed[:, 0, C] = step >= 1
+            end_now = active & ((drawn[:, 0] == C) | (step >= max_frames))  # [B]
+            sampled_end = end_now & (drawn[:, 0] == C)
+            ended |= sampled_end
+            frames = torch.where(end_now, torch.full_like(frames, step), frames)
+            T = torch.where(frames >= 0, frames, torch.full_like(frames, step + 1))  # [B] frames so far
+            frame_of = step - slot  # [K] frame whose codebook k this step carries
+            has_code = (frame_of >= 0)[None] & (frame_of[None] < T[:, None])  # [B, K]
+            new = torch.where(has_code, code_offset + drawn.clamp(max=C - 1), vocab.audio_pad)  # [B, K]
+            # the clip's end: END in slot 0 of step T (token_layout); slots k >= 1 keep finishing the tail
+            new[:, 0] = torch.where(sampled_end, vocab.audio_end, new[:, 0])
         else:
-            k = step % K
-            allowed[:, 0, k * C : (k + 1) * C] = True
-            allowed[:, 0, K * C] = k == 0 and step >= 1  # END only at a frame boundary, after >= 1 frame
-        drawn = sample_rows(guided.masked_fill(~allowed, float("-inf")), sampling, generators)  # [B, H]
-
-        new = torch.full((B, J), vocab.audio_pad, dtype=torch.long)  # [B, J] next position's ids
-        for b in range(B):
-            if pattern == "delay":
-                if frames[b] < 0 and (int(drawn[b, 0]) == C or step >= max_frames):
-                    frames[b], ended[b] = step, int(drawn[b, 0]) == C
-                T = frames[b] if frames[b] >= 0 else step + 1
-                for k in range(K):
-                    if 0 <= step - k < T:
-                        new[b, k] = vocab.code_id(k, int(drawn[b, k]))
-                if frames[b] < 0 or step < frames[b] + K - 1:
-                    audio[b].append(new[b])
-            else:
-                if frames[b] >= 0:
-                    continue
-                idx, k = int(drawn[b, 0]), step % K
-                if idx == K * C or (k == 0 and step >= max_frames * K):
-                    frames[b], ended[b] = step // K, idx == K * C
-                    continue
-                new[b, 0] = V + idx
-                audio[b].append(new[b])
-        if all(f >= 0 for f in frames) and all(
-            len(audio[b]) >= (frames[b] + K - 1 if pattern == "delay" else frames[b] * K) for b in range(B)
-        ):
+            idx, k = drawn[:, 0], step % K  # [B]
+            end_now = active & ((idx == K * C) | ((k == 0) & (step >= max_frames * K)))  # [B]
+            sampled_end = end_now & (idx == K * C)
+            ended |= sampled_end
+            frames = torch.where(end_now, torch.full_like(frames, step // K), frames)
+            new = torch.where(active & ~end_now, V + idx, vocab.audio_pad)[:, None]  # [B, 1]
+            new = torch.where(sampled_end[:, None], vocab.audio_end, new)  # END where the clip ends (token_layout)
+        audio[:, step] = new
+        if step == total_steps - 1:
             break
+        if (step + 1) % stop_check_every == 0 and bool(_finished(frames, ended, step, pattern, K).all()):
+            break  # the one host read of these steps
         feed = torch.cat([new, new], dim=0) if use_cfg else new  # [R, J]: both CFG branches get the same tokens
-        mask = torch.cat([mask, torch.ones((R, 1), dtype=torch.bool, device=mask.device)], dim=1)  # [R, S + 1]
         logits, cache = model.forward_step(
-            feed[:, None].to(device), torch.ones((R, 1), dtype=torch.bool, device=device), mask, cache
+            feed[:, None], step_is_audio, mask[:, : P + step + 1], cache
         )  # [R, 1, H, size]
-    seconds = time.perf_counter() - t0
 
-    codes = []
-    for b in range(B):
-        if frames[b] < 0:  # flatten rows that ran to the last step without sampling END
-            frames[b] = max_frames
-        seq = torch.stack(audio[b])  # [S_b, J]
-        codes.append(decode_audio_tokens(seq, vocab=vocab, pattern=pattern))  # [T_b, K] int16
-    steps = step + 1
+    frames = torch.where(frames >= 0, frames, torch.full_like(frames, max_frames))  # flatten rows that ran out
+    n_steps = _recorded_steps(frames, ended, pattern, K)  # [B] audio positions of each row
+    audio_host, n_host, ended_host = audio.cpu(), n_steps.cpu().tolist(), ended.cpu().tolist()  # the end-of-batch read
+    seconds = time.perf_counter() - t0
+    codes = [
+        decode_audio_tokens(audio_host[b, : n_host[b]], vocab=vocab, pattern=pattern)  # [T_b, K] int16
+        for b in range(B)
+    ]
+    steps = max(n_host)
     return GenerationResult(
-        codes=codes, ended=ended, steps=steps, seconds=seconds, positions_per_s=B * steps / max(seconds, 1e-9)
+        codes=codes,
+        ended=[bool(e) for e in ended_host],
+        steps=steps,
+        seconds=seconds,
+        positions_per_s=B * steps / max(seconds, 1e-9),
     )
+
+
+def _recorded_steps(frames: torch.Tensor, ended: torch.Tensor, pattern: str, K: int) -> torch.Tensor:
+    """[B] audio positions of each row once its length `frames` [B] is known (token_layout.audio_steps)."""
+    if pattern == "delay":  # T + K - 1 (with END: T + max(K - 1, 1))
+        return frames + K - 1 + (ended & (K == 1)).long()
+    return frames * K + ended.long()  # T*K codes (+ END)
+
+
+def _finished(frames: torch.Tensor, ended: torch.Tensor, step: int, pattern: str, K: int) -> torch.Tensor:
+    """[B] bool: the row's length is known and every one of its positions up to `step` is written."""
+    return (frames >= 0) & (_recorded_steps(frames.clamp(min=0), ended, pattern, K) <= step + 1)

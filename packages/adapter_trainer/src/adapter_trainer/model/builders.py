@@ -163,13 +163,14 @@ def _looks_like_path(name_or_path: str | os.PathLike) -> bool:
 def _not_available(what: str, name_or_path: str | os.PathLike, err: Exception) -> OSError:
     local = Path(name_or_path).exists()
     where = "the local directory" if local else "the hub id"
-    return OSError(f"could not load the {what} from {where} {str(name_or_path)!r}: {err}\n{OFFLINE_HINT}")
+    reason = " ".join(str(err).split())  # one line: the CLI prints the message as the whole refusal
+    return OSError(f"could not load the {what} from {where} {str(name_or_path)!r}: {reason} {OFFLINE_HINT}")
 
 
 def _check_source(what: str, name_or_path: str | os.PathLike) -> None:
     """A path that does not exist fails here, before transformers tries to read it as a hub id."""
     if _looks_like_path(name_or_path) and not Path(name_or_path).expanduser().is_dir():
-        raise FileNotFoundError(f"{what} directory {str(name_or_path)!r} does not exist.\n{OFFLINE_HINT}")
+        raise FileNotFoundError(f"{what} directory {str(name_or_path)!r} does not exist. {OFFLINE_HINT}")
 
 
 def load_text_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:

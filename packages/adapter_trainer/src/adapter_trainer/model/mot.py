@@ -109,28 +109,93 @@ class AudioExpert(nn.Module):
         return self.up(a)  # [N, d_llm]
 
 
-@dataclass
 class MoTKVCache:
     """Keys and values of every MoT layer for the positions seen so far (what `forward_step` returns and takes).
+
+    Preallocated and written in place, like transformers' `StaticCache`: `MoTKVCache.allocate(max_len)` reserves
+    room for max_len positions; layer l's buffers [B, n_kv_heads, capacity, head_dim] are made on its first
+    `update` (dtype and device of its keys), and each `update` writes the new positions at `seq_len` and returns
+    the filled views, so a decoding step copies only its own keys (growing by torch.cat copied the whole past
+    every step). `forward_step(cache=None)` returns a cache that is exactly full; if a cache runs out of room its
+    buffers double (an amortised copy, never per step).
 
     keys[l], values[l]: [B, n_kv_heads, S_total, head_dim], layer l's keys after RoPE and values, before the GQA
     repeat. S_total is the length of the attention_mask passed to the last `forward_step` (pads included: they
     stay masked). Each position's key/value comes from its own modality's projections.
     """
 
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
+    def __init__(self, keys: list[torch.Tensor] | None = None, values: list[torch.Tensor] | None = None) -> None:
+        """A full cache of the given per-layer keys/values [B, KV, S_total, hd] (or an empty one)."""
+        self._k, self._v = list(keys or []), list(values or [])  # per layer [B, KV, capacity, hd]
+        self._len = int(self._k[0].shape[2]) if self._k else 0
+        self.capacity = self._len
+
+    @classmethod
+    def allocate(cls, max_len: int) -> MoTKVCache:
+        """An empty cache with room for `max_len` positions (buffers are made by each layer's first update)."""
+        cache = cls()
+        cache.capacity = int(max_len)
+        return cache
 
     @property
     def seq_len(self) -> int:
-        return int(self.keys[0].shape[2]) if self.keys else 0
+        return self._len
+
+    @property
+    def keys(self) -> list[torch.Tensor]:
+        return [k[:, :, : self._len] for k in self._k]  # per layer [B, KV, S_total, hd]
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return [v[:, :, : self._len] for v in self._v]
+
+    def layer(self, index: int) -> _LayerKV:
+        """Layer `index`'s handle, what MoTLayer.forward takes as `past`."""
+        return _LayerKV(self, index)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write layer's new keys/values k, v [B, KV, S_new, hd] at seq_len -> filled views [B, KV, S_total + S_new, hd].
+
+        seq_len itself moves on in `advance`, once every layer has written the same new positions.
+        """
+        end = self._len + k.shape[2]
+        if layer == len(self._k):  # this layer's first write: make its buffers
+            shape = (k.shape[0], k.shape[1], max(self.capacity, end), k.shape[3])
+            self._k.append(k.new_empty(shape))  # [B, KV, capacity, hd]
+            self._v.append(v.new_empty(shape))
+        if end > self._k[layer].shape[2]:  # out of room: double (keeps appends amortised O(1))
+            grow = max(end, 2 * self._k[layer].shape[2]) - self._k[layer].shape[2]
+            pad = (0, 0, 0, grow)  # pads dim 2 (positions) at the end
+            self._k[layer] = F.pad(self._k[layer], pad)
+            self._v[layer] = F.pad(self._v[layer], pad)
+        self._k[layer][:, :, self._len : end] = k
+        self._v[layer][:, :, self._len : end] = v
+        self.capacity = max(self.capacity, self._k[layer].shape[2])
+        return self._k[layer][:, :, :end], self._v[layer][:, :, :end]  # [B, KV, S_total + S_new, hd]
+
+    def advance(self, n_new: int) -> MoTKVCache:
+        """Count the n_new positions every layer has just written (returns self)."""
+        self._len += int(n_new)
+        return self
 
     def select(self, batch_idx: torch.Tensor) -> MoTKVCache:
         """Rows batch_idx [B'] of the batch (reorder, repeat for sampling several continuations, drop finished)."""
-        return MoTKVCache(
-            keys=[k.index_select(0, batch_idx) for k in self.keys],  # [B', n_kv, S_total, hd]
-            values=[v.index_select(0, batch_idx) for v in self.values],
-        )
+        out = MoTKVCache()
+        out._k = [k.index_select(0, batch_idx) for k in self._k]  # [B', n_kv, capacity, hd]
+        out._v = [v.index_select(0, batch_idx) for v in self._v]
+        out._len, out.capacity = self._len, self.capacity
+        return out
+
+
+@dataclass
+class _LayerKV:
+    """One layer's view of a MoTKVCache: `update(k, v)` writes there and returns the filled keys/values."""
+
+    cache: MoTKVCache
+    index: int
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.update(self.index, k, v)
 
 
 def attention_mask_4d(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
@@ -282,7 +347,7 @@ class MoTLayer(nn.Module):
         idx_text: torch.Tensor,  # [N_text] rows of the flattened [B*S]
         idx_audio: torch.Tensor,  # [N_audio]
         allowed: torch.Tensor | None,  # [B, 1, S, S_past + S] bool, or None = causal order suffices (sdpa_mask)
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,  # keys, values [B, KV, S_past, hd]
+        past: _LayerKV | None = None,  # this layer's MoTKVCache handle (keys, values [B, KV, S_past, hd])
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """-> (h [B, S, D], (keys, values) [B, KV, S_past + S, hd] for the cache)."""
         layer, attn = self.llm_layer, self.llm_layer.self_attn
@@ -296,8 +361,7 @@ class MoTLayer(nn.Module):
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [B, H, S, hd], [B, KV, S, hd]
         if past is not None:
-            k = torch.cat([past[0], k], dim=2)  # [B, KV, S_past + S, hd]
-            v = torch.cat([past[1], v], dim=2)
+            k, v = past.update(k, v)  # [B, KV, S_past + S, hd], written in place into the cache
         o = attend(q, k, v, allowed, self.scaling, attn.attention_dropout if self.training else 0.0)  # [B, H, S, hd]
         o = o.transpose(1, 2).reshape(B * S, -1)  # [B, H, S, hd] -> [B*S, H*hd]
         if self.audio_attention == "separate":
@@ -501,7 +565,7 @@ class MoTAdapterModel(nn.Module):
         keys, values = [], []
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for l, layer in enumerate(self.layers):
-            past = (cache.keys[l], cache.values[l]) if cache is not None else None
+            past = cache.layer(l) if cache is not None else None
             if recompute:
                 # Keeps only the layer's inputs; backward reruns it. Non-reentrant: restores the RNG state (dropout
                 # draws the same masks) and lets gradients reach parameters that no input requires grad for.
@@ -512,7 +576,8 @@ class MoTAdapterModel(nn.Module):
                 h, (k, v) = layer(h, position_embeddings, idx_text, idx_audio, allowed, past)  # [B, S, D]
             keys.append(k)
             values.append(v)
-        return self.llm.model.norm(h), MoTKVCache(keys, values)  # [B, S, D]
+        cache = cache.advance(S) if cache is not None else MoTKVCache(keys, values)
+        return self.llm.model.norm(h), cache  # [B, S, D]
 
     def hidden_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -539,7 +604,8 @@ class MoTAdapterModel(nn.Module):
             is_audio: [B, S_new] bool.
             attention_mask: [B, S_past + S_new] bool, True = real token, covering the cached and the new positions
                 (left-padded prompts work: positions are cumsum(attention_mask) - 1).
-            cache: what the previous call returned, or None for the first call (S_past = 0).
+            cache: what the previous call returned, an empty `MoTKVCache.allocate(max_len)`, or None for the first
+                call (S_past = 0). The call writes the new positions into it in place and returns it; `select` copies.
 
         Returns:
             logits [B, S_new, H, head_size] from the audio heads at EVERY new position (at a text position they are

@@ -82,9 +82,12 @@ def capture_rng() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def restore_rng(torch_states: dict[str, Any], other: dict[str, Any]) -> None:
+    """Restore the saved generator states. CUDA: only for the devices this process has (a checkpoint from 8 GPUs
+    resumes on 1, or under a narrower CUDA_VISIBLE_DEVICES); training never draws from the CUDA generators."""
     torch.set_rng_state(torch_states["cpu"])
     if "cuda" in torch_states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(torch_states["cuda"])
+        for device, state in enumerate(torch_states["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state, device)
     v, state, gauss = other["python"]
     random.setstate((v, tuple(state), gauss))
     name, keys, pos, has_gauss, cached = other["numpy"]
@@ -169,12 +172,20 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path
     diffs = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
     if not diffs:
         return
-    lines = [f"  {k}: checkpoint={saved.get(k)!r} run={current.get(k)!r}" for k in diffs]
-    raise ResumeError(
-        f"cannot resume from {ckpt}: the run differs from the checkpoint in\n" + "\n".join(lines) + "\n"
+    parts = [_differs(k, saved.get(k), current.get(k)) for k in diffs]
+    raise ResumeError(  # one line: the CLI prints it as the whole refusal
+        f"cannot resume from {ckpt}: the run differs from the checkpoint in " + "; ".join(parts) + ". "
         f"Architecture and data must match to continue (see {ckpt / 'config.yaml'}). Restore those config values "
         f"(or the same shard sets), or start a fresh run without trainer.resume / with a new trainer.output_dir."
     )
+
+
+def _differs(key: str, saved: Any, current: Any) -> str:
+    """`key: checkpoint=... run=...`; for dicts only the entries that differ (a shapes table can be long)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        sub = [s for s in sorted(set(saved) | set(current)) if saved.get(s) != current.get(s)]
+        return ", ".join(f"{key}.{s}: checkpoint={saved.get(s)!r} run={current.get(s)!r}" for s in sub)
+    return f"{key}: checkpoint={saved!r} run={current!r}"
 
 
 OPTIMIZER_GROUP_KEYS = ("initial_lr", "betas", "weight_decay", "eps")  # per-group values the config decides

@@ -1,0 +1,51 @@
+"""The preallocated KV cache (MoTKVCache.allocate): written in place, never reallocated while it has room, and the
+same logits as one full forward; a cache from forward_step(cache=None) still grows."""
+
+from __future__ import annotations
+
+import torch
+
+from adapter_trainer.data.token_layout import collate
+from adapter_trainer.model.mot import MoTKVCache
+from tests.trainer.helpers import example, tiny_mot
+
+TOL = dict(rtol=1e-5, atol=1e-5)  # fp32, same math in a different order
+
+
+def test_preallocated_cache_is_written_in_place_and_matches_the_full_forward() -> None:
+    model, vocab = tiny_mot("delay")
+    model.eval()
+    batch = collate([example(vocab, 5, 6, seed=1), example(vocab, 3, 4, seed=2)], pad_id=0)
+    S = batch.tokens.shape[1]
+    with torch.no_grad():
+        full, _ = model.forward_step(batch.tokens, batch.is_audio, batch.attention_mask)  # [B, S, H, size]
+        cache = MoTKVCache.allocate(S)
+        pieces, ptrs, start = [], None, 0
+        for end in [S - 4, S - 3, S - 1, S]:
+            logits, cache = model.forward_step(
+                batch.tokens[:, start:end], batch.is_audio[:, start:end], batch.attention_mask[:, :end], cache
+            )
+            got = [k.data_ptr() for k in cache.keys]
+            assert ptrs is None or got == ptrs  # the same buffers every step: no copy of the past
+            ptrs, start = got, end
+            assert cache.seq_len == end and cache.capacity == S
+            pieces.append(logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, **TOL)
+
+
+def test_a_full_cache_grows_and_select_keeps_the_length() -> None:
+    model, vocab = tiny_mot("flatten")
+    model.eval()
+    batch = collate([example(vocab, 4, 3, seed=3, pattern="flatten")] * 2, pad_id=0)
+    S = batch.tokens.shape[1]
+    with torch.no_grad():
+        full, _ = model.forward_step(batch.tokens, batch.is_audio, batch.attention_mask)
+        _, cache = model.forward_step(batch.tokens[:, :-2], batch.is_audio[:, :-2], batch.attention_mask[:, :-2])
+        assert cache.capacity == S - 2  # exactly full
+        cache = cache.select(torch.tensor([1, 0]))
+        for p in (S - 2, S - 1):
+            logits, cache = model.forward_step(
+                batch.tokens[:, p : p + 1], batch.is_audio[:, p : p + 1], batch.attention_mask[:, : p + 1], cache
+            )
+            torch.testing.assert_close(logits[:, 0], full[:, p], **TOL)
+        assert cache.seq_len == S and cache.capacity >= S
