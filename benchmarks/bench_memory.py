@@ -1,28 +1,39 @@
 """Measured memory model of one training step at real size on CPU: peak memory = fixed + bytes/position x positions.
 
 Cases: batch {1, 2} x seq {512, 1024} x activation checkpointing {off, on} x tower mode, EACH IN ITS OWN PROCESS.
-A case's child builds the Llama-3.2-1B + musicgen-small sizes with random weights (realsize_model.py), then runs one
-training step as the recipe does (forward + backward under the mode's autocast, clip, AdamW step: the optimizer's
-moments are allocated in it). Its peak is the child's peak resident set size as the kernel reports it to the parent
-on exit (os.wait4's rusage.ru_maxrss, KiB on Linux): per child, unlike RUSAGE_CHILDREN, which is a running maximum.
+A case's child builds the Llama-3.2-1B + musicgen-small sizes with random weights (realsize_model.py), then runs two
+training steps as the recipe does (forward + backward under the mode's autocast, clip, AdamW step: the first
+allocates the optimizer's moments). Two figures per case:
+  peak_rss_gb         the whole run's peak resident set size as the kernel reports it to the parent on exit
+                      (os.wait4's rusage.ru_maxrss, KiB on Linux; per child, unlike RUSAGE_CHILDREN, a running
+                      maximum): what a machine needs, weights, optimizer and runtime included ("what fits").
+  activation_peak_gb  the second step's forward + backward alone, counted exactly from live tensor storages
+                      (live_memory.LiveTensorBytes): activations, checkpoint recomputation and temporaries, without
+                      weights, optimizer moments or gradients. RSS cannot give this: glibc keeps freed blocks, so
+                      a whole-step RSS peak is a high-water mark of the allocator (often set by the optimizer
+                      step) and its growth with batch x seq is not activation memory alone.
 
 Tower modes (model.dtype / trainer.precision):
     fp32           float32  / fp32   mps_small as configured
     fp32_autocast  float32  / bf16   cuda_1b as configured
     bf16           bfloat16 / bf16   frozen towers in bf16
 
-Per mode and checkpointing setting, least squares over the cases fits peak_bytes = fixed + bpp * batch * seq. From
-them: what batch x seq fits in 24, 48 and 80 GiB per preset (the preset's mode), written as a Markdown table next to
-the JSON. A CPU process's peak includes the Python runtime and CPU kernels' work space: the GPU figures derived from
-it are a projection, not a GPU measurement (`make bench-gpu` measures a GPU).
+Per mode and checkpointing setting, least squares over the cases fits peak_bytes = fixed + bpp * batch * seq (total
+peak) and activation bytes = a + bpp * batch * seq. From the total-peak fits: what batch x seq fits in 24, 48 and
+80 GiB per preset (the preset's mode), written as a Markdown table next to the JSON. A CPU process's peak includes
+the Python runtime and CPU kernels' work space: the GPU figures derived from it are a projection, not a GPU
+measurement (`make bench-gpu` measures a GPU).
 
-Real size needs ~8-12 GB per case and about 1-2 minutes of 2 idle CPU cores (fp32, batch 1, seq 512: 7.8 GiB, 35 s): `make bench` runs it (group realsize), never
+Real size needs ~8-12 GB per case and about 2-3 minutes of 2 idle CPU cores (one step of fp32, batch 1, seq 512:
+7.8 GiB, 35 s; the second step, under the counter, about as long again): `make bench` runs it (group realsize), never
 `make test`. `--dims tiny` runs the same cases at the demo model's sizes (seconds, MBs) to try the script.
 
 Usage: python benchmarks/bench_memory.py --out FILE.json [--dims real|tiny] [--modes fp32,fp32_autocast,bf16]
-       [--batches 1,2] [--seqs 512,1024]
-Writes {"summary": {"realsize_bytes_per_position", "realsize_fixed_gb", "realsize_ckpt_memory_ratio"}, "rows": [...]}
-(summary only at real dims; tiny figures are no real-size figure).
+       [--batches 1,2] [--seqs 512,1024] [--recompute off,on] [--merge]
+--merge keeps the cases already in FILE.json (those run again are replaced) and recomputes fits, table and summary
+over all of them: e.g. `--modes fp32 --batches 2 --seqs 1024 --merge` re-measures the two cases of the ratio.
+Writes {"summary": {"realsize_bytes_per_position", "realsize_fixed_gb", "realsize_activation_bytes_per_position",
+"realsize_ckpt_memory_ratio"}, "rows": [...]} (summary only at real dims; tiny figures are no real-size figure).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -44,8 +56,10 @@ GIB = 2**30
 
 
 def run_case(case: dict) -> dict:
-    """In the child: build, one training step; returns timings and the resident set size after the build."""
+    """In the child: build, two training steps; returns timings, the resident set size after the build and the
+    second step's activation peak (forward + backward alone)."""
     import torch
+    from live_memory import LiveTensorBytes
     from realsize_model import build_model, full_batch, make_optimizer, preset_config, train_step
 
     torch.manual_seed(0)
@@ -66,14 +80,21 @@ def run_case(case: dict) -> dict:
     build_s = time.perf_counter() - t0
     rss_built = rss_now_bytes()
     t0 = time.perf_counter()
-    loss = train_step(model, optimizer, batch, cfg)
+    loss = train_step(model, optimizer, batch, cfg)  # allocates gradients and the AdamW moments
+    step_s = time.perf_counter() - t0
+    rss_first_step = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    counter = LiveTensorBytes(grads_of=model.parameters())
+    train_step(model, optimizer, batch, cfg, around_backward=counter)  # timed by nothing: the counter slows it
     return {
         "seq_len": int(batch.tokens.shape[1]),
         "positions": int(batch.attention_mask.sum()),
         "build_s": build_s,
-        "step_s": time.perf_counter() - t0,
+        "step_s": step_s,
         "loss": loss,
         "rss_after_build_gb": rss_built / GIB,
+        "peak_rss_first_step_gb": rss_first_step / GIB,  # what peak_rss_gb was before this script ran two steps
+        "activation_peak_gb": counter.peak_bytes / GIB,
+        "grad_gb": counter.grad_bytes / GIB,
         "torch_threads": torch.get_num_threads(),
     }
 
@@ -95,16 +116,17 @@ def measure(case: dict, tmp: Path) -> dict:
     row["peak_rss_gb"] = usage.ru_maxrss * 1024 / GIB  # ru_maxrss: KiB on Linux
     print(
         f"{case['mode']:>13} batch {case['batch']} seq {case['seq']:>4} recompute {case['recompute']!s:>5}: "
-        f"peak {row['peak_rss_gb']:.2f} GiB, step {row['step_s']:.1f} s",
+        f"peak {row['peak_rss_gb']:.2f} GiB, activations {row['activation_peak_gb']:.2f} GiB, "
+        f"step {row['step_s']:.1f} s",
         flush=True,
     )
     return row
 
 
-def fit(rows: list[dict]) -> dict:
-    """Least squares peak_bytes = fixed + bpp * positions over `rows` (>= 2 distinct position counts)."""
+def fit(rows: list[dict], key: str = "peak_rss_gb") -> dict:
+    """Least squares bytes = fixed + bpp * positions of rows' `key` (GiB) over `rows` (>= 2 distinct positions)."""
     x = np.array([r["positions"] for r in rows], dtype=float)
-    y = np.array([r["peak_rss_gb"] * GIB for r in rows])
+    y = np.array([r[key] * GIB for r in rows])
     if len(set(x)) < 2:
         raise ValueError("the fit needs cases with at least two different batch x seq")
     bpp, fixed = np.polyfit(x, y, 1)
@@ -125,7 +147,8 @@ def preset_modes() -> dict[str, str]:
     for p in PRESETS:
         cfg = preset_config(p)
         out[p] = by_pair.get(
-            (cfg.model.dtype, cfg.trainer.precision), f"unmeasured {cfg.model.dtype}/{cfg.trainer.precision}"
+            (cfg.model.dtype, cfg.trainer.precision),
+            f"unmeasured {cfg.model.dtype}/{cfg.trainer.precision}",
         )
     return out
 
@@ -152,6 +175,46 @@ def fits_table(fits: dict[tuple[str, bool], dict], modes: dict[str, str], seqs: 
     return "\n".join(lines)
 
 
+CASE_KEYS = ("dims", "mode", "batch", "seq", "recompute")
+
+
+def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
+    """Case rows of `old` that `new` does not run again, then `new` (fit rows are recomputed, not kept)."""
+    fresh = {tuple(r[k] for k in CASE_KEYS) for r in new}
+    kept = [r for r in old if r.get("stage") == "realsize_memory" and tuple(r[k] for k in CASE_KEYS) not in fresh]
+    return kept + new
+
+
+def fits_of(rows: list[dict], key: str) -> dict[tuple[str, bool], dict]:
+    """fit(group, key) per (mode, recompute) group whose cases all have `key` and span >= 2 different batch x seq
+    (a group merged from runs before `key` was measured, or of one batch x seq, gets no fit)."""
+    out = {}
+    for m, r in sorted({(x["mode"], x["recompute"]) for x in rows}):
+        group = [x for x in rows if (x["mode"], x["recompute"]) == (m, r)]
+        if all(key in x for x in group) and len({x["positions"] for x in group}) >= 2:
+            out[(m, r)] = fit(group, key)
+    return out
+
+
+def summarize(rows: list[dict], fits: dict, act_fits: dict) -> dict:
+    """Real-size summary keys from the fp32 cases (those that exist)."""
+    summary: dict = {}
+    if ("fp32", False) in fits:
+        off = fits[("fp32", False)]
+        summary["realsize_bytes_per_position"] = off["bytes_per_position"]
+        summary["realsize_fixed_gb"] = off["fixed_gb"]
+    if ("fp32", False) in act_fits:
+        summary["realsize_activation_bytes_per_position"] = act_fits[("fp32", False)]["bytes_per_position"]
+    at = {
+        r["recompute"]: r["activation_peak_gb"]
+        for r in rows
+        if r["mode"] == "fp32" and (r["batch"], r["seq"]) == (2, 1024) and "activation_peak_gb" in r
+    }
+    if len(at) == 2:
+        summary["realsize_ckpt_memory_ratio"] = at[True] / at[False]  # activation peaks, checkpointing on / off
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -160,6 +223,8 @@ def main() -> None:
     ap.add_argument("--modes", default="fp32,fp32_autocast,bf16")
     ap.add_argument("--batches", default="1,2")
     ap.add_argument("--seqs", default="512,1024")
+    ap.add_argument("--recompute", default="off,on", help="activation checkpointing settings to run: off, on or both")
+    ap.add_argument("--merge", action="store_true", help="keep the cases already in --out that are not run again")
     args = ap.parse_args()
     if args.case:
         Path(args.out).write_text(json.dumps(run_case(json.loads(args.case))))
@@ -169,40 +234,33 @@ def main() -> None:
     bad = sorted(set(modes) - set(MODES))
     if bad:
         raise SystemExit(f"--modes {bad}: choose from {sorted(MODES)}")
+    settings = {"off": False, "on": True}
+    if not args.recompute or set(args.recompute.split(",")) - set(settings):
+        raise SystemExit(f"--recompute {args.recompute!r}: choose from off, on, off,on")
+    recompute = [settings[x] for x in args.recompute.split(",")]
     batches, seqs = [int(b) for b in args.batches.split(",")], [int(s) for s in args.seqs.split(",")]
     out = Path(args.out)
+    old = json.loads(out.read_text())["rows"] if args.merge and out.exists() else []
+    if any(r.get("stage") == "realsize_memory" and r["dims"] != args.dims for r in old):
+        raise SystemExit(f"--merge: {out} holds cases of other --dims than {args.dims}; write to another --out")
     tmp = out.parent / f"{out.stem}-cases"
     tmp.mkdir(parents=True, exist_ok=True)
-    rows = [
+    new = [
         measure({"dims": args.dims, "mode": m, "batch": b, "seq": s, "recompute": r}, tmp)
         for m in modes
-        for r in (False, True)
+        for r in recompute
         for s in seqs
         for b in batches
     ]
-    fits = {}
-    for m in modes:
-        for r in (False, True):
-            fits[(m, r)] = fit([x for x in rows if x["mode"] == m and x["recompute"] == r])
+    rows = merge_rows(old, new)
+    fits, act_fits = fits_of(rows, "peak_rss_gb"), fits_of(rows, "activation_peak_gb")
     fit_rows = [
-        {"stage": "realsize_memory_fit", "dims": args.dims, "mode": m, "recompute": r, **f}
-        for (m, r), f in fits.items()
+        {"stage": "realsize_memory_fit", "dims": args.dims, "mode": m, "recompute": r, "of": of, **f}
+        for of, by_group in (("peak_rss", fits), ("activation_peak", act_fits))
+        for (m, r), f in by_group.items()
     ]
-
-    summary: dict = {}
-    if args.dims == "real" and ("fp32", False) in fits:
-        off = fits[("fp32", False)]
-        summary = {"realsize_bytes_per_position": off["bytes_per_position"], "realsize_fixed_gb": off["fixed_gb"]}
-        at = {
-            r["recompute"]: r["peak_rss_gb"]
-            for r in rows
-            if r["mode"] == "fp32" and (r["batch"], r["seq"]) == (2, 1024)
-        }
-        if len(at) == 2:
-            # activation memory = peak - the fixed part (weights, grads, AdamW moments, runtime), the same with and
-            # without checkpointing: the checkpointing-off fit's intercept for both
-            summary["realsize_ckpt_memory_ratio"] = (at[True] - off["fixed_gb"]) / (at[False] - off["fixed_gb"])
-    table = fits_table(fits, preset_modes(), seqs)
+    summary = summarize(rows, fits, act_fits) if args.dims == "real" else {}
+    table = fits_table(fits, preset_modes(), sorted({r["seq"] for r in rows}))
     note = (
         f"Projected from CPU peak RSS ({args.dims} dims; fit peak = fixed + bytes/position x batch x seq), "
         "not measured on a GPU. 1 GiB = 2^30 bytes."

@@ -111,12 +111,20 @@ def make_optimizer(model: MoTAdapterModel, cfg: TrainConfig) -> torch.optim.Adam
     return build_optimizer(trainable, model.pretrained_copy_parameters(), cfg.optimizer)
 
 
-def train_step(model: MoTAdapterModel, optimizer: torch.optim.Optimizer, batch: Batch, cfg: TrainConfig) -> float:
-    """One optimizer step as the recipe runs it; returns the loss. `batch` must already be on the model's device."""
+def train_step(
+    model: MoTAdapterModel,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: TrainConfig,
+    around_backward: contextlib.AbstractContextManager | None = None,
+) -> float:
+    """One optimizer step as the recipe runs it; returns the loss. `batch` must already be on the model's device.
+    `around_backward` (e.g. a memory counter) is entered for forward + backward alone, after zero_grad."""
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    stats = backward_window(model, [batch], autocast=lambda: autocast(cfg.trainer.precision, device))
+    with around_backward or contextlib.nullcontext():
+        stats = backward_window(model, [batch], autocast=lambda: autocast(cfg.trainer.precision, device))
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.optimizer.grad_clip)
     optimizer.step()
     return stats.loss

@@ -14,8 +14,9 @@ Groups:
             trainer_ddp_vs_one_eval_ce_rel (bench_ddp.py: 1 process x 8 vs 2 gloo ranks x 4)
   onthefly  shards_vs_onthefly_step_speedup (bench_onthefly.py; the codec exists only inside the benchmark)
   realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes);
-            realsize_bytes_per_position, realsize_fixed_gb, realsize_ckpt_memory_ratio and what fits in
-            24/48/80 GB per preset (bench_memory.py: 24 real-size cases, each its own process, up to ~12 GB)
+            realsize_bytes_per_position, realsize_fixed_gb, realsize_activation_bytes_per_position,
+            realsize_ckpt_memory_ratio and what fits in 24/48/80 GB per preset (bench_memory.py: 24 real-size
+            cases, each its own process, up to ~12 GB)
   gpu       CUDA only: real-size cuda_1b training step (positions/s, MFU, peak memory per batch, checkpointing
             off/on), the attention kernel that ran, encoder clips/s + bf16 agreement, generation (bench_gpu.py)
   download  downloader clips/s per worker against a local server, download_bytes_per_clip_vs_whole (bytes

@@ -1,4 +1,4 @@
-"""bench_memory.py's memory model: the least-squares fit and the what-fits table (no model is built here)."""
+"""bench_memory.py: the least-squares fit, the what-fits table, merging cases, the summary, and one tiny case."""
 
 from __future__ import annotations
 
@@ -39,3 +39,41 @@ def test_fits_table_gives_the_largest_batch_that_fits() -> None:
     row = next(line for line in table.splitlines() if line.startswith("| mps_small"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "off" and cells[2:4] == ["16", "8"]  # 24 GiB: seq 512, seq 1024
+
+
+def case(recompute: bool, batch: int = 2, seq: int = 1024, **measured: float) -> dict:
+    """A real-size fp32 case row as measure() writes it, with the `measured` figures (GiB)."""
+    key = {"dims": "real", "mode": "fp32", "batch": batch, "seq": seq, "recompute": recompute}
+    return {"stage": "realsize_memory", **key, "positions": batch * seq, **measured}
+
+
+def test_merge_replaces_the_cases_run_again_and_keeps_the_others() -> None:
+    old = [case(r, b, s, peak_rss_gb=1.0) for r in (False, True) for b in (1, 2) for s in (512, 1024)]
+    old.append({"stage": "realsize_memory_fit", "mode": "fp32", "recompute": False})  # recomputed, not kept
+    new = [case(r, peak_rss_gb=2.0, activation_peak_gb=0.5) for r in (False, True)]
+    rows = bench_memory.merge_rows(old, new)
+    assert len(rows) == 8 and all(r["stage"] == "realsize_memory" for r in rows)
+    assert [r["peak_rss_gb"] for r in rows if (r["batch"], r["seq"]) == (2, 1024)] == [2.0, 2.0]
+
+
+def test_ratio_is_of_activation_peaks_and_fits_need_every_case_measured() -> None:
+    rows = [case(False, b, s, peak_rss_gb=7.0 + b * s / 1000) for b in (1, 2) for s in (512, 1024)]
+    rows[-1] |= {"activation_peak_gb": 4.0}  # b2 s1024 off, measured again with the activation counter
+    rows.append(case(True, peak_rss_gb=10.0, activation_peak_gb=1.0))
+    fits, act_fits = bench_memory.fits_of(rows, "peak_rss_gb"), bench_memory.fits_of(rows, "activation_peak_gb")
+    assert set(fits) == {("fp32", False)}  # checkpointing on: one batch x seq, no line
+    assert act_fits == {}  # three off cases lack the activation peak
+    summary = bench_memory.summarize(rows, fits, act_fits)
+    assert summary["realsize_ckpt_memory_ratio"] == pytest.approx(0.25, rel=1e-12)
+    assert summary["realsize_fixed_gb"] == pytest.approx(7.0, rel=1e-9)
+    assert "realsize_activation_bytes_per_position" not in summary
+
+
+def test_tiny_case_checkpointing_lowers_the_activation_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(bench_memory.__file__).parent))  # the child's imports: realsize_model, ...
+    off, on = (
+        bench_memory.run_case({"dims": "tiny", "mode": "fp32", "batch": 2, "seq": 256, "recompute": r})
+        for r in (False, True)
+    )
+    assert 0 < on["activation_peak_gb"] < off["activation_peak_gb"]
+    assert off["grad_gb"] == on["grad_gb"] > 0  # the same trainable parameters get gradients either way
