@@ -233,3 +233,13 @@ def test_decode_refuses_a_manifest_without_its_sections_in_one_line(
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "manifest.json" in err and repr(drop) in err
     assert not (tmp_path / "wav").exists()
+
+
+@pytest.mark.parametrize("drop", ["codec", "splits", "totals"])
+def test_verify_reports_a_manifest_without_its_sections(shard_set: Path, drop: str) -> None:
+    """verify's job is to report what is wrong: a manifest missing a section is a problem, not a KeyError."""
+    m = json.loads((shard_set / "manifest.json").read_text())
+    del m[drop]
+    (shard_set / "manifest.json").write_text(json.dumps(m))
+    problems, _ = verify(shard_set)
+    assert len(problems) == 1 and "manifest.json" in problems[0] and repr(drop) in problems[0]
