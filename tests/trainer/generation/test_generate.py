@@ -254,3 +254,20 @@ def test_generated_keys_follow_the_key_rule_for_every_valid_source_key(index: in
     assert generated_key(index, "abc") == f"gen-{index:04d}-abc"
     long = "b" * MAX_KEY_LEN
     assert generated_key(index, long) != generated_key(index + 1, long)  # rows stay apart after the cut
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("seconds", float("nan")), ("seconds", float("inf")), ("temperature", float("nan")),
+     ("temperature", float("inf")), ("cfg_scale", float("nan")), ("cfg_scale", float("-inf"))],
+)  # fmt: skip
+def test_generate_refuses_settings_that_are_not_finite_numbers(key: str, value: float) -> None:
+    """nan seconds crashed (int(round(nan))); nan temperature silently meant greedy; nan cfg_scale sampled from NaN
+    logits. Each is refused in one line naming the setting."""
+    from adapter_trainer.config import ConfigError
+    from adapter_trainer.generation.config import GenerateConfig, validate_generate
+
+    g = GenerateConfig(**{key: value})
+    with pytest.raises(ConfigError, match=f"generate.{key}="):
+        validate_generate(g)
+    validate_generate(GenerateConfig())  # the defaults pass
