@@ -243,3 +243,11 @@ def test_verify_reports_a_manifest_without_its_sections(shard_set: Path, drop: s
     (shard_set / "manifest.json").write_text(json.dumps(m))
     problems, _ = verify(shard_set)
     assert len(problems) == 1 and "manifest.json" in problems[0] and repr(drop) in problems[0]
+
+
+@pytest.mark.parametrize("arg", ["limit=-1", "max_seconds=-2", "max_seconds=nan", "max_seconds=inf"])
+def test_decode_refuses_a_negative_limit_or_a_bad_max_seconds(shard_set: Path, tmp_path: Path, capsys, arg) -> None:
+    """limit=-1 decoded one clip; max_seconds=nan/-2 silently meant 'whole clips'."""
+    code, err = _decode(capsys, shard_set, f"out_dir={tmp_path / 'wav'}", arg)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and arg.split("=")[0] in err, err
+    assert not (tmp_path / "wav").exists()

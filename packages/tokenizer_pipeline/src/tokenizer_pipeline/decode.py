@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 import tarfile
 from dataclasses import dataclass
@@ -68,6 +69,10 @@ def parse_args(argv: list[str]) -> DecodeArgs:
         limit, max_seconds = int(kv.get("limit", 0)), float(kv.get("max_seconds", 0.0))
     except ValueError as e:
         raise DecodeError(f"limit must be an integer and max_seconds a number ({e}); {usage}") from e
+    if limit < 0 or not math.isfinite(max_seconds) or max_seconds < 0:
+        raise DecodeError(
+            f"limit={limit} and max_seconds={max_seconds} must be >= 0 (0 = all clips / whole clips) and finite"
+        )
     return DecodeArgs(
         shard_set=Path(pos[0]),
         out_dir=Path(kv["out_dir"]),
