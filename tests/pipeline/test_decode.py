@@ -200,3 +200,54 @@ def test_a_version_1_set_still_decodes_with_a_warning(shard_set: Path, tmp_path:
     assert code == 0, err
     assert "warning:" in err and "records no codec config" in err
     assert len(json.loads((tmp_path / "wav/decoded.json").read_text())["clips"]) == 3
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "not_a_tar", "directory"])
+def test_decode_refuses_an_unreadable_shard_in_one_line(shard_set: Path, tmp_path: Path, capsys, damage: str) -> None:
+    """A shared set copied incompletely: the shard is named in one line (exit 2), no traceback, nothing written."""
+    tar = shard_set / "train" / "shard-000000.tar"
+    if damage == "missing":
+        tar.unlink()
+    elif damage == "truncated":
+        tar.write_bytes(tar.read_bytes()[:1000])
+    elif damage == "not_a_tar":
+        tar.write_bytes(b"\x13" * 700)
+    else:
+        tar.unlink()
+        tar.mkdir()
+    out = tmp_path / "wav"
+    code, err = _decode(capsys, shard_set, f"out_dir={out}")
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert str(tar) in err and "verify" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("drop", ["codec", "splits"])
+def test_decode_refuses_a_manifest_without_its_sections_in_one_line(
+    shard_set: Path, tmp_path: Path, capsys, drop: str
+) -> None:
+    m = json.loads((shard_set / "manifest.json").read_text())
+    del m[drop]
+    (shard_set / "manifest.json").write_text(json.dumps(m))
+    code, err = _decode(capsys, shard_set, f"out_dir={tmp_path / 'wav'}")
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "manifest.json" in err and repr(drop) in err
+    assert not (tmp_path / "wav").exists()
+
+
+@pytest.mark.parametrize("drop", ["codec", "splits", "totals"])
+def test_verify_reports_a_manifest_without_its_sections(shard_set: Path, drop: str) -> None:
+    """verify's job is to report what is wrong: a manifest missing a section is a problem, not a KeyError."""
+    m = json.loads((shard_set / "manifest.json").read_text())
+    del m[drop]
+    (shard_set / "manifest.json").write_text(json.dumps(m))
+    problems, _ = verify(shard_set)
+    assert len(problems) == 1 and "manifest.json" in problems[0] and repr(drop) in problems[0]
+
+
+@pytest.mark.parametrize("arg", ["limit=-1", "max_seconds=-2", "max_seconds=nan", "max_seconds=inf"])
+def test_decode_refuses_a_negative_limit_or_a_bad_max_seconds(shard_set: Path, tmp_path: Path, capsys, arg) -> None:
+    """limit=-1 decoded one clip; max_seconds=nan/-2 silently meant 'whole clips'."""
+    code, err = _decode(capsys, shard_set, f"out_dir={tmp_path / 'wav'}", arg)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and arg.split("=")[0] in err, err
+    assert not (tmp_path / "wav").exists()

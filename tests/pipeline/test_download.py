@@ -403,3 +403,36 @@ def test_sections_fetch_only_the_window_and_cut_it_exactly(tmp_path: Path) -> No
         # starts mid-stream, settled within the margin), while one sample off would differ by far more
         np.testing.assert_allclose(y, full[a:b], rtol=0, atol=2 / 32768, err_msg=case)
         assert np.abs(y[1:] - full[a : b - 1]).max() > 20 / 32768, case
+
+
+@pytest.mark.parametrize("margin", [-1.0, float("nan"), float("inf")])
+def test_a_section_margin_that_is_not_a_finite_number_ge_0_is_refused(tmp_path: Path, margin: float) -> None:
+    """A negative margin fetched a section that never covered the window, then the whole stream, for every row."""
+    csv_path, _ = write_csv_rows(tmp_path / "subset.csv", 1, [(0.5, 1.5)])
+    cfg = DownloadConfig(csv=str(csv_path), out_dir=str(tmp_path / "audio"), section_margin_s=margin)
+    with pytest.raises(DownloadConfigError, match="section_margin_s="):
+        run_download(cfg, progress=False)
+    assert not (tmp_path / "audio").exists()
+
+
+def test_a_section_without_the_decoders_lead_in_is_not_trusted(tmp_path: Path) -> None:
+    """section_margin_s=0: a section starting at the window has no lead-in for the decoder to settle, and was cut
+    as if it had one (392/32768 off on AAC, 6146/32768 on Opus here). It must be exact anyway (the whole stream)."""
+    media = tmp_path / "media"
+    write_signal(media / "a.m4a", music_like(60.0, SR, 1), SR, bitrate="64k")
+    write_signal(media / "o.webm", music_like(60.0, 48000, 1, seed=1), 48000, bitrate="48k")
+    cases = [("a.m4a", (20.5, 30.5)), ("o.webm", (30.0, 40.0))]
+    csv_path, rows = write_csv_rows(tmp_path / "s.csv", len(cases), [w for _, w in cases])
+    out = tmp_path / "audio"
+    with MediaServer() as srv:
+        for (name, _), row in zip(cases, rows):
+            srv.serve_file(row["ytid"], media / name)
+        cfg = DownloadConfig(csv=str(csv_path), out_dir=str(out), url_template=srv.watch_template, workers=1,
+                             retries=0, http_retries=1, socket_timeout_s=10, section_margin_s=0.0)  # fmt: skip
+        res = run_download(cfg, progress=False)
+    assert res.counts["fetched"] == len(cases), res.message
+    for (name, (a_s, b_s)), row in zip(cases, rows):
+        y, sr = sf.read(out / f"{row['ytid']}.flac", dtype="float32", always_2d=True)  # [n, C]
+        full = fb.decode_window(media / name, mono=False)[0].T  # [N, C]
+        a, b = round(a_s * sr), round(b_s * sr)
+        np.testing.assert_allclose(y, full[a:b], rtol=0, atol=2 / 32768, err_msg=name)  # the 16-bit rounding

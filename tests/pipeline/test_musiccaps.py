@@ -164,3 +164,23 @@ def test_make_audio_refuses_the_same_windows_before_fetching(tmp_path: Path, win
     with pytest.raises(CsvRowError, match=rf"{p}:2: column '(start|end)_s'"):
         run_download(DownloadConfig(csv=str(p), out_dir=str(tmp_path / "out")), progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("blank", ["\n", "\r\n", "\n\n"])
+def test_a_row_after_blank_lines_is_reported_on_its_own_line(tmp_path: Path, blank: str) -> None:
+    """csv skips blank lines; the line number must still be the line the bad row is on."""
+    good = 'goodgoodgoo,0,10,"/m/1","[\'x\']","multi\nline caption",1,True,False\n'
+    bad = 'abcdefghijk,-1,40,"/m/1","[\'a\']",cap,4,False,True\n'
+    p = tmp_path / "blank.csv"
+    p.write_text(HEADER + good + blank + bad, encoding="utf-8", newline="")
+    want = 4 + blank.count("\n")  # header 1, the good row 2-3, then the blank lines
+    with pytest.raises(CsvRowError) as ei:
+        read_musiccaps_csv(p)
+    assert ei.value.csv_row == want and f"{p}:{want}:" in str(ei.value)
+    rows = read_musiccaps_csv(_without_bad(p, bad))
+    assert [r.csv_row for r in rows] == [2]
+
+
+def _without_bad(p: Path, bad: str) -> Path:
+    p.write_text(p.read_text(encoding="utf-8").replace(bad, ""), encoding="utf-8", newline="")
+    return p

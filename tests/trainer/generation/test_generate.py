@@ -238,3 +238,36 @@ def test_generation_runs_at_the_training_precision(models, shards, tmp_path: Pat
     run_generate(gen_cfg(models, shards, out, f"generate.out_dir={tmp_path / 'g'}", "generate.n=2", *bf16))
     assert seen["trainable"] == {torch.float32} and seen["frozen"] == {torch.bfloat16}
     assert seen["autocast"] == (True, torch.bfloat16)
+
+
+@pytest.mark.parametrize("index", [0, 12345])
+def test_generated_keys_follow_the_key_rule_for_every_valid_source_key(index: int) -> None:
+    """A source clip's key may be as long as the rule allows (90); the generated clip's key must still be valid
+    and name its row (else the whole run is sampled and then refused when the set is written)."""
+    from adapter_trainer.data.sample_keys import MAX_KEY_LEN, key_problem
+    from adapter_trainer.generation.generate import generated_key
+
+    for key in [generated_key(index, src) for src in ["a" * MAX_KEY_LEN, "a" * (MAX_KEY_LEN - 1), "x_-9", ""]]:
+        assert key_problem(key) is None, key
+        assert key.startswith(f"gen-{index:04d}")
+    assert generated_key(index, "") == f"gen-{index:04d}"
+    assert generated_key(index, "abc") == f"gen-{index:04d}-abc"
+    long = "b" * MAX_KEY_LEN
+    assert generated_key(index, long) != generated_key(index + 1, long)  # rows stay apart after the cut
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("seconds", float("nan")), ("seconds", float("inf")), ("temperature", float("nan")),
+     ("temperature", float("inf")), ("cfg_scale", float("nan")), ("cfg_scale", float("-inf"))],
+)  # fmt: skip
+def test_generate_refuses_settings_that_are_not_finite_numbers(key: str, value: float) -> None:
+    """nan seconds crashed (int(round(nan))); nan temperature silently meant greedy; nan cfg_scale sampled from NaN
+    logits. Each is refused in one line naming the setting."""
+    from adapter_trainer.config import ConfigError
+    from adapter_trainer.generation.config import GenerateConfig, validate_generate
+
+    g = GenerateConfig(**{key: value})
+    with pytest.raises(ConfigError, match=f"generate.{key}="):
+        validate_generate(g)
+    validate_generate(GenerateConfig())  # the defaults pass

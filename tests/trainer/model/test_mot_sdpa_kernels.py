@@ -238,3 +238,35 @@ def test_attend_refuses_no_mask_for_several_queries_after_a_past() -> None:
     q, kv = torch.zeros(1, 4, 2, 8), torch.zeros(1, 2, 5, 8)
     with pytest.raises(ValueError, match="S == S_k"):
         mot_module.attend(q, kv, kv, None, 1.0)
+
+
+@pytest.mark.parametrize("prompt_padding", ["left", "none"])
+def test_a_decoding_step_reads_the_cache_without_copying_it(
+    model_dirs: dict[str, Path], prompt_padding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One new query (fp32, with or without pads in the cache): sdpa gets the cache's own key/value buffers, not
+    copies expanded to the query heads (an expansion per step copies the whole past, H/KV times what the torch.cat
+    cache did). The logits equal the earlier attention's (test_kv_cache_decoding_equals_the_earlier_attention)."""
+    mot = make(model_dirs, "shared", "delay")
+    b = PADDINGS[prompt_padding](make_batch("delay"))
+    S = b.tokens.shape[1]
+    with torch.no_grad():
+        _, cache = mot.forward_step(
+            b.tokens[:, : S - 1],
+            b.is_audio[:, : S - 1],
+            b.attention_mask[:, : S - 1],
+            mot_module.MoTKVCache.allocate(S),
+        )
+    buffers = {k.untyped_storage().data_ptr() for k in cache._k} | {v.untyped_storage().data_ptr() for v in cache._v}
+    seen: list[int] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        seen.extend([k.untyped_storage().data_ptr(), v.untyped_storage().data_ptr()])
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        mot.forward_step(b.tokens[:, S - 1 :], b.is_audio[:, S - 1 :], b.attention_mask, cache)
+    assert len(seen) == 2 * len(mot.layers)
+    assert set(seen) <= buffers

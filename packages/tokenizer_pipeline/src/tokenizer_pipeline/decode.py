@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 import tarfile
 from dataclasses import dataclass
@@ -68,6 +69,10 @@ def parse_args(argv: list[str]) -> DecodeArgs:
         limit, max_seconds = int(kv.get("limit", 0)), float(kv.get("max_seconds", 0.0))
     except ValueError as e:
         raise DecodeError(f"limit must be an integer and max_seconds a number ({e}); {usage}") from e
+    if limit < 0 or not math.isfinite(max_seconds) or max_seconds < 0:
+        raise DecodeError(
+            f"limit={limit} and max_seconds={max_seconds} must be >= 0 (0 = all clips / whole clips) and finite"
+        )
     return DecodeArgs(
         shard_set=Path(pos[0]),
         out_dir=Path(kv["out_dir"]),
@@ -123,14 +128,17 @@ def read_samples(root: Path, manifest: dict, split: str | None, limit: int = 0) 
     out: list[Sample] = []
     for name, path in _shard_paths(root, manifest, split):
         samples: dict[str, dict[str, bytes]] = {}
-        with tarfile.open(path, "r:") as tar:
-            for m in tar:
-                key, _, member = m.name.partition(".")
-                problem = key_problem(key)
-                if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER) or problem:
-                    why = f"key {problem} ({KEY_RULE})" if problem else "not a <key>.codes.npy or <key>.json file"
-                    raise DecodeError(f"{path}: member {m.name!r}: {why}; {VERIFY_HINT.format(root)}")
-                samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
+        try:
+            with tarfile.open(path, "r:") as tar:
+                for m in tar:
+                    key, _, member = m.name.partition(".")
+                    problem = key_problem(key)
+                    if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER) or problem:
+                        why = f"key {problem} ({KEY_RULE})" if problem else "not a <key>.codes.npy or <key>.json file"
+                        raise DecodeError(f"{path}: member {m.name!r}: {why}; {VERIFY_HINT.format(root)}")
+                    samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
+        except (OSError, tarfile.TarError) as e:  # missing, truncated or not a tar (an incomplete copy of a set)
+            raise DecodeError(f"{path}: cannot read the shard ({e}); {VERIFY_HINT.format(root)}") from e
         for key, members in samples.items():
             if set(members) != {CODES_MEMBER, JSON_MEMBER}:
                 raise DecodeError(f"{path}: sample {key!r} has members {sorted(members)}; {VERIFY_HINT.format(root)}")
@@ -234,6 +242,31 @@ def decode_codes(model, codes: np.ndarray, device: torch.device) -> np.ndarray:
     return audio[0, 0].float().cpu().numpy()  # [N]
 
 
+def _check_sections(manifest: dict, mpath: Path) -> None:
+    """The manifest's parts decode reads exist with their types (docs/shard-format.md), else one DecodeError line."""
+    codec, splits = manifest.get("codec"), manifest.get("splits")
+    bad = None
+    if not (
+        isinstance(codec, dict)
+        and all(isinstance(codec.get(k), int) for k in ("n_codebooks", "codebook_size", "sampling_rate"))
+        and isinstance(codec.get("frame_rate"), (int, float))
+        and all(isinstance(codec.get(k), str) for k in ("name_or_path", "weights_sha256"))
+    ):
+        bad = (
+            "'codec' (an object with integer n_codebooks, codebook_size, sampling_rate, a number frame_rate and "
+            "strings name_or_path, weights_sha256)"
+        )
+    elif not isinstance(splits, dict) or not all(
+        isinstance(s, dict)
+        and isinstance(s.get("shards"), list)
+        and all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in s["shards"])
+        for s in splits.values()
+    ):
+        bad = "'splits' (an object of splits, each with a list of shards that have a string path)"
+    if bad:
+        raise DecodeError(f"{mpath}: lacks a valid {bad}; {VERIFY_HINT.format(mpath.parent)}")
+
+
 def run_decode(args: DecodeArgs) -> Path:
     """Decode the set's clips into args.out_dir; returns the path of decoded.json."""
     root = args.shard_set
@@ -251,6 +284,7 @@ def run_decode(args: DecodeArgs) -> Path:
             f"{mpath}: format_version {manifest.get('format_version')!r} is not one this decode reads "
             f"({READABLE_VERSIONS}); use a matching tokenizer_pipeline"
         )
+    _check_sections(manifest, mpath)
     samples = read_samples(root, manifest, args.split, args.limit)  # every check before anything is written
     device = resolve_device(args.device)
     model, codec_dir, is_demo = load_matching_codec(manifest, root, args.codec, device)

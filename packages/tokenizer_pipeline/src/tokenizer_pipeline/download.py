@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import random
 import re
 import sys
@@ -103,6 +104,10 @@ REASON_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
 TRANSIENT = frozenset({"network", "rate_limited"})
 VIDEO_REASONS = frozenset({"private", "region_blocked", "login_required", "rate_limited", "unavailable"})
 SECTION_EXTS = frozenset({"m4a", "mp4", "webm"})  # containers whose section start is exact (section_first_sample)
+# Lead-in a section must have before the window for its decoder to settle (Opus' pre-roll is 80 ms, AAC's one
+# 1,024-sample frame), whatever section_margin_s asks: margin 0 gave sections starting at the window, cut 6146/32768
+# off the whole stream's decode. A section with less is not trusted (the whole stream is fetched instead).
+SECTION_MIN_LEAD_IN_S = 0.1
 # ffmpeg's HTTP Range request size for a section: it reads at most this much past what it needs (index,
 # window). Bytes fetched for a 10-s window of a 4-min source, against the whole stream (tests' local server,
 # AAC 128 kbps / Opus 96 kbps): 32 KiB 0.08 / 0.08 (11 requests), 64 KiB 0.10 / 0.11 (7-8),
@@ -299,7 +304,8 @@ def _fetch_section(cfg: DownloadConfig, ydl, url: str, row: ClipRow) -> tuple[Pa
     # the decoder needs a lead-in before the window to settle (AAC: one frame; Opus: more); a section that
     # starts later than half the margin before the window (ffmpeg reading without Range can land anywhere)
     # is not trusted
-    ok = first is not None and first <= max(round((row.start_s - cfg.section_margin_s / 2) * sr), 0)
+    lead_in = max(cfg.section_margin_s / 2, SECTION_MIN_LEAD_IN_S)
+    ok = first is not None and first <= max(round((row.start_s - lead_in) * sr), 0)
     if not ok:
         src.unlink()
         return None, None
@@ -389,6 +395,11 @@ def run_download(cfg: DownloadConfig, *, progress: bool = True) -> DownloadResul
         raise DownloadConfigError(f"workers={cfg.workers} must be >= 1")
     if cfg.retries < 0 or cfg.backoff_s < 0:
         raise DownloadConfigError(f"retries={cfg.retries} and backoff_s={cfg.backoff_s} must be >= 0")
+    if not math.isfinite(cfg.section_margin_s) or cfg.section_margin_s < 0:
+        raise DownloadConfigError(
+            f"section_margin_s={cfg.section_margin_s} must be a finite number of seconds >= 0 (default 1.0; below "
+            f"{2 * SECTION_MIN_LEAD_IN_S:g} a section has too little lead-in and the whole stream is fetched)"
+        )
     if "{ytid}" not in cfg.url_template:
         raise DownloadConfigError(
             f"url_template={cfg.url_template!r} has no {{ytid}} placeholder, every row would fetch the same URL"

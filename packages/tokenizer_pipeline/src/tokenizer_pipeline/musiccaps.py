@@ -194,17 +194,24 @@ def read_musiccaps_csv(
     problems: list[tuple[int, str]] = []
     line = 1
     try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        # csv.reader, not DictReader: DictReader skips blank lines inside one step, so the line a row starts on
+        # (the line after the previous record's last line) could not be told; here a blank line is its own [] record.
+        reader = csv.reader(io.StringIO(text, newline=""))
+        fieldnames: list[str] = next((r for r in reader if r), [])
+        missing = [c for c in COLUMNS if c not in fieldnames]
         if missing:
             raise CsvRowError(csv_path, 1, f"header lacks columns {missing}; expected {list(COLUMNS)}")
         line = reader.line_num + 1  # first data row starts after the header's last line
-        for raw in reader:
-            try:
-                split_kw = {"train_name": train_name, "eval_name": eval_name, "eval_column": eval_column}
-                rows.append(parse_row(raw, csv_path, line, **split_kw))
-            except CsvRowError as e:
-                problems.extend(e.problems)
+        for record in reader:
+            if record:  # as DictReader: surplus fields under the key None, missing ones absent
+                raw: dict = dict(zip(fieldnames, record))
+                if len(record) > len(fieldnames):
+                    raw[None] = record[len(fieldnames) :]
+                try:
+                    split_kw = {"train_name": train_name, "eval_name": eval_name, "eval_column": eval_column}
+                    rows.append(parse_row(raw, csv_path, line, **split_kw))
+                except CsvRowError as e:
+                    problems.extend(e.problems)
             line = reader.line_num + 1
     except csv.Error as e:
         raise CsvError(f"{csv_path}:{line}: cannot parse CSV ({e}); check the quoting from that line on") from e

@@ -104,6 +104,16 @@ def verify(root: Path) -> tuple[list[str], str]:
             f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} "
             f"v{' or v'.join(map(str, READABLE_VERSIONS))}"
         ], ""
+    try:
+        return _verify_contents(root, m)
+    except (KeyError, TypeError, AttributeError) as e:  # a field the format requires is absent or of another type
+        return [
+            f"{mpath}: a required field is missing or malformed ({type(e).__name__}: {e}); not a valid manifest"
+        ], ""
+
+
+def _verify_contents(root: Path, m: dict) -> tuple[list[str], str]:
+    """verify's checks of a manifest that parsed and has the right format/version (KeyError etc. on a bad shape)."""
     K, C = m["codec"]["n_codebooks"], m["codec"]["codebook_size"]
     problems: list[str] = []
     keys: set[str] = set()

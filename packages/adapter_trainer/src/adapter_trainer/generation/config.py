@@ -6,6 +6,7 @@ resolve their annotations through `sys.modules[cls.__module__]`, which is not th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -56,6 +57,9 @@ def validate_generate(g: GenerateConfig) -> None:
     for key in ("n", "batch_size"):
         if getattr(g, key) < 1:
             raise ConfigError(f"generate.{key}={getattr(g, key)} must be >= 1")
+    for key in ("seconds", "temperature", "cfg_scale"):  # nan passes every comparison below
+        if not math.isfinite(getattr(g, key)):
+            raise ConfigError(f"generate.{key}={getattr(g, key)} must be a finite number")
     if g.seconds <= 0:
         raise ConfigError(f"generate.seconds={g.seconds} must be > 0")
     if g.top_k < 0 or not 0.0 <= g.top_p <= 1.0:

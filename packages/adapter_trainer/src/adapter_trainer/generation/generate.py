@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError
+from adapter_trainer.data.sample_keys import MAX_KEY_LEN
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
 from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
@@ -55,6 +56,13 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
     else:
         texts = list(g.texts)
     return [{"caption": texts[i % len(texts)], "aspects": [], "source_key": ""} for i in range(g.n)]
+
+
+def generated_key(index: int, source_key: str) -> str:
+    """Row `index`'s sample key: gen-NNNN, then -<source clip's key> cut to the key rule's length (the full source
+    key is in the sample's JSON). The row number alone keeps keys unique; a source key may itself be 90 long."""
+    key = f"gen-{index:04d}"
+    return (f"{key}-{source_key}" if source_key else key)[:MAX_KEY_LEN]
 
 
 def check_uncond_trained(g: GenerateConfig, ckpt_dir: Path) -> None:
@@ -150,7 +158,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
 
     clips = [
         GeneratedClip(
-            key=f"gen-{i:04d}" + (f"-{r['source_key']}" if r["source_key"] else ""),
+            key=generated_key(i, r["source_key"]),
             caption=r["caption"],
             aspects=r["aspects"],
             codes=c,

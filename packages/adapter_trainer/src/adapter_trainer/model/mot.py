@@ -257,7 +257,9 @@ def attend(
     Kernel eligibility (PyTorch's sdp_utils): flash takes no attn_mask and needs fp16/bf16 but takes enable_gqa;
     memory-efficient and cuDNN take a mask but not enable_gqa. So k/v are expanded to the H query heads (as
     transformers' repeat_kv) unless there is no mask and flash can run (`_flash_takes_it`), with enable_gqa and the
-    un-expanded k/v. allowed=None means causal (S == S_k) or one query seeing every key (S == 1).
+    un-expanded k/v. One query (S == 1, a decoding step) with grouped heads folds each group into the query axis
+    instead, so the cache's k/v are read in place. allowed=None means causal (S == S_k) or one query seeing every key
+    (S == 1).
     """
     S, S_k = q.shape[2], k.shape[2]
     if allowed is None and S not in (1, S_k):
@@ -267,7 +269,17 @@ def attend(
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
         )  # [B, H, S, hd]
-    rep = q.shape[1] // k.shape[1]
+    B, H, _, hd = q.shape
+    KV = k.shape[1]
+    rep = H // KV
+    if S == 1 and rep > 1:
+        # One query (a decoding step): fold each group's query heads into the query axis, so k/v stay the cache's
+        # own buffers (expanding them would copy the whole past every step, H/KV times what torch.cat copied).
+        # Query head h reads k/v head h // rep, as repeat_interleave pairs them; the mask [B, 1, 1, S_k] broadcasts.
+        o = F.scaled_dot_product_attention(
+            q.reshape(B, KV, rep, hd), k, v, attn_mask=allowed, scale=scale, dropout_p=dropout_p
+        )  # [B, KV, rep, hd]
+        return o.reshape(B, H, 1, hd)  # [B, KV, rep, hd] -> [B, H, 1, hd]
     k = k.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
     v = v.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
     return F.scaled_dot_product_attention(
