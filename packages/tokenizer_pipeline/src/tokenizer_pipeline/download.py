@@ -451,7 +451,8 @@ def _fetch_rows(cfg: DownloadConfig, rows: list[ClipRow], out_dir: Path, progres
         elapsed = time.monotonic() - t0
         failures = sorted((r.failure for r in results if r.failure), key=lambda f: f.csv_row)
         write_text_atomic(
-            out_dir / FAILURES_FILE, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in failures)
+            out_dir / FAILURES_FILE,
+            "".join(json.dumps(asdict(f), ensure_ascii=False, allow_nan=False) + "\n" for f in failures),
         )
         if not any((out_dir / PARTIAL_DIR).iterdir()):
             (out_dir / PARTIAL_DIR).rmdir()
@@ -463,7 +464,7 @@ def _fetch_rows(cfg: DownloadConfig, rows: list[ClipRow], out_dir: Path, progres
     section_clips = sum(r.section for r in results)
     summary = {"counts": counts, "failures_by_reason": by_reason, "elapsed_s": round(elapsed, 3), "workers": cfg.workers,
                "flac_bytes": flac_bytes, "download_bytes": download_bytes, "section_clips": section_clips}  # fmt: skip
-    write_text_atomic(out_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out_dir / SUMMARY_FILE, json.dumps(summary, indent=2, allow_nan=False) + "\n")
 
     lines = [
         f"{out_dir}: {counts['fetched']} fetched, {counts['present']} already there, {counts['failed']} failed "

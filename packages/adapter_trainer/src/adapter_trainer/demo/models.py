@@ -220,7 +220,9 @@ def write_musicgen(out_dir: Path, seed: int, max_shard_size: str | None = None) 
         weight_map.update(dict.fromkeys(shard, fname))
     total = sum(t.numel() * t.element_size() for t in state.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (mg_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    (mg_dir / "model.safetensors.index.json").write_text(
+        json.dumps(index, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    )
     return mg_dir
 
 

@@ -213,7 +213,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
         "cfg_scale": g.cfg_scale,
         "pattern": cfg.data.pattern,
     }
-    (out_dir / "generation_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    (out_dir / "generation_stats.json").write_text(json.dumps(stats, indent=2, allow_nan=False) + "\n")
     print(
         f"generate: wrote {len(clips)} clips to {out_dir} ({stats['positions_per_s']:.1f} positions/s, "
         f"{stats['frames_per_s']:.1f} frames/s on {device}, cfg_scale={g.cfg_scale}); decode with "

@@ -120,9 +120,9 @@ def save_checkpoint(
         torch.save(scaler.state_dict(), tmp / "scaler.pt")
     torch_rng, other_rng = capture_rng()
     torch.save(torch_rng, tmp / "rng_torch.pt")
-    (tmp / "rng.json").write_text(json.dumps(other_rng))
-    (tmp / "progress.json").write_text(json.dumps(asdict(progress), indent=2) + "\n")
-    (tmp / "fingerprint.json").write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    (tmp / "rng.json").write_text(json.dumps(other_rng, allow_nan=False))
+    (tmp / "progress.json").write_text(json.dumps(asdict(progress), indent=2, allow_nan=False) + "\n")
+    (tmp / "fingerprint.json").write_text(json.dumps(fingerprint, indent=2, sort_keys=True, allow_nan=False) + "\n")
     (tmp / "config.yaml").write_text(config_yaml)
     if final.exists():
         shutil.rmtree(final)  # re-saving the same step (e.g. the final checkpoint after a periodic one)

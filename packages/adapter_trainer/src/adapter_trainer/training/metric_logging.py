@@ -46,7 +46,7 @@ class JsonlLogger:
         for k, v in payload.items():
             v = float(v)
             record[k] = v if math.isfinite(v) else str(v)  # JSON has no NaN/inf: keep them readable
-        self._f.write(json.dumps(record) + "\n")
+        self._f.write(json.dumps(record, allow_nan=False) + "\n")
         self._f.flush()
 
     def close(self) -> None:
