@@ -78,6 +78,10 @@ def test_generate_writes_a_verified_reproducible_set(models, shards, run_dir: Pa
     assert m["codec"] == json.loads((shards / "manifest.json").read_text())["codec"]
     assert m["generated"]["checkpoint_step"] == 2 and m["generated"]["sampling"]["cfg_scale"] == 3.0
     assert [c["source_key"] for c in m["generated"]["captions"]] == [c.key for c in eval_clips[:3]]
+    lines = (tmp_path / "a" / "captions.jsonl").read_text(encoding="utf-8").splitlines()  # for audio_metrics
+    assert [json.loads(line) for line in lines] == [
+        {"key": c.key, "caption": c.caption, "source_key": e.key} for c, e in zip(clips, eval_clips)
+    ]
     # same seed -> the same codes, also with another batch size (other seeds: tests/trainer/generation/test_sampling.py)
     run_generate(gen_cfg(models, shards, run_dir, f"generate.out_dir={tmp_path / 'b'}", "generate.batch_size=3"))
     again = load_split([read_manifest(tmp_path / "b")], "generated")

@@ -7,7 +7,8 @@ Same config tree and experiments as training (conf/adapter_trainer/generate.yaml
 Loads the frozen models and the checkpoint's adapter weights (refusing a checkpoint whose fingerprint differs
 from this config), samples codes for the captions (eval split / a text file / given strings) with the KV cache
 (`MoTAdapterModel.forward_step`), and writes them as a shard set (docs/shard-format.md) in `generate.out_dir`
-(default `<trainer.output_dir>/generated`). Decode it to audio in ANOTHER process:
+(default `<trainer.output_dir>/generated`), with generation_stats.json and captions.jsonl (key, caption,
+source_key per clip, for `adapter_trainer.audio_metrics`) beside it. Decode it to audio in ANOTHER process:
 `python -m tokenizer_pipeline.decode <generated set> out_dir=...` (this process never builds a codec).
 """
 
@@ -214,6 +215,14 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
         "pattern": cfg.data.pattern,
     }
     (out_dir / "generation_stats.json").write_text(json.dumps(stats, indent=2, allow_nan=False) + "\n")
+    # one line per clip, for `python -m adapter_trainer.audio_metrics --captions` (CLAP score; KL pairs by source_key)
+    lines = [
+        json.dumps(
+            {"key": c.key, "caption": c.caption, "source_key": c.source_key}, ensure_ascii=False, allow_nan=False
+        )
+        for c in clips
+    ]
+    (out_dir / "captions.jsonl").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     print(
         f"generate: wrote {len(clips)} clips to {out_dir} ({stats['positions_per_s']:.1f} positions/s, "
         f"{stats['frames_per_s']:.1f} frames/s on {device}, cfg_scale={g.cfg_scale}); decode with "
