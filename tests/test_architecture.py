@@ -22,7 +22,7 @@ from tests import REPO
 SRC = {pkg: REPO / "packages" / pkg / "src" / pkg for pkg in ("tokenizer_pipeline", "adapter_trainer")}
 TRAINER = SRC["adapter_trainer"]
 ROOMS = ("model", "data", "training", "generation", "evaluation", "demo")
-COMMANDS = ("generate", "probe", "demo_models", "listen_page", "listen_check")
+COMMANDS = ("generate", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics")
 
 
 def module_name(path: Path, pkg: str) -> str:

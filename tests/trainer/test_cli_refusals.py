@@ -88,6 +88,8 @@ def test_other_commands_refusals(tmp_path: Path) -> None:
         "missing",
     )
     _assert_refused(_run("adapter_trainer.listen_page", str(missing)), "missing")
+    gen = ("--generated", str(missing), "--reference", str(missing), "--captions", str(missing))
+    _assert_refused(_run("adapter_trainer.audio_metrics", *gen, "--out", str(tmp_path / "m.json")), "missing")
     _assert_refused(
         _run("adapter_trainer.demo_models", "--out", str(tmp_path / "m"), "--captions-csv", str(missing)), "missing"
     )
