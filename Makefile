@@ -70,7 +70,18 @@ listen: $(RUN)/final_metrics.json
 	$(PY) -m tokenizer_pipeline.decode $(DEMO)/shards out_dir=$(RUN)/listen/reference split=eval limit=$(LISTEN_N) \
 		max_seconds=$(LISTEN_SECONDS)
 	$(PY) -m adapter_trainer.probe --shards $(DEMO)/shards --generated $(RUN)/generated --out $(RUN)/generation_report.json
+	$(MAKE) --no-print-directory listen-metrics
 	$(PY) -m adapter_trainer.listen_page $(RUN) --source-audio $(DEMO)/corpus
+
+# CLAP score, FAD (CLAP embeddings) and classifier KL of the decoded clips -> $(RUN)/audio_metrics.json
+# (docs/evaluation.md). The models load from a local directory or the HF cache only; when absent: one line, exit 0
+CLAP_MODEL ?= laion/larger_clap_music
+CLASSIFIER_MODEL ?= MIT/ast-finetuned-audioset-10-10-0.4593
+.PHONY: listen-metrics
+listen-metrics: | setup
+	$(PY) -m adapter_trainer.audio_metrics --if-available --generated $(RUN)/listen/generated \
+		--reference $(RUN)/listen/reference --captions $(RUN)/generated/captions.jsonl \
+		--clap $(CLAP_MODEL) --classifier $(CLASSIFIER_MODEL) --out $(RUN)/audio_metrics.json
 
 # opt-in (not in make test): render the page with headless Chromium (Debian: apt-get install -y chromium) to a PNG
 listen-check: | setup

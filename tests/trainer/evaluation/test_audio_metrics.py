@@ -23,7 +23,8 @@ from adapter_trainer.evaluation.audio_metrics import clap_scores, kl_divergence,
 from tests import REPO
 
 CLAP_SR, CODEC_SR, N_CLIPS = 48_000, 32_000, 6
-CAPTIONS = ["a calm piano", "fast drums", "sad violin", "happy guitar", "slow organ", "loud bass"]
+# the last one is longer than the tiny text model's 62 positions (the CLI truncates to the model's positions)
+CAPTIONS = ["a calm piano", "fast drums", "sad violin", "happy guitar", "slow organ", "loud bass " * 10]
 
 
 def strict(text: str) -> dict:
@@ -160,7 +161,7 @@ def hand_clap_cosines(clap_dir: Path, wav_dir: Path, keys: list[str], captions: 
     model, proc = ClapModel.from_pretrained(clap_dir).eval(), ClapProcessor.from_pretrained(clap_dir)
     waves = [sf.read(wav_dir / f"{k}.wav", dtype="float32")[0] for k in keys]
     with torch.no_grad():
-        tok = proc.tokenizer(captions, padding=True, return_tensors="pt")
+        tok = proc.tokenizer(captions, padding=True, truncation=True, max_length=62, return_tensors="pt")
         t = model.get_text_features(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"]).pooler_output
         a = model.get_audio_features(**proc.feature_extractor(waves, sampling_rate=CLAP_SR, return_tensors="pt"))
         a = a.pooler_output
@@ -269,7 +270,7 @@ def test_missing_models_and_captions_are_one_line_refusals(models, tmp_path: Pat
     absent = ["--clap", "nobody-here/no-such-clap-model"]
     assert main(cli(models, paths, tmp_path / "m.json") + absent) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "huggingface-cli download nobody-here/no-such-clap-model" in err
+    assert "\n" not in err and "hf download nobody-here/no-such-clap-model" in err
     assert main(cli(models, paths, tmp_path / "m.json") + absent + ["--if-available"]) == 0
     out = capsys.readouterr().out.strip()
     assert (

@@ -38,8 +38,8 @@ def how_to_get(name: str) -> str:
     """The one line that says how to make `name` available offline."""
     return (
         f"model {name!r} is not available offline (neither a local directory nor in the Hugging Face cache); on a "
-        f"networked machine run `huggingface-cli download {name}` (then copy ~/.cache/huggingface here, or set "
-        f"HF_HOME), or pass a local directory saved with save_pretrained"
+        f"networked machine run `hf download {name}` (`huggingface-cli download` before huggingface_hub 1.0) and "
+        f"copy ~/.cache/huggingface here (or set HF_HOME), or pass a local directory saved with save_pretrained"
     )
 
 
@@ -107,12 +107,16 @@ class Clap:
 
     @torch.no_grad()
     def text_embeddings(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
-        """texts -> L2-normalised embeddings [N, D] float64."""
+        """texts -> L2-normalised embeddings [N, D] float64 (long captions truncated to the text model's positions)."""
+        # RoBERTa-style positions start after the padding index: max_position_embeddings - 2 tokens fit (514 -> 512)
+        max_length = min(
+            self.processor.tokenizer.model_max_length, self.model.config.text_config.max_position_embeddings - 2
+        )
         out = []
         for i in range(0, len(texts), batch_size):
             tok = self.processor.tokenizer(
-                texts[i : i + batch_size], padding=True, truncation=True, return_tensors="pt"
-            ).to(self.device)  # input_ids [b, L]
+                texts[i : i + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            ).to(self.device)  # input_ids [b, L <= max_length]
             emb = _pooled(
                 self.model.get_text_features(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"])
             )
