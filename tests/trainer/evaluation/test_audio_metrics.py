@@ -20,6 +20,7 @@ import soundfile as sf
 import torch
 
 from adapter_trainer.evaluation.audio_metrics import clap_scores, kl_divergence, main
+from adapter_trainer.evaluation.frechet import frechet_distance_of
 from tests import REPO
 
 CLAP_SR, CODEC_SR, N_CLIPS = 48_000, 32_000, 6
@@ -282,3 +283,25 @@ def test_missing_models_and_captions_are_one_line_refusals(models, tmp_path: Pat
     assert main(cli(models, paths, tmp_path / "m.json")) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "2 generated clip(s) have no caption line" in err
+
+
+def test_fad_encodec_from_frame_embeddings_and_their_key_check(identical, models, tmp_path: Path, capsys) -> None:
+    _, paths = identical
+    rng = np.random.default_rng(9)
+    gen_keys = sorted(p.stem for p in paths["generated"].glob("*.wav"))
+    ref_keys = sorted(p.stem for p in paths["reference"].glob("*.wav"))
+    g, r = rng.normal(size=(40, 4)).astype(np.float32), (rng.normal(size=(30, 4)) + 0.5).astype(np.float32)
+    for name, emb, keys in (("g", g, gen_keys), ("r", r, ref_keys)):  # as tokenizer_pipeline.codec_embeddings writes
+        np.save(tmp_path / f"{name}.npy", emb)
+        (tmp_path / f"{name}.json").write_text(json.dumps({"clips": [{"key": k, "frames": 1} for k in keys]}))
+    emb_args = ["--embeddings-generated", str(tmp_path / "g.npy"), "--embeddings-reference", str(tmp_path / "r.npy")]
+    assert main(cli(models, paths, tmp_path / "m.json") + emb_args) == 0
+    report = strict((tmp_path / "m.json").read_text())
+    assert report["fad_encodec"] == pytest.approx(frechet_distance_of(g.astype(np.float64), r.astype(np.float64)))
+    assert report["encodec_frames"] == {"generated": 40, "reference": 30, "dim": 4}
+    capsys.readouterr()  # the run's model-loading output
+    # embeddings of other clips than the wavs: refused, one line
+    (tmp_path / "r.json").write_text(json.dumps({"clips": [{"key": k, "frames": 1} for k in gen_keys]}))
+    assert main(cli(models, paths, tmp_path / "m2.json") + emb_args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "computed from other clips" in err and not (tmp_path / "m2.json").exists()

@@ -18,8 +18,11 @@ captions only, never codes or a codec.
   paired with the reference clip whose key is its caption's `source_key` (adapter_trainer.generate writes it; it
   is the eval clip whose caption conditioned the clip), else the key after `gen-NNNN-`. Generated clips without
   a reference clip are listed in `kl_unpaired` and left out of the KL.
+- `fad_encodec` (only with --embeddings-generated/--embeddings-reference): the Fréchet distance of EnCodec encoder
+  latents, one embedding per frame (fadtk's `encodec-emb`), from `python -m tokenizer_pipeline.codec_embeddings`
+  (the pipeline's process: this one never builds a codec).
 
-Writes strict JSON (nan -> null). Models load offline only (evaluation.audio_models).
+Writes strict JSON (allow_nan=False; `null` where a value is undefined). Models load offline only (evaluation.audio_models).
 """
 
 from __future__ import annotations
@@ -154,6 +157,32 @@ def _ci(values: np.ndarray, n_boot: int, seed: int) -> dict[str, float]:
     return {"mean": mean, "lo": lo, "hi": hi, "level": 0.95}
 
 
+def load_frame_embeddings(path: Path, wav_keys: list[str], what: str) -> np.ndarray:
+    """A `tokenizer_pipeline.codec_embeddings` .npy -> [frames, D] float64; when its .json sidecar is there, its clip
+    keys must be the wav keys of the directory it stands for (else the FAD would compare other clips)."""
+    if not path.is_file():
+        raise AudioMetricsError(
+            f"{what} {path} does not exist; write it with python -m tokenizer_pipeline.codec_embeddings <wav dir> "
+            f"--codec <codec dir> --out {path}"
+        )
+    emb = np.load(path, allow_pickle=False)
+    if emb.ndim != 2 or emb.shape[0] < 2 or not np.issubdtype(emb.dtype, np.floating):
+        raise AudioMetricsError(
+            f"{what} {path}: expected float embeddings [frames >= 2, D], got {emb.dtype} {emb.shape}"
+        )
+    sidecar = path.with_suffix(".json")
+    if sidecar.is_file():
+        keys = [c["key"] for c in json.loads(sidecar.read_text(encoding="utf-8"))["clips"]]
+        if sorted(keys) != sorted(wav_keys):
+            extra, missing = sorted(set(keys) - set(wav_keys)), sorted(set(wav_keys) - set(keys))
+            raise AudioMetricsError(
+                f"{what} {path} was computed from other clips than the wavs it is compared as ({sidecar}: "
+                f"{len(extra)} keys not among the wavs, first {extra[:3]}; {len(missing)} wavs missing, first "
+                f"{missing[:3]}); recompute it from the same directory"
+            )
+    return emb.astype(np.float64)  # [frames, D]
+
+
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     """Load the models, embed and classify every clip, and return the report (see the module docstring)."""
     from adapter_trainer.evaluation.audio_models import Clap, Classifier, read_mono, resolve_device
@@ -161,6 +190,18 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     generated = list_wavs(Path(args.generated), "--generated")
     reference = list_wavs(Path(args.reference), "--reference")
     clips = pair_clips(generated, reference, read_captions(Path(args.captions)))
+    encodec: dict[str, Any] = {}  # checked before any model loads
+    if args.embeddings_generated:  # EnCodec encoder latents, one embedding per frame (fadtk's encodec-emb)
+        g = load_frame_embeddings(Path(args.embeddings_generated), list(generated), "--embeddings-generated")
+        r = load_frame_embeddings(Path(args.embeddings_reference), sorted(reference), "--embeddings-reference")
+        if g.shape[1] != r.shape[1]:
+            raise AudioMetricsError(
+                f"--embeddings-generated has D={g.shape[1]} but --embeddings-reference D={r.shape[1]}: use one codec"
+            )
+        encodec = {
+            "fad_encodec": frechet_distance_of(g, r),
+            "encodec_frames": {"generated": len(g), "reference": len(r), "dim": g.shape[1]},
+        }
     device = resolve_device(args.device)
     clap = Clap.load(args.clap, device)
     classifier = Classifier.load(args.classifier, device)
@@ -197,6 +238,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "clap_score_minus_deranged_ci": _ci(own - deranged, args.bootstrap, args.seed),
         "fad_clap": fad,
         "kl_classifier": float(kl[paired].mean()) if paired else None,
+        **encodec,
         "n_generated": len(clips),
         "n_reference": len(ref_keys),
         "n_kl_pairs": len(paired),
@@ -253,6 +295,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--derangements", type=int, default=8, help="caption derangements averaged for the deranged score")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over clips) for the intervals")
     p.add_argument("--seed", type=int, default=0, help="derangements, bootstrap and CLAP's random crops")
+    p.add_argument("--embeddings-generated", help="tokenizer_pipeline.codec_embeddings .npy of --generated")
+    p.add_argument("--embeddings-reference", help="the same for --reference; both given -> fad_encodec")
     p.add_argument(
         "--if-available",
         action="store_true",
@@ -261,6 +305,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.derangements < 1 or args.bootstrap < 1:
         p.error("--derangements and --bootstrap must be >= 1")
+    if bool(args.embeddings_generated) != bool(args.embeddings_reference):
+        p.error("--embeddings-generated and --embeddings-reference go together")
     return args
 
 
