@@ -52,6 +52,8 @@ class AudioMetricsError(UserError, ValueError):
 
 @dataclass
 class Clip:
+    """A generated clip: its wav, the caption it was generated from, and its KL partner."""
+
     key: str
     wav: Path
     caption: str = ""
