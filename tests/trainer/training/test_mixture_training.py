@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from adapter_trainer.config import ConfigError
 from adapter_trainer.data.mixture import MixtureOrder
 from adapter_trainer.data.shards import build_index, open_shard_sets
 from adapter_trainer.data.streaming import epoch_permutation
@@ -114,13 +115,18 @@ def test_per_sample_v3_weights_make_a_plain_list_a_size_weighted_mixture(models,
         write_shard_set(tmp_path / "w", clips),
         lambda key, meta: {**v3_sample_fields(key, meta), "weight": 5.0 if key == "hv0000001" else 1.0},
     )
-    recipe = MoTAdapterRecipe(make_cfg(models, a, tmp_path / "r", f"data.shards=[{a},{heavy}]"))
+    eval_only = write_shard_set(tmp_path / "e", {"train": [], "eval": synthetic_clips(2, seed=9, prefix="eo")})
+    recipe = MoTAdapterRecipe(make_cfg(models, a, tmp_path / "r", f"data.shards=[{a},{heavy},{eval_only}]"))
     recipe.setup()
     order = recipe.train_data.order
     assert isinstance(order, MixtureOrder)
-    assert order.p.tolist() == pytest.approx([8 / 12, 4 / 12])  # each set keeps its share of the concatenation
+    assert order.p.tolist() == pytest.approx([8 / 12, 4 / 12, 0])  # each set keeps its share of the concatenation
     assert order.cum_weights[0] is None and order.cum_weights[1].tolist() == [1.0, 6.0, 7.0, 8.0]
     assert order.epoch_size == 12 and "data.mixture" not in recipe.fingerprint  # the data hash covers the weights
+    # with set weights, a set without train clips cannot be drawn from: refused naming it
+    weighted = f"data.shards=[{{path: {a}, weight: 2}}, {eval_only}]"
+    with pytest.raises(ConfigError, match=rf"data.shards entry '{eval_only}' has no clips in split"):
+        MoTAdapterRecipe(make_cfg(models, a, tmp_path / "r2", weighted)).setup()
 
 
 def test_the_command_line_trains_a_weighted_mixture(models, sets, tmp_path: Path) -> None:

@@ -108,8 +108,8 @@ class MixtureOrder:
     ) -> None:
         sizes = np.array([stop - start for start, stop in spans], dtype=np.int64)  # [S]
         w = np.asarray(weights, dtype=np.float64)  # [S]
-        if len(w) != len(sizes) or not (w > 0).all() or (sizes == 0).any():
-            raise ValueError(f"a mixture needs one weight > 0 per non-empty set: weights {w}, sizes {sizes}")
+        if len(w) != len(sizes) or (w < 0).any() or ((w > 0) & (sizes == 0)).any() or not w.sum() > 0:
+            raise ValueError(f"a mixture needs a weight > 0 per non-empty set (0 for an empty one): {w}, sizes {sizes}")
         self.seed, self.spans, self.sizes = seed, list(spans), sizes
         self.p = w / w.sum()  # [S] probability of each set per draw
         self.epoch_size = int(epoch_size) or int(sizes.sum())

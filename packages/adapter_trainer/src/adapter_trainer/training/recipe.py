@@ -214,14 +214,14 @@ class MoTAdapterRecipe:
         weights = shard_weights(self.cfg)
         if weights is None and all(w is None for w in per_sample):
             return None
+        if weights is None:  # a set without train clips (an eval-only set) weighs 0 here
+            return MixtureOrder(self.cfg.trainer.seed, spans, [float(b - a) for a, b in spans], 0, per_sample)
         for path, (start, stop) in zip(shard_paths(self.cfg), spans):
             if stop == start:
                 raise ConfigError(
                     f"data.shards entry {path!r} has no clips in split data.train_split={d.train_split!r}, so a "
                     f"weighted mixture cannot draw from it; remove it from data.shards or point it at a set with train clips"
                 )
-        if weights is None:
-            weights = [float(stop - start) for start, stop in spans]
         return MixtureOrder(self.cfg.trainer.seed, spans, weights, d.mixture_epoch_size, per_sample)
 
     def _setup_eval(self) -> None:
