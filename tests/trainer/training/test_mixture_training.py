@@ -152,3 +152,16 @@ def test_the_command_line_trains_a_weighted_mixture(models, sets, tmp_path: Path
     assert list(per_set) == [str(a), str(b)] and all(p["n_clips"] > 0 for p in per_set.values())
     assert final["learning_check"]["eval_ce"] == final["eval"]["ce"] and final["step"] == 3
     assert f"set {b}: CE" in proc.stdout
+    assert f"mixture: 11 examples per epoch; share per draw {a}: 0.750, {b}: 0.250" in proc.stdout
+
+
+def test_the_command_line_refuses_a_bad_entry_in_one_line(models, sets, tmp_path: Path) -> None:
+    a, b = sets
+    args = tiny_demo_overrides(models, a, tmp_path / "bad", f"data.shards=[{{path: {a}, weight: 0}}, {b}]")
+    env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "adapter_trainer", *args], cwd=REPO, capture_output=True, text=True, timeout=300, env=env
+    )
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "error: " in last and "data.shards[0]=" in last and "weight must be a finite number > 0" in last

@@ -113,6 +113,10 @@ class MoTAdapterRecipe:
                 f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
                 f"output_dir={self.output_dir}"
             )
+            order = self.train_data.order
+            if isinstance(order, MixtureOrder):
+                shares = ", ".join(f"{path}: {p:.3f}" for path, p in zip(shard_paths(cfg), order.p))
+                print(f"mixture: {order.epoch_size} examples per epoch; share per draw {shares}")
 
     def _setup_device(self) -> None:
         """The device, the precision check, and this process's place in a torchrun job."""
