@@ -134,7 +134,7 @@ def test_per_sample_weights_are_honoured_within_their_set(tmp_path: Path) -> Non
     sets = _open(weighted, uniform)
     index = build_index(sets, "train")
     spans = split_spans(sets, "train", len(index))
-    per_sample = sample_weights(sets, index, spans)
+    per_sample = sample_weights(sets, index, spans, "train")
     assert per_sample[0] is not None and per_sample[0].tolist() == [1, 1, 1, 1, 1, 9.0]
     assert per_sample[1] is None  # all weights equal (1.0): a permutation, as without weights
     order = MixtureOrder(0, spans, [1.0, 1.0], epoch_size=100, sample_weights=per_sample)
@@ -145,7 +145,9 @@ def test_per_sample_weights_are_honoured_within_their_set(tmp_path: Path) -> Non
     other = rows[rows >= 6] - 6
     assert all(sorted(other[p * 4 : (p + 1) * 4].tolist()) == [0, 1, 2, 3] for p in range(len(other) // 4))
     # old-format sets are never read for weights
-    assert sample_weights(_open(write_synthetic_set(tmp_path / "v1", n_train=3, n_eval=2)), index, [(0, 3)]) == [None]
+    assert sample_weights(
+        _open(write_synthetic_set(tmp_path / "v1", n_train=3, n_eval=2)), index, [(0, 3)], "train"
+    ) == [None]
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, "heavy", None])
@@ -158,5 +160,24 @@ def test_a_bad_sample_weight_is_refused_naming_the_sample(tmp_path: Path, bad) -
     sets = _open(root)
     index = build_index(sets, "train")
     with pytest.raises(ShardFormatError, match=r"sample 'tr0000002' has weight=.*finite number > 0"):
-        sample_weights(sets, index, split_spans(sets, "train", len(index)))
+        sample_weights(sets, index, split_spans(sets, "train", len(index)), "train", cache=None)
     assert json.loads((root / "manifest.json").read_text())["format_version"] == 3
+
+
+def test_sample_weights_are_cached_per_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapter_trainer.data.mixture as mixture_mod
+
+    sets = _open(_weighted_set(tmp_path / "w", {1: 3.0, 4: 2.0}))  # 6 clips in shards of 4 + 2
+    index = build_index(sets, "train")
+    spans = split_spans(sets, "train", len(index))
+    first = sample_weights(sets, index, spans, "train", cache=tmp_path / "c")
+    assert first[0].tolist() == [1, 3.0, 1, 1, 2.0, 1] and len(list((tmp_path / "c").glob("*.weights.npy"))) == 2
+
+    def no_read(*a):
+        raise AssertionError("read the samples although their weights are cached")
+
+    monkeypatch.setattr(mixture_mod, "read_sample_weights", no_read)
+    assert sample_weights(sets, index, spans, "train", cache=tmp_path / "c")[0].tolist() == first[0].tolist()
+    next((tmp_path / "c").glob("*.weights.npy")).write_bytes(b"junk")
+    with pytest.raises(ShardFormatError, match="unreadable sample-weight cache entry"):
+        sample_weights(sets, index, spans, "train", cache=tmp_path / "c")

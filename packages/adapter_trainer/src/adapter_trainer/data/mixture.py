@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from adapter_trainer.data.shards import ShardFormatError, ShardSet, SplitIndex
+from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet, SplitIndex, default_index_cache
 
 MIX = 0x4D4958  # "MIX": the tag of this module's random streams
 
@@ -58,12 +60,12 @@ def _weight_of(meta: object, path: str, key: str) -> float:
     return float(w)
 
 
-def read_sample_weights(index: SplitIndex, start: int, stop: int) -> np.ndarray:
-    """[stop - start] float64 `weight` of rows start..stop of `index`, read from each sample's json member only."""
-    out = np.empty(stop - start, dtype=np.float64)
+def read_sample_weights(index: SplitIndex, rows: np.ndarray) -> np.ndarray:
+    """[len(rows)] float64 `weight` of these rows of `index`, read from each sample's json member only."""
+    out = np.empty(len(rows), dtype=np.float64)
     files: dict[int, object] = {}
     try:
-        for j, i in enumerate(range(start, stop)):
+        for j, i in enumerate(int(r) for r in rows):
             shard = int(index.shard[i])
             f = files.get(shard)
             if f is None:
@@ -81,17 +83,55 @@ def read_sample_weights(index: SplitIndex, start: int, stop: int) -> np.ndarray:
     return out
 
 
+def _cached_shard_weights(index: SplitIndex, rows: np.ndarray, entry: ShardEntry, cache: Path | None) -> np.ndarray:
+    """read_sample_weights of one whole shard, cached like the header scan (by the shard's sha256 + size)."""
+    f = cache / f"{entry.sha256}-{entry.bytes}.weights.npy" if cache is not None else None
+    if f is not None and len(rows) == entry.n_samples and f.is_file():
+        try:
+            return np.load(f, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ShardFormatError(
+                f"{f}: unreadable sample-weight cache entry for {entry.tar} ({e}); delete the file (it is rebuilt "
+                f"from the shard) or set ADAPTER_TRAINER_INDEX_CACHE=''"
+            ) from e
+    w = read_sample_weights(index, rows)
+    if f is not None and len(rows) == entry.n_samples:
+        cache.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp.npy")
+        np.save(tmp, w)
+        os.replace(tmp, f)
+    return w
+
+
 def sample_weights(
-    sets: Sequence[ShardSet], index: SplitIndex, spans: Sequence[tuple[int, int]]
+    sets: Sequence[ShardSet],
+    index: SplitIndex,
+    spans: Sequence[tuple[int, int]],
+    split: str,
+    cache: Path | None | str = "default",
 ) -> list[np.ndarray | None]:
     """Per set: its rows' sample weights when they are not all equal, else None (uniform: permutations).
 
-    Only format-3 sets can carry weights; older sets are uniform without reading anything.
+    Only format-3 sets can carry weights; older sets are uniform without reading anything. A v3 set's weights are
+    read once per shard from the samples' json members and cached next to the header scans
+    (`default_index_cache()` for "default"; None = no cache).
     """
+    cache_dir = default_index_cache() if cache == "default" else (Path(cache) if cache is not None else None)
     out: list[np.ndarray | None] = []
     for s, (start, stop) in zip(sets, spans):
-        w = read_sample_weights(index, start, stop) if s.format_version >= 3 and stop > start else None
-        out.append(w if w is not None and np.ptp(w) > 0 else None)
+        if s.format_version < 3 or stop == start:
+            out.append(None)
+            continue
+        entries = {str(e.tar): e for e in s.splits[split]}
+        shard_of_row = index.shard[start:stop]  # [n] shard ids, ascending (the index keeps shard order)
+        parts = [
+            _cached_shard_weights(
+                index, start + np.flatnonzero(shard_of_row == sid), entries[index.shard_paths[sid]], cache_dir
+            )
+            for sid in np.unique(shard_of_row)
+        ]
+        w = np.concatenate(parts)  # [n]
+        out.append(w if np.ptp(w) > 0 else None)
     return out
 
 

@@ -214,7 +214,7 @@ class MoTAdapterRecipe:
         concatenation (its weight is its clip count)."""
         d = self.cfg.data
         spans = split_spans(self.shard_sets, d.train_split, len(self.train_index))
-        per_sample = sample_weights(self.shard_sets, self.train_index, spans)
+        per_sample = sample_weights(self.shard_sets, self.train_index, spans, d.train_split)
         weights = shard_weights(self.cfg)
         if weights is None and all(w is None for w in per_sample):
             return None
