@@ -16,8 +16,9 @@ and ranks / DataLoader workers read disjoint slices of one global sequence (adap
 
 Multinomial counts shuffled into a sequence are exactly i.i.d. categorical draws, but they make "how many draws
 of set s came before epoch e" a sum of S-vectors instead of a replay of every earlier draw. The streams are
-seeded with 5-word lists: numpy's SeedSequence pads shorter lists with zeros, so they never meet the crop
-streams (seed, epoch, index) and (seed, epoch, index, 1) of streaming.py.
+seeded with 5-word lists ending in a non-zero word: numpy's SeedSequence pads lists shorter than 4 words with
+zeros (so [a, b, c] and [a, b, c, 0] are one stream), and a 5-word list meets neither the crop stream
+(seed, epoch, index) nor the caption-dropout stream (seed, epoch, index, 1) of streaming.py.
 
 Per-sample weights (format v3's optional `weight`, audiocraft's per-row weight): in a set whose train samples
 do not all weigh the same, each draw of that set takes clip j with probability weight_j / sum(weight), with
