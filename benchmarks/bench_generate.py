@@ -192,6 +192,7 @@ def old_generate_codes(
 
 
 def main() -> None:
+    from adapter_trainer.config import shard_paths
     from adapter_trainer.data.shards import load_split, open_shard_sets
     from adapter_trainer.data.streaming import text_of
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
@@ -220,7 +221,7 @@ def main() -> None:
     torch.manual_seed(0)
     dec_cfg = load_audio_lm_config(cfg)
     shard_sets = open_shard_sets(
-        cfg.data.shards,
+        shard_paths(cfg),
         model_n_codebooks=dec_cfg.num_codebooks,
         model_codebook_size=dec_cfg.vocab_size,
         audio_lm=cfg.model.audio_lm,

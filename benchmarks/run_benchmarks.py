@@ -23,6 +23,7 @@ Groups:
             fetched per 10-s clip of a 4-min source, sections vs whole streams) (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
   generate  generate_speedup_vs_concat_cache (bench_generate.py: the sampler vs the one it replaced, demo models)
+  mixture   mixture_weight_error (bench_mixture.py: shares of a 3:1 mixture of two sets over 10,000 draws; ~1 s)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
 line saying nothing was measured and exits 0. Extra flags: --train-steps N, --encode-clips N, --pipeline-clips N.
@@ -41,7 +42,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
-GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu", "generate")
+GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu", "generate", "mixture")
 OPT_IN = ("resample", "gpu")  # not in a plain `make bench`
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
 SUMMARY_ONLY_STAGES = (
@@ -168,6 +169,8 @@ def main() -> None:
         add("bench_gpu.py", "gpu.json")
     if "generate" in want:
         add("bench_generate.py", "generate.json", f"trainer.device={args.device}")
+    if "mixture" in want:
+        add("bench_mixture.py", "mixture.json")
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     results = merge_results(OUT / "results.json", machine, rows, summary)

@@ -54,11 +54,11 @@ def test_two_sets_concatenate_and_duplicate_keys_are_refused(tmp_path: Path) -> 
 
 
 def test_unsupported_format_version_is_refused_naming_the_manifest(tmp_path: Path) -> None:
-    root = write_synthetic_set(tmp_path / "v3", n_train=2, n_eval=1, format_version=3)
+    root = write_synthetic_set(tmp_path / "v4", n_train=2, n_eval=1, format_version=4)
     with pytest.raises(ShardFormatError) as e:
         read_manifest(root)
     msg = str(e.value)
-    assert str(root / "manifest.json") in msg and "format_version=3" in msg and "supported: 1, 2" in msg
+    assert str(root / "manifest.json") in msg and "format_version=4" in msg and "supported: 1, 2, 3" in msg
 
 
 def test_wrong_format_name_is_refused(tmp_path: Path) -> None:

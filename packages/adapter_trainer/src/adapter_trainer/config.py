@@ -10,7 +10,9 @@ Required values are `???` (MISSING). Value sets that OmegaConf cannot type (Lite
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -33,7 +35,9 @@ class ConfigError(UserError, ValueError):
 
 @dataclass
 class DataConfig:
-    shards: List[str] = MISSING  # shard-set directories (each holds manifest.json); their clips are concatenated
+    # shard-set directories (each holds manifest.json): plain paths are concatenated; entries {path: DIR, weight: W}
+    # make a weighted mixture (a plain path then weighs 1). List[Any]: OmegaConf cannot type "str or dict".
+    shards: List[Any] = MISSING
     train_split: str = "train"  # split name inside each shard set (docs/shard-format.md)
     eval_split: str = "eval"
     max_seq_len: int = 1024  # tokens per sequence (caption + audio); longer clips are cropped
@@ -49,6 +53,8 @@ class DataConfig:
     # true: accept eval clips whose keys are also train clips (the report then says the check is NOT held-out)
     allow_eval_overlap: bool = False
     caption_dropout: float = 0.0  # P(train caption -> empty caption): teaches the unconditioned branch CFG needs
+    # examples per epoch of a weighted mixture (adapter_trainer/data/mixture.py); 0 = the sum of the sets' train clips
+    mixture_epoch_size: int = 0
 
 
 @dataclass
@@ -137,6 +143,67 @@ def register_configs() -> None:
 register_configs()
 
 
+@dataclass(frozen=True)
+class ShardSource:
+    """One entry of data.shards: a shard-set directory and its mixture weight (None: a plain path)."""
+
+    path: str  # as written in the config (also the name of the set in the per-set learning check)
+    weight: Optional[float] = None  # > 0; None = not given (weight 1 in a mixture)
+
+
+SHARD_ENTRY_KEYS = ("path", "weight")
+_SHARD_FIX = "write a plain path or {path: DIR, weight: W} with W > 0, e.g. data.shards=[{path: a, weight: 3}, b]"
+
+
+def _shard_entry(i: int, entry: Any) -> ShardSource:
+    """data.shards[i] -> ShardSource. Raises ConfigError naming the entry and the fix."""
+    where = f"data.shards[{i}]={entry!r}"
+    if isinstance(entry, (str, Path, int, float)) and not isinstance(entry, bool):  # a bare name like 2024 stays a path
+        return ShardSource(str(entry))
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} is neither a path nor a mapping; {_SHARD_FIX}")
+    unknown = sorted(set(map(str, entry)) - set(SHARD_ENTRY_KEYS))
+    if unknown:
+        raise ConfigError(f"{where} has unknown key(s) {unknown} (allowed: path, weight); {_SHARD_FIX}")
+    path = entry.get("path")
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise ConfigError(f"{where} has no path; {_SHARD_FIX}")
+    weight = entry.get("weight")
+    if weight is None:
+        return ShardSource(str(path))
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise ConfigError(f"{where}: weight must be a finite number > 0, got {weight!r}; {_SHARD_FIX}")
+    return ShardSource(str(path), float(weight))
+
+
+def shard_sources(shards: List[Any]) -> list[ShardSource]:
+    """data.shards -> one ShardSource per entry; refuses bad entries and the same directory listed twice."""
+    sources = [_shard_entry(i, e) for i, e in enumerate(shards)]
+    seen: dict[Path, int] = {}
+    for i, s in enumerate(sources):
+        resolved = Path(s.path).expanduser().resolve()
+        if resolved in seen:
+            raise ConfigError(
+                f"data.shards[{i}]={s.path!r} is the same shard set as data.shards[{seen[resolved]}]; list each set "
+                f"once (give it a larger weight to draw it more often)"
+            )
+        seen[resolved] = i
+    return sources
+
+
+def shard_paths(cfg: TrainConfig) -> list[str]:
+    """The shard-set directories of data.shards, in order (weights dropped)."""
+    return [s.path for s in shard_sources(cfg.data.shards)]
+
+
+def shard_weights(cfg: TrainConfig) -> list[float] | None:
+    """Mixture weights per set when any entry of data.shards gives one (plain paths weigh 1); None: concatenation."""
+    sources = shard_sources(cfg.data.shards)
+    if all(s.weight is None for s in sources):
+        return None
+    return [1.0 if s.weight is None else s.weight for s in sources]
+
+
 def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(
@@ -166,6 +233,12 @@ def validate_config(cfg: TrainConfig) -> None:
         )
     if not cfg.data.shards:
         raise ConfigError("data.shards is empty; give at least one shard-set dir, e.g. data.shards=[build/demo/shards]")
+    weights = shard_weights(cfg)  # checks every entry of data.shards
+    if cfg.data.mixture_epoch_size < 0 or (cfg.data.mixture_epoch_size and weights is None):
+        raise ConfigError(
+            f"data.mixture_epoch_size={cfg.data.mixture_epoch_size} needs weighted data.shards (entries "
+            f"{{path: DIR, weight: W}}) and must be >= 0 (0 = the sum of the sets' train clips); drop it or add weights"
+        )
     for key in (
         "data.max_seq_len",
         "data.max_caption_tokens",

@@ -39,7 +39,9 @@ from adapter_trainer.data.sample_keys import KEY_RULE, key_problem, shard_path_p
 from adapter_trainer.errors import UserError
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-SUPPORTED_VERSIONS = (1, 2)  # 2 adds codec identity fields the trainer does not read
+# 2 adds codec identity fields, 3 optional sample/manifest fields (sources, segments, `weight`): a newer set's
+# samples keep every field version 1 has, and fields the trainer does not know are ignored
+SUPPORTED_VERSIONS = (1, 2, 3)
 CODES_MEMBER = "codes.npy"
 JSON_MEMBER = "json"
 ALLOWED_MEMBERS = frozenset({CODES_MEMBER, JSON_MEMBER})

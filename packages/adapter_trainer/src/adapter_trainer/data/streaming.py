@@ -9,13 +9,17 @@ workers nor of shards changes anything (each item is built from the index by ran
 
 DataLoader items are whole micro-batches (`batch_size=None`): a worker reads the codes, crops, tokenizes the
 captions and collates; `prefetch_factor` micro-batches per worker are built ahead of the step.
+
+That is the order of concatenated sets (`ConcatOrder`, N = all train clips). A weighted mixture
+(adapter_trainer.data.mixture.MixtureOrder) only changes which clip a position (epoch, index) holds and the epoch
+length; positions, crops, rank slices and resume stay exactly as above.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -75,6 +79,27 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
+class ExampleOrder(Protocol):
+    """Which train clip each position (epoch, index) of the global example sequence holds."""
+
+    epoch_size: int  # positions per epoch
+
+    def clip(self, epoch: int, index: int) -> int: ...
+
+
+class ConcatOrder:
+    """Concatenated sets: epoch e is `epoch_permutation(seed, e, N)` of all N train clips."""
+
+    def __init__(self, seed: int, n_clips: int) -> None:
+        self.seed, self.epoch_size = seed, n_clips
+        self._perm: tuple[int, np.ndarray] | None = None
+
+    def clip(self, epoch: int, index: int) -> int:
+        if self._perm is None or self._perm[0] != epoch:
+            self._perm = (epoch, epoch_permutation(self.seed, epoch, self.epoch_size))
+        return int(self._perm[1][index])
+
+
 class TrainBatches(Dataset):
     """Item `start` (a global example position) -> this rank's share of the micro-batch that starts there."""
 
@@ -88,7 +113,9 @@ class TrainBatches(Dataset):
         batch_size: int,
         rank: int = 0,
         world_size: int = 1,
+        order: ExampleOrder | None = None,
     ) -> None:
+        """order: which clip each position holds; None = ConcatOrder over the whole index."""
         if len(index) == 0:
             raise ValueError("TrainBatches needs at least one train clip")
         self.reader = ClipReader(index)
@@ -96,7 +123,12 @@ class TrainBatches(Dataset):
         self.spec = spec
         self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
         self.n_clips = len(index)
-        self._perm: tuple[int, np.ndarray] | None = None
+        self.order = order if order is not None else ConcatOrder(seed, self.n_clips)
+
+    @property
+    def epoch_size(self) -> int:
+        """Positions per epoch: all train clips (concatenation) or the mixture's epoch size."""
+        return self.order.epoch_size
 
     @property
     def global_batch(self) -> int:
@@ -104,10 +136,8 @@ class TrainBatches(Dataset):
 
     def position(self, n: int) -> tuple[int, int, int]:
         """Global example n -> (epoch, index in that epoch's permutation, clip id)."""
-        epoch, index = divmod(n, self.n_clips)
-        if self._perm is None or self._perm[0] != epoch:
-            self._perm = (epoch, epoch_permutation(self.seed, epoch, self.n_clips))
-        return epoch, index, int(self._perm[1][index])
+        epoch, index = divmod(n, self.epoch_size)
+        return epoch, index, self.order.clip(epoch, index)
 
     def rank_positions(self, start: int) -> range:
         """Global example positions this rank builds for the micro-batch starting at `start`."""

@@ -27,6 +27,7 @@ from adapter_trainer.evaluation.learning_check import (
     derangement,
     gather_target_ce,
     make_report,
+    per_set_figures,
     unigram_ce,
     unigram_log_probs,
 )
@@ -59,8 +60,11 @@ class HeldOutEval:
         *,
         n_derangements: int,
         seed: int,
+        set_spans: list[tuple[str, int, int]] | None = None,
     ) -> None:
+        """set_spans: (name, start, stop) clip rows of each shard set, for the per-set figures; None = one set."""
         self.index, self.spec, self.unigram_logp = index, spec, unigram_logp  # unigram_logp: [K, C]
+        self.set_spans = set_spans if set_spans is not None else [("all", 0, len(index))]
         self.reader = ClipReader(index)
         # Captions once, as small int arrays (every derangement needs all of them); codes are read per eval batch.
         self.captions = [
@@ -126,7 +130,7 @@ class HeldOutEval:
         end_sum, end_n = sum(p[0] for p in end_parts), sum(p[1] for p in end_parts)
         model.train(was_training)
         shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
-        return make_report(
+        report = make_report(
             step=step,
             model_true=final["true"],
             model_shuf=shuffled,
@@ -137,3 +141,5 @@ class HeldOutEval:
             seed=seed,
             n_overlap_clips=n_overlap_clips,
         )
+        report.per_shard_set = per_set_figures(final["true"], shuffled, final["uni"], self.set_spans)
+        return report

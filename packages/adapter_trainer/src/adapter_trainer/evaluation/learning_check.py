@@ -234,6 +234,9 @@ class EvalReport:
     held_out: bool = True  # False when data.allow_eval_overlap let eval clips that are also train clips through
     n_overlap_clips: int = 0  # eval clips whose keys are also train keys
     extra: dict = field(default_factory=dict)
+    # per entry of data.shards (its path as written): ce, n_clips, n_code_targets, unigram_ce, rel_to_unigram_pct,
+    # ce_shuffled, caption_gain; from the same per-clip sums as the overall figures (`per_set_figures`)
+    per_shard_set: dict = field(default_factory=dict)
 
     def scalars(self, prefix: str = "eval/") -> dict[str, float]:
         """Flat dict for MetricLogger.log_dict."""
@@ -316,6 +319,32 @@ def make_report(
     )
 
 
+def _set_figures(true: TargetCE, shuf: TargetCE, uni: TargetCE, rows: slice) -> dict[str, Any]:
+    """The figures of one shard set's eval clips (rows of the per-clip arrays)."""
+    n = int(true.count_per_example[rows].sum())
+    ce = safe_div(float(true.sum_per_example[rows].sum()), n)
+    uni_ce = safe_div(float(uni.sum_per_example[rows].sum()), n)
+    counts = true.count_per_example[rows]
+    gain = shuf.sum_per_example[rows] / counts - true.sum_per_example[rows] / counts  # [n_clips] per-clip means
+    return {
+        "ce": ce,
+        "n_clips": int(counts.shape[0]),
+        "n_code_targets": n,
+        "unigram_ce": uni_ce,
+        "rel_to_unigram_pct": 100.0 * (uni_ce - ce) / uni_ce if n else float("nan"),
+        "ce_shuffled": safe_div(float(shuf.sum_per_example[rows].sum()), n),
+        "caption_gain": float(gain.mean()) if gain.size else float("nan"),
+    }
+
+
+def per_set_figures(
+    true: TargetCE, shuf: TargetCE, uni: TargetCE, spans: list[tuple[str, int, int]]
+) -> dict[str, dict[str, Any]]:
+    """{set name: figures} over the clip rows [start, stop) of each set (`spans`: (name, start, stop) in clip
+    order). A set with no eval clips (e.g. cut off by data.eval_max_clips) reports n_clips 0 and NaN figures."""
+    return {name: _set_figures(true, shuf, uni, slice(start, stop)) for name, start, stop in spans}
+
+
 def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT) -> dict[str, Any]:
     """The `learning_check` block of final_metrics.json: the headline figures and their verdicts."""
     return {
@@ -330,7 +359,19 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
         "caption_gain_verdict": r.caption_gain_verdict,
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
+        "per_shard_set": r.per_shard_set,
     }
+
+
+def _per_set_lines(per_set: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per shard set when there are several (one set's figures are the overall ones)."""
+    if len(per_set) < 2:
+        return []
+    return [
+        f"  set {name}: CE {f['ce']:.4f} (unigram {f['unigram_ce']:.4f}, {f['rel_to_unigram_pct']:+.1f}%), "
+        f"caption gain {f['caption_gain']:+.4f}, {f['n_clips']} clips"
+        for name, f in per_set.items()
+    ]
 
 
 def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT) -> str:
@@ -360,6 +401,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
         + ("  (no AUDIO_END target was scored: no eval clip)" if not math.isfinite(r.end_ce) else ""),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
         f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{r.caption_gain_verdict}: {gain_rule}]",
+        *_per_set_lines(r.per_shard_set),
         "=" * 72,
     ]
     return "\n".join(lines)

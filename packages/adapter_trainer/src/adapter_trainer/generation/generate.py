@@ -25,7 +25,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import ConfigError
+from adapter_trainer.config import ConfigError, shard_paths
 from adapter_trainer.data.sample_keys import MAX_KEY_LEN
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
@@ -99,7 +99,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     check_uncond_trained(g, ckpt_dir)
     dec_cfg = load_audio_lm_config(cfg)
     shard_sets = open_shard_sets(
-        cfg.data.shards,
+        shard_paths(cfg),
         model_n_codebooks=dec_cfg.num_codebooks,
         model_codebook_size=dec_cfg.vocab_size,
         audio_lm=cfg.model.audio_lm,

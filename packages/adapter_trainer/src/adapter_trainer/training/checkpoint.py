@@ -5,7 +5,8 @@
     rng_torch.pt          torch CPU (+ CUDA) RNG states     rng.json  python + numpy global RNG states
     progress.json         TrainingProgress (step, epoch, index, tokens_seen)
     fingerprint.json      what must match on resume: model ids, dtype, mot config, pattern, codec sizes, the
-                          trainable-parameter shapes and the shard manifests' sha256s (in data.shards order)
+                          trainable-parameter shapes and the shard manifests' sha256s (in data.shards order);
+                          for a weighted mixture also its weights and data.mixture_epoch_size
     config.yaml           the resolved TrainConfig
 
 Resume refuses (ResumeError) when the fingerprint differs: nanoGPT takes the architecture from the checkpoint;
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from adapter_trainer.config import TrainConfig, mot_fields
+from adapter_trainer.config import TrainConfig, mot_fields, shard_weights
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.errors import UserError
 
@@ -254,7 +255,7 @@ def optimizer_changes(ckpt: Path, current: dict[str, Any]) -> list[str]:
 def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
     """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
     c = cfg
-    return {
+    fingerprint = {
         "model.llm": c.model.llm,
         "model.audio_lm": c.model.audio_lm,
         "model.dtype": c.model.dtype,
@@ -271,3 +272,7 @@ def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module,
         "data.manifest_sha256": [s.manifest_sha256 for s in shard_sets],
         "data.splits": [c.data.train_split, c.data.eval_split],
     }
+    weights = shard_weights(c)
+    if weights is not None:  # only for mixtures: checkpoints of concatenated sets keep their fingerprint
+        fingerprint["data.mixture"] = {"weights": weights, "epoch_size": c.data.mixture_epoch_size}
+    return fingerprint

@@ -9,6 +9,7 @@ this process never builds a codec nor imports tokenizer_pipeline (what cured the
 through the graph a second time": codes used to come out of a live codec graph). The library it stands on:
     model.builders.build_mot_model    frozen towers + adapter, fp32 master weights (shared with generation)
     data.shards, data.streaming       header-only shard index; DataLoader workers read, crop and collate
+    data.mixture                      the example order of a weighted mixture of shard sets
     training.step                     forward + backward of one accumulation window (target-weighted loss)
     training.optim                    AdamW groups, warmup + cosine LR
     training.device                   device, precision checks, autocast (GradScaler only for fp16 on CUDA)
@@ -40,9 +41,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml
+from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, shard_paths, shard_weights
+from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
 from adapter_trainer.data.shards import SplitIndex, build_index, open_shard_sets
 from adapter_trainer.data.streaming import (
+    ExampleOrder,
     ExampleSpec,
     TrainBatches,
     default_num_workers,
@@ -110,6 +113,10 @@ class MoTAdapterRecipe:
                 f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
                 f"output_dir={self.output_dir}"
             )
+            order = self.train_data.order
+            if isinstance(order, MixtureOrder):
+                shares = ", ".join(f"{path}: {p:.3f}" for path, p in zip(shard_paths(cfg), order.p))
+                print(f"mixture: {order.epoch_size} examples per epoch; share per draw {shares}")
 
     def _setup_device(self) -> None:
         """The device, the precision check, and this process's place in a torchrun job."""
@@ -142,7 +149,7 @@ class MoTAdapterRecipe:
         d = self.cfg.data
         dec_cfg = load_audio_lm_config(self.cfg)
         self.shard_sets = open_shard_sets(
-            d.shards,
+            shard_paths(self.cfg),
             model_n_codebooks=dec_cfg.num_codebooks,
             model_codebook_size=dec_cfg.vocab_size,
             audio_lm=self.cfg.model.audio_lm,
@@ -197,8 +204,29 @@ class MoTAdapterRecipe:
             batch_size=t.batch_size,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
+            order=self._train_order(),
         )
         self.num_workers = t.num_workers if t.num_workers >= 0 else default_num_workers(self.dist.local_world_size)
+
+    def _train_order(self) -> ExampleOrder | None:
+        """None (concatenation, the order of TrainBatches) unless data.shards gives weights or a set's samples carry
+        different `weight`s (format 3): then a MixtureOrder. Per-sample weights alone keep each set's share of the
+        concatenation (its weight is its clip count)."""
+        d = self.cfg.data
+        spans = split_spans(self.shard_sets, d.train_split, len(self.train_index))
+        per_sample = sample_weights(self.shard_sets, self.train_index, spans, d.train_split)
+        weights = shard_weights(self.cfg)
+        if weights is None and all(w is None for w in per_sample):
+            return None
+        if weights is None:  # a set without train clips (an eval-only set) weighs 0 here
+            return MixtureOrder(self.cfg.trainer.seed, spans, [float(b - a) for a, b in spans], 0, per_sample)
+        for path, (start, stop) in zip(shard_paths(self.cfg), spans):
+            if stop == start:
+                raise ConfigError(
+                    f"data.shards entry {path!r} has no clips in split data.train_split={d.train_split!r}, so a "
+                    f"weighted mixture cannot draw from it; remove it from data.shards or point it at a set with train clips"
+                )
+        return MixtureOrder(self.cfg.trainer.seed, spans, weights, d.mixture_epoch_size, per_sample)
 
     def _setup_eval(self) -> None:
         """The held-out scoring: eval captions (tokenized once), unigram baseline, caption derangements."""
@@ -218,6 +246,12 @@ class MoTAdapterRecipe:
             unigram_logp,
             n_derangements=cfg.trainer.eval_caption_shuffles,
             seed=cfg.trainer.seed,
+            set_spans=[
+                (name, start, stop)
+                for name, (start, stop) in zip(
+                    shard_paths(cfg), split_spans(self.shard_sets, cfg.data.eval_split, len(self.eval_index))
+                )
+            ],
         )
 
     def _setup_optimizer(self) -> None:
@@ -277,10 +311,11 @@ class MoTAdapterRecipe:
     def train_batches(self) -> Iterator[Batch]:
         """This rank's micro-batches from the saved data position to max_steps, built ahead by DataLoader workers.
 
-        The position is the global example number n = epoch * N + index (adapter_trainer/data/streaming.py): the same on
+        The position is the global example number n = epoch * E + index (E: all train clips, or a weighted mixture's
+        epoch size; adapter_trainer/data/streaming.py): the same on
         every rank, advanced by the GLOBAL micro-batch, so resuming works with another world size too.
         """
-        start = self.progress.epoch * len(self.train_index) + self.progress.index
+        start = self.progress.epoch * self.train_data.epoch_size + self.progress.index
         n_micro = (self.max_steps - self.progress.step) * self.grad_accum
         return iter(
             train_loader(
@@ -297,8 +332,8 @@ class MoTAdapterRecipe:
         t0 = time.perf_counter()
         batch = next(batches)  # tokens/labels [B, S, J] long, masks [B, S] bool
         self.data_wait_s += time.perf_counter() - t0
-        n = self.progress.epoch * len(self.train_index) + self.progress.index + self.train_data.global_batch
-        self.progress.epoch, self.progress.index = divmod(n, len(self.train_index))
+        n = self.progress.epoch * self.train_data.epoch_size + self.progress.index + self.train_data.global_batch
+        self.progress.epoch, self.progress.index = divmod(n, self.train_data.epoch_size)
         self.last_batch_facts = batch_facts(batch)
         check_plain_integer_batch(self.last_batch_facts)
         return batch.to(self.device)
