@@ -1,8 +1,9 @@
-"""The stage-1 run: MusicCaps CSV + audio -> EnCodec code shards + manifest, on one process or N torchrun ranks.
+"""The stage-1 run: MusicCaps CSV + audio (or another source) -> EnCodec code shards + manifest, on 1 or N ranks.
 
 `run_pipeline` reads top to bottom:
   1. join the torchrun group when there is one (gloo on CPU, nccl with one GPU per rank); check the
-     configuration, read the CSV, plan every shard, load the codec. Anything a user must fix stops every
+     configuration, read the CSV (or plan the segments of source=audiocraft|audiofolder: sources/), plan every
+     shard, load the codec. Anything a user must fix stops every
      rank here, before any encoding, as a `PipelineError` whose message names the fix
   2. rank 0 locks `out_dir` and prepares `.progress/` (a different config is refused unless overwrite)
   3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -34,6 +36,7 @@ from tqdm import tqdm
 from .config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from .dir_lock import lock_dir
 from .encode import CodecEncoder, resolve_batch_size
+from .errors import ConfigError
 from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .manifest import (
     FORMAT_VERSION,
@@ -41,6 +44,7 @@ from .manifest import (
     FailureRecord,
     Manifest,
     SampleRecord,
+    SegmentSampleRecord,
     SplitSummary,
     library_versions,
     write_failures_jsonl,
@@ -48,6 +52,7 @@ from .manifest import (
 )
 from .musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
 from .read_audio import FFMPEG_FIX, ClipFailure, load_audio
+from .sources import SegmentItem, SourceError, SourceInfo, plan_items
 from .write_shards import (
     LOCK_FILE,
     PipelineError,
@@ -82,6 +87,10 @@ Offline stand-in (no downloads): a synthetic corpus + a small demo codec
       make demo-shards        (= make corpus codec, then python -m tokenizer_pipeline +preset=demo)
       make demo               (also trains the adapter on those shards)
 """
+
+
+# A planned unit of work: a MusicCaps CSV row (one clip), or a segment (or track-level failure) of another source.
+PlanItem = ClipRow | SegmentItem
 
 
 @dataclass(frozen=True)
@@ -169,19 +178,56 @@ def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
     )
 
 
-def clip_failure(row: ClipRow, err: Exception, stage: str, path: Path | str | None = None) -> FailureRecord:
+def clip_failure(row: PlanItem, err: Exception, stage: str, path: Path | str | None = None) -> FailureRecord:
     """A typed failure: `ClipFailure`s keep their reason (read_audio.REASONS); any other exception while
-    decoding or encoding this clip becomes `decode_error` / `encode_error` with its type and message."""
+    decoding or encoding this clip becomes `decode_error` / `encode_error` with its type and message.
+    A segment's failure names its source file and time range in `detail`."""
     if not isinstance(err, ClipFailure):
         err = ClipFailure.from_exception(f"{stage}_error", path if path is not None else f"{row.ytid}.*", err)
-    return FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, **err.record_fields())
+    fields = err.record_fields()
+    if isinstance(row, SegmentItem):
+        fields["detail"] = f"{segment_label(row)}: {fields['detail']}"
+    return FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, **fields)
+
+
+def segment_label(item: SegmentItem) -> str:
+    """'segment 2 [20.000, 30.000] s of songs/a.wav' (or 'track songs/a.wav' for a track-level failure)."""
+    if item.segment_index is None:
+        return f"track {item.source_file}"
+    return f"segment {item.segment_index} [{item.start_s:.3f}, {item.end_s:.3f}] s of {item.source_file}"
+
+
+def planned_failure(item: SegmentItem) -> FailureRecord:
+    """The failure a track-level item carries from planning (no_caption, missing or unreadable file)."""
+    assert item.failure is not None
+    reason, detail = item.failure
+    err = ClipFailure(reason, item.audio_path, detail)
+    return FailureRecord(
+        ytid=item.ytid, csv_row=item.csv_row, split=item.split, reason=reason, detail=f"{segment_label(item)}: {detail}",
+        error_type=None, retryable=err.retryable,
+    )  # fmt: skip
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
+
+
+def sha256_cached(path: Path) -> str:
+    """sha256 of a file, remembered per process while its size and mtime stay: the segments of one track hash it once
+    per decode worker, not once per segment."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        if len(_SHA_CACHE) > 256:
+            _SHA_CACHE.clear()
+        _SHA_CACHE[key] = sha256_file(path)
+    return _SHA_CACHE[key]
 
 
 @dataclass(frozen=True)
 class DecodedClip:
     """One row after the decode worker: audio ready for the encoder, or the reason it is not."""
 
-    row: ClipRow
+    row: PlanItem
     wav: torch.Tensor | None  # [N] float32 mono at the codec's rate; None when it failed
     source_file: str | None  # relative to audio_dir; None when no file exists
     source_sha256: str | None
@@ -191,14 +237,16 @@ class DecodedClip:
 class ClipSource(torch.utils.data.Dataset):
     """Row i -> DecodedClip: find, hash, decode, resample. Runs in DataLoader worker processes."""
 
-    def __init__(self, rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int) -> None:
+    def __init__(self, rows: list[PlanItem], cfg: PipelineConfig, sampling_rate: int) -> None:
         self.rows, self.cfg, self.sampling_rate = rows, cfg, sampling_rate
-        self.audio_dir = Path(cfg.audio_dir)
+        self.audio_dir = Path(cfg.audio_dir or "")  # musiccaps only; segments name their files
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> DecodedClip:
+        if isinstance(self.rows[i], SegmentItem):
+            return self._segment(self.rows[i])
         row, rel, sha, src = self.rows[i], None, None, None
         try:
             src = find_audio(self.audio_dir, row.ytid, self.cfg.audio_ext)
@@ -210,6 +258,21 @@ class ClipSource(torch.utils.data.Dataset):
         except Exception as e:  # per-clip isolation: whatever breaks on this one file is recorded for it, not raised
             return DecodedClip(row, None, rel, sha, clip_failure(row, e, "decode", src))
         return DecodedClip(row, wav, rel, sha, None)
+
+    def _segment(self, item: SegmentItem) -> DecodedClip:
+        """Only the segment's window is read (a seek), so memory is one segment whatever the track's length."""
+        if item.failure is not None:
+            return DecodedClip(item, None, None, None, planned_failure(item))
+        src, sha = Path(item.audio_path), None
+        try:
+            sha = sha256_cached(src)
+            wav = load_audio(
+                src, self.sampling_rate, start_s=item.start_s, end_s=item.end_s, crop_to_window=True,
+                duration_tolerance_s=self.cfg.duration_tolerance_s,
+            )  # [N]  # fmt: skip
+        except Exception as e:  # per-segment isolation, as for a clip
+            return DecodedClip(item, None, item.source_file, sha, clip_failure(item, e, "decode", src))
+        return DecodedClip(item, wav, item.source_file, sha, None)
 
 
 def _worker_init(_: int) -> None:
@@ -231,7 +294,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-def decoded_clips(rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int, workers: int) -> Iterator[DecodedClip]:
+def decoded_clips(rows: list[PlanItem], cfg: PipelineConfig, sampling_rate: int, workers: int) -> Iterator[DecodedClip]:
     """DecodedClips in `rows` order. workers > 0: that many processes, at most `prefetch` clips ahead each."""
     source = ClipSource(rows, cfg, sampling_rate)
     if workers == 0:
@@ -252,7 +315,7 @@ def decoded_clips(rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int, 
 
 @dataclass(frozen=True)
 class EncodedClip:
-    row: ClipRow
+    row: PlanItem
     codes: np.ndarray  # [T, K] int16
     n_samples: int  # audio samples at the codec's rate
     source_file: str
@@ -299,8 +362,10 @@ def encode_isolated(encoder: CodecEncoder, clips: list[DecodedClip]) -> list[np.
         return [encode_isolated(encoder, [c])[0] for c in clips]
 
 
-def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord:
+def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord | SegmentSampleRecord:
     row = clip.row
+    if isinstance(row, SegmentItem):
+        return segment_sample_record(clip, row, sampling_rate)
     return SampleRecord(
         ytid=row.ytid,
         start_s=row.start_s,
@@ -319,6 +384,26 @@ def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord:
         source_file=clip.source_file,
         source_sha256=clip.source_sha256,
     )
+
+
+def segment_sample_record(clip: EncodedClip, item: SegmentItem, sampling_rate: int) -> SegmentSampleRecord:
+    return SegmentSampleRecord(
+        ytid=item.ytid, start_s=item.start_s, end_s=item.end_s, aspect_list=list(item.aspect_list),
+        caption=item.caption, split=item.split, csv_row=item.csv_row, n_frames=int(clip.codes.shape[0]),
+        n_codebooks=int(clip.codes.shape[1]), duration_s=clip.n_samples / sampling_rate,
+        source_file=clip.source_file, source_sha256=clip.source_sha256, source_kind=item.source_kind,
+        track_id=item.track_id, source_path=item.source_path, segment_index=int(item.segment_index or 0),
+        segment_start_s=item.start_s, segment_end_s=item.end_s, weight=item.weight,
+        metadata=json.loads(item.metadata_json),
+    )  # fmt: skip
+
+
+def input_identity(row: PlanItem, source_file: str | None, sha: str | None) -> list[str | None]:
+    """What a shard's record remembers of a row's inputs (resume compares it): [file, sha256], plus for a segment
+    the digest of its caption/metadata (a changed sidecar or metadata row redoes the shard)."""
+    if isinstance(row, SegmentItem):
+        return [source_file, sha, row.input_digest]
+    return [source_file, sha]
 
 
 def encode_shard(
@@ -346,7 +431,7 @@ def encode_shard(
         clip = next(clips)
         if clip.row != row:
             raise RuntimeError(f"decode order broke: expected row {row.csv_row}, got {clip.row.csv_row}")
-        inputs[row.ytid] = [clip.source_file, clip.source_sha256]
+        inputs[row.ytid] = input_identity(row, clip.source_file, clip.source_sha256)
         if clip.failure is not None:
             done[row.ytid] = clip.failure
             continue
@@ -408,7 +493,11 @@ def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str 
     rec = store.completed(plan)
     if rec is None:
         return "new or damaged"
-    audio_dir = Path(cfg.audio_dir)
+    if set(rec.inputs) != {row.ytid for row in plan.rows}:
+        return "its planned samples changed (a track's segments or failure changed)"
+    if cfg.source.kind != "musiccaps":
+        return why_redo_segments(rec, plan)
+    audio_dir = Path(cfg.audio_dir or "")
     for f in rec.failures:
         if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):  # those two: only once the cause went
             return f"{f.ytid} failed with a retryable {f.reason}"
@@ -423,6 +512,30 @@ def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str 
             return f"audio of {row.ytid} appeared or changed"
         if row.ytid in ffmpeg_failed and ffmpeg_available():
             return f"{row.ytid} needed FFmpeg, which is now installed"
+    return None
+
+
+def why_redo_segments(rec: ShardRecord, plan: ShardPlan) -> str | None:
+    """why_redo for segments: a retryable failure, or a segment whose audio bytes or metadata changed."""
+    for f in rec.failures:
+        if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):
+            return f"{f.ytid} failed with a retryable {f.reason}"
+    hashes: dict[str, str | None] = {}
+    for item in plan.rows:
+        assert isinstance(item, SegmentItem)
+        old = rec.inputs[item.ytid]
+        if item.failure is not None:  # planned failures: their identity is the plan's (keys already compared)
+            if old[2:] != [item.input_digest]:
+                return f"metadata of {item.ytid} changed"
+            continue
+        if item.audio_path not in hashes:
+            p = Path(item.audio_path)
+            hashes[item.audio_path] = sha256_cached(p) if p.is_file() else None
+        sha = hashes[item.audio_path]
+        if sha is None:  # deleted after encoding: the sample stays, as for MusicCaps
+            continue
+        if old != input_identity(item, item.source_file, sha):
+            return f"audio or metadata of {item.ytid} appeared or changed"
     return None
 
 
@@ -447,6 +560,52 @@ def load_rows(cfg: PipelineConfig) -> list[ClipRow]:
     return rows
 
 
+def load_plan(cfg: PipelineConfig) -> tuple[list[PlanItem], SourceInfo | None]:
+    """The run's planned items in source order: CSV rows (musiccaps) or segments (sources/plan.py), keys checked."""
+    if cfg.source.kind == "musiccaps":
+        return list(load_rows(cfg)), None
+    try:
+        items, info = plan_items(cfg)
+    except (SourceError, ConfigError) as e:
+        raise PipelineError(str(e)) from e
+    check_keys(items, Path(info.path))  # the key rule holds by construction (track_ids.py); checked all the same
+    return list(items), info
+
+
+def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
+    """sha256 of the CSV, the audiocraft manifest, or the audiofolder metadata (in the fingerprint and manifest)."""
+    return sha256_file(Path(cfg.csv)) if info is None else info.sha256
+
+
+def source_summary(cfg: PipelineConfig, info: SourceInfo | None, sha: str) -> dict:
+    """The manifest's `source` object (docs/shard-format.md)."""
+    if info is None:
+        return {
+            "kind": "musiccaps",
+            "csv": str(cfg.csv),
+            "csv_sha256": sha,
+            "sha256": sha,
+            "audio_dir": str(cfg.audio_dir),
+        }
+    where = {"audiocraft": "manifest", "audiofolder": "dir"}[info.kind]
+    return {
+        "kind": info.kind, where: info.path, "sha256": sha, "metadata_files": info.metadata_files,
+        "n_tracks": info.n_tracks, "n_duration_disagreements": info.n_duration_disagreements,
+    }  # fmt: skip
+
+
+def segmentation_summary(info: SourceInfo | None) -> dict | None:
+    """The manifest's `segmentation` object (None for MusicCaps, whose windows are not cut)."""
+    if info is None:
+        return None
+    seg = info.segmentation
+    return {
+        "seconds": seg.seconds, "hop_seconds": seg.hop_seconds, "min_seconds": seg.min_seconds,
+        "n_tracks": info.n_tracks, "n_segments_planned": info.n_segments, "n_dropped_short": info.n_dropped_short,
+        "n_track_failures": info.track_failures,
+    }  # fmt: skip
+
+
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
     """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
     set and its codec are copied side by side); None for a hub id."""
@@ -468,7 +627,7 @@ def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
 
 def check_config(cfg: PipelineConfig) -> None:
     """Values no run can use; PipelineError names the key and the allowed range."""
-    if not Path(cfg.audio_dir).is_dir():
+    if cfg.source.kind == "musiccaps" and not (cfg.audio_dir and Path(cfg.audio_dir).is_dir()):
         raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
     try:
         resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
@@ -509,12 +668,12 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 
     # 1. ranks, configuration, CSV, plan and codec: problems stop every rank here
     ranks = join_ranks(cfg.codec.device)
-    error, plans, encoder = None, [], None
+    error, plans, encoder, source_info = None, [], None, None
     try:
         check_config(cfg)
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
-        rows = load_rows(cfg)
+        rows, source_info = load_plan(cfg)
         split_names = [cfg.split.train_name, cfg.split.eval_name]
         plans = plan_shards(rows, split_names, cfg.shard.max_samples)
         encoder = load_encoder(cfg)
@@ -545,13 +704,13 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         config=encoder.config_identity,
         path_from_set=codec_path_from_set(cfg.codec.name_or_path, out_dir),
     )
-    csv_sha = sha256_file(Path(cfg.csv))
+    csv_sha = source_sha256(cfg, source_info)
     resolved = {k: v for k, v in asdict(cfg).items() if k not in OUTPUT_NEUTRAL_KEYS} | {"threads": threads}
     fingerprint = {
         "format_version": FORMAT_VERSION,
         "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
         "device": encoder.device.type,
-        "csv_sha256": csv_sha,
+        "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
     }
 
@@ -570,8 +729,9 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     agree(ranks, error)
     try:
         return _encode_and_write(
-            cfg, ranks, plans, store, encoder, codec_info, csv_sha, resolved, len(rows), workers, progress
-        )
+            cfg, ranks, plans, store, encoder, codec_info, source_summary(cfg, source_info, csv_sha),
+            segmentation_summary(source_info), resolved, len(rows), workers, progress,
+        )  # fmt: skip
     finally:
         if lock is not None:
             lock.release()
@@ -579,7 +739,8 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 
 def _encode_and_write(
     cfg: PipelineConfig, ranks: RankInfo, plans: list[ShardPlan], store: ProgressStore, encoder: CodecEncoder,
-    codec_info: CodecInfo, csv_sha: str, resolved: dict, n_rows: int, workers: int, progress: bool,
+    codec_info: CodecInfo, source: dict, segmentation: dict | None, resolved: dict, n_rows: int, workers: int,
+    progress: bool,
 ) -> RunResult:  # fmt: skip
     out_dir = store.out_dir
 
@@ -610,7 +771,7 @@ def _encode_and_write(
         dist.all_gather_object(rates, audio_s)
         audio_s = sum(rates)
     if ranks.is_main:
-        result = _write_manifest(cfg, plans, store, codec_info, csv_sha, resolved, n_rows)
+        result = _write_manifest(cfg, plans, store, codec_info, source, segmentation, resolved, n_rows)
         lines = result.message.splitlines()
         lines.insert(
             -1,
@@ -633,8 +794,8 @@ def _encode_and_write(
 
 
 def _write_manifest(
-    cfg: PipelineConfig, plans: list[ShardPlan], store: ProgressStore, codec_info: CodecInfo, csv_sha: str,
-    resolved: dict, n_rows: int,
+    cfg: PipelineConfig, plans: list[ShardPlan], store: ProgressStore, codec_info: CodecInfo, source: dict,
+    segmentation: dict | None, resolved: dict, n_rows: int,
 ) -> RunResult:  # fmt: skip
     out_dir = store.out_dir
     records: list[ShardRecord] = []
@@ -666,8 +827,9 @@ def _write_manifest(
             "n_frames": sum(s.n_frames for s in splits.values()),
         },
         failures=failures,
-        source={"csv": str(cfg.csv), "csv_sha256": csv_sha, "audio_dir": str(cfg.audio_dir)},
+        source=source,
         config=resolved,
+        segmentation=segmentation,
     )
     assert manifest.totals["encoded"] + manifest.totals["failed"] == n_rows
     write_failures_jsonl(out_dir / "failures.jsonl", failures)
