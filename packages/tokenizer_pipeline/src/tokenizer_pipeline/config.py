@@ -47,8 +47,11 @@ class SourceConfig:
     caption: str = "field"  # field: the caption_column's text | template: `template` filled from the metadata
     caption_column: str = "description"  # audiocraft: description; audiofolder: caption (falls back to text)
     template: str = "{description} genre: {genre}. bpm: {bpm}. key: {key}"  # a missing field drops its label text
-    # metadata fields whose values (a keyword or a list of them) become the sample's aspect_list
-    aspect_fields: list[str] = field(default_factory=lambda: ["keywords", "genre", "moods", "instrument"])
+    # metadata fields whose values (a keyword or a list of them) become the sample's aspect_list; fields that are
+    # not audiocraft's are split on commas (aspect_list "a, b" or a list literal "['a', 'b']")
+    aspect_fields: list[str] = field(
+        default_factory=lambda: ["keywords", "genre", "moods", "instrument", "aspect_list"]
+    )
 
 
 @dataclass

@@ -14,6 +14,7 @@ the run records that track as a `no_caption` failure, never an empty caption.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import string
@@ -137,11 +138,28 @@ def caption_of(metadata: dict[str, Any], mode: str, column: str, template: str, 
     return text
 
 
+def _phrases(value: Any) -> Any:
+    """A free-form keyword column (e.g. audiofolder's aspect_list): "a, b" or "['a', 'b']" -> ["a", "b"]."""
+    if not isinstance(value, str):
+        return value
+    if value.strip().startswith("["):
+        try:
+            parsed = ast.literal_eval(value.strip())  # a list literal, as MusicCaps writes aspect_list; never eval()
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+        if isinstance(parsed, list):
+            return [str(v) for v in parsed]
+    return [v for v in (p.strip() for p in value.split(",")) if v]
+
+
 def aspects_of(metadata: dict[str, Any], fields: list[str]) -> list[str]:
-    """Keywords of the `fields` (lists flattened), in field order, each once."""
+    """Keywords of the `fields` (lists flattened), in field order, each once. audiocraft's fields follow its rules
+    (keywords/moods split on commas and spaces); any other field is split on commas (or read as a list literal)."""
     out: list[str] = []
     for name in fields:
-        value = normalised(name, metadata.get(name))
+        raw = metadata.get(name)
+        known = name in KEYWORD_FIELDS + KEYWORD_LIST_FIELDS + STRING_FIELDS + ("bpm", "key")
+        value = normalised(name, raw if known else _phrases(raw))
         for v in value if isinstance(value, list) else ([] if value is None else [as_text(value)]):
             if v and v not in out:
                 out.append(v)
