@@ -83,6 +83,10 @@ Real MusicCaps audio
   command after fetching or fixing audio: only the shards whose audio changed are redone.
   N GPUs: torchrun --nproc_per_node=N -m tokenizer_pipeline audio_dir=... out_dir=...
 
+Your own audio instead (full-length tracks, cut into 10-s segments; README, "Your own audio")
+      python -m tokenizer_pipeline source=audiocraft source.manifest=egs/mine/data.jsonl out_dir=build/mine
+      python -m tokenizer_pipeline source=audiofolder source.dir=/path/to/folder out_dir=build/mine
+
 Offline stand-in (no downloads): a synthetic corpus + a small demo codec
       make demo-shards        (= make corpus codec, then python -m tokenizer_pipeline +preset=demo)
       make demo               (also trains the adapter on those shards)

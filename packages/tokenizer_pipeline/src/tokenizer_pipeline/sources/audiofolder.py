@@ -101,7 +101,7 @@ def _audio_path(root: Path, folder: Path, name: Any, where: str) -> Path:
         raise SourceError(f"{where}: {FILE_COLUMN} {name!r} is absolute; it must be relative to {folder}")
     check_relative(name, where, FILE_COLUMN)
     path = folder / name
-    if not path.resolve().is_relative_to(root.resolve()) and not path.is_symlink():
+    if not path.parent.resolve().is_relative_to(root.resolve()):  # the file itself may be a link, as in audio_dir
         raise SourceError(f"{where}: {FILE_COLUMN} {name!r} leads outside {root} (through a linked folder)")
     return path
 
