@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -52,6 +51,15 @@ from .manifest import (
 )
 from .musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
 from .read_audio import FFMPEG_FIX, ClipFailure, load_audio
+from .segment_items import (
+    decode_segment,
+    segment_failure,
+    segment_identity,
+    segment_sample_record,
+    segmentation_summary,
+    source_summary,
+    why_redo_segments,
+)
 from .sources import SegmentItem, SourceError, SourceInfo, plan_items
 from .write_shards import (
     LOCK_FILE,
@@ -188,43 +196,9 @@ def clip_failure(row: PlanItem, err: Exception, stage: str, path: Path | str | N
     A segment's failure names its source file and time range in `detail`."""
     if not isinstance(err, ClipFailure):
         err = ClipFailure.from_exception(f"{stage}_error", path if path is not None else f"{row.ytid}.*", err)
-    fields = err.record_fields()
     if isinstance(row, SegmentItem):
-        fields["detail"] = f"{segment_label(row)}: {fields['detail']}"
-    return FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, **fields)
-
-
-def segment_label(item: SegmentItem) -> str:
-    """'segment 2 [20.000, 30.000] s of songs/a.wav' (or 'track songs/a.wav' for a track-level failure)."""
-    if item.segment_index is None:
-        return f"track {item.source_file}"
-    return f"segment {item.segment_index} [{item.start_s:.3f}, {item.end_s:.3f}] s of {item.source_file}"
-
-
-def planned_failure(item: SegmentItem) -> FailureRecord:
-    """The failure a track-level item carries from planning (no_caption, missing or unreadable file)."""
-    assert item.failure is not None
-    reason, detail = item.failure
-    err = ClipFailure(reason, item.audio_path, detail)
-    return FailureRecord(
-        ytid=item.ytid, csv_row=item.csv_row, split=item.split, reason=reason, detail=f"{segment_label(item)}: {detail}",
-        error_type=None, retryable=err.retryable,
-    )  # fmt: skip
-
-
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
-
-
-def sha256_cached(path: Path) -> str:
-    """sha256 of a file, remembered per process while its size and mtime stay: the segments of one track hash it once
-    per decode worker, not once per segment."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        if len(_SHA_CACHE) > 256:
-            _SHA_CACHE.clear()
-        _SHA_CACHE[key] = sha256_file(path)
-    return _SHA_CACHE[key]
+        return segment_failure(row, err)
+    return FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, **err.record_fields())
 
 
 @dataclass(frozen=True)
@@ -264,19 +238,8 @@ class ClipSource(torch.utils.data.Dataset):
         return DecodedClip(row, wav, rel, sha, None)
 
     def _segment(self, item: SegmentItem) -> DecodedClip:
-        """Only the segment's window is read (a seek), so memory is one segment whatever the track's length."""
-        if item.failure is not None:
-            return DecodedClip(item, None, None, None, planned_failure(item))
-        src, sha = Path(item.audio_path), None
-        try:
-            sha = sha256_cached(src)
-            wav = load_audio(
-                src, self.sampling_rate, start_s=item.start_s, end_s=item.end_s, crop_to_window=True,
-                duration_tolerance_s=self.cfg.duration_tolerance_s,
-            )  # [N]  # fmt: skip
-        except Exception as e:  # per-segment isolation, as for a clip
-            return DecodedClip(item, None, item.source_file, sha, clip_failure(item, e, "decode", src))
-        return DecodedClip(item, wav, item.source_file, sha, None)
+        wav, rel, sha, failure = decode_segment(item, self.sampling_rate, self.cfg.duration_tolerance_s)  # [N]
+        return DecodedClip(item, wav, rel, sha, failure)
 
 
 def _worker_init(_: int) -> None:
@@ -369,7 +332,9 @@ def encode_isolated(encoder: CodecEncoder, clips: list[DecodedClip]) -> list[np.
 def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord | SegmentSampleRecord:
     row = clip.row
     if isinstance(row, SegmentItem):
-        return segment_sample_record(clip, row, sampling_rate)
+        return segment_sample_record(
+            row, clip.codes, clip.n_samples, clip.source_file, clip.source_sha256, sampling_rate
+        )
     return SampleRecord(
         ytid=row.ytid,
         start_s=row.start_s,
@@ -388,26 +353,6 @@ def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord | Segme
         source_file=clip.source_file,
         source_sha256=clip.source_sha256,
     )
-
-
-def segment_sample_record(clip: EncodedClip, item: SegmentItem, sampling_rate: int) -> SegmentSampleRecord:
-    return SegmentSampleRecord(
-        ytid=item.ytid, start_s=item.start_s, end_s=item.end_s, aspect_list=list(item.aspect_list),
-        caption=item.caption, split=item.split, csv_row=item.csv_row, n_frames=int(clip.codes.shape[0]),
-        n_codebooks=int(clip.codes.shape[1]), duration_s=clip.n_samples / sampling_rate,
-        source_file=clip.source_file, source_sha256=clip.source_sha256, source_kind=item.source_kind,
-        track_id=item.track_id, source_path=item.source_path, segment_index=int(item.segment_index or 0),
-        segment_start_s=item.start_s, segment_end_s=item.end_s, weight=item.weight,
-        metadata=json.loads(item.metadata_json),
-    )  # fmt: skip
-
-
-def input_identity(row: PlanItem, source_file: str | None, sha: str | None) -> list[str | None]:
-    """What a shard's record remembers of a row's inputs (resume compares it): [file, sha256], plus for a segment
-    the digest of its caption/metadata (a changed sidecar or metadata row redoes the shard)."""
-    if isinstance(row, SegmentItem):
-        return [source_file, sha, row.input_digest]
-    return [source_file, sha]
 
 
 def encode_shard(
@@ -435,7 +380,11 @@ def encode_shard(
         clip = next(clips)
         if clip.row != row:
             raise RuntimeError(f"decode order broke: expected row {row.csv_row}, got {clip.row.csv_row}")
-        inputs[row.ytid] = input_identity(row, clip.source_file, clip.source_sha256)
+        inputs[row.ytid] = (
+            segment_identity(row, clip.source_file, clip.source_sha256)
+            if isinstance(row, SegmentItem)
+            else [clip.source_file, clip.source_sha256]
+        )
         if clip.failure is not None:
             done[row.ytid] = clip.failure
             continue
@@ -519,30 +468,6 @@ def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str 
     return None
 
 
-def why_redo_segments(rec: ShardRecord, plan: ShardPlan) -> str | None:
-    """why_redo for segments: a retryable failure, or a segment whose audio bytes or metadata changed."""
-    for f in rec.failures:
-        if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):
-            return f"{f.ytid} failed with a retryable {f.reason}"
-    hashes: dict[str, str | None] = {}
-    for item in plan.rows:
-        assert isinstance(item, SegmentItem)
-        old = rec.inputs[item.ytid]
-        if item.failure is not None:  # planned failures: their identity is the plan's (keys already compared)
-            if old[2:] != [item.input_digest]:
-                return f"metadata of {item.ytid} changed"
-            continue
-        if item.audio_path not in hashes:
-            p = Path(item.audio_path)
-            hashes[item.audio_path] = sha256_cached(p) if p.is_file() else None
-        sha = hashes[item.audio_path]
-        if sha is None:  # deleted after encoding: the sample stays, as for MusicCaps
-            continue
-        if old != input_identity(item, item.source_file, sha):
-            return f"audio or metadata of {item.ytid} appeared or changed"
-    return None
-
-
 # -------------------------------------------------------------------------------------------- the run
 
 
@@ -579,35 +504,6 @@ def load_plan(cfg: PipelineConfig) -> tuple[list[PlanItem], SourceInfo | None]:
 def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
     """sha256 of the CSV, the audiocraft manifest, or the audiofolder metadata (in the fingerprint and manifest)."""
     return sha256_file(Path(cfg.csv)) if info is None else info.sha256
-
-
-def source_summary(cfg: PipelineConfig, info: SourceInfo | None, sha: str) -> dict:
-    """The manifest's `source` object (docs/shard-format.md)."""
-    if info is None:
-        return {
-            "kind": "musiccaps",
-            "csv": str(cfg.csv),
-            "csv_sha256": sha,
-            "sha256": sha,
-            "audio_dir": str(cfg.audio_dir),
-        }
-    where = {"audiocraft": "manifest", "audiofolder": "dir"}[info.kind]
-    return {
-        "kind": info.kind, where: info.path, "sha256": sha, "metadata_files": info.metadata_files,
-        "n_tracks": info.n_tracks, "n_duration_disagreements": info.n_duration_disagreements,
-    }  # fmt: skip
-
-
-def segmentation_summary(info: SourceInfo | None) -> dict | None:
-    """The manifest's `segmentation` object (None for MusicCaps, whose windows are not cut)."""
-    if info is None:
-        return None
-    seg = info.segmentation
-    return {
-        "seconds": seg.seconds, "hop_seconds": seg.hop_seconds, "min_seconds": seg.min_seconds,
-        "n_tracks": info.n_tracks, "n_segments_planned": info.n_segments, "n_dropped_short": info.n_dropped_short,
-        "n_track_failures": info.track_failures,
-    }  # fmt: skip
 
 
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
