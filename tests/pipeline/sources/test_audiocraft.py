@@ -256,3 +256,22 @@ def test_a_missing_audio_file_is_a_retryable_track_failure_healed_on_rerun(tmp_p
     shutil.move(stash, manifest.parent / "a.wav")
     assert run_pipeline(cfg, progress=False).exit_code == 0
     assert snapshot(tmp_path / "set") == fresh
+
+
+def test_info_path_in_a_zip_or_a_json_file_is_the_metadata(tmp_path: Path) -> None:
+    """audiocraft's info_path ("<zip>:<member>", its PathInZip) wins over the sidecar; a plain .json path works too."""
+    import zipfile
+
+    from tokenizer_pipeline.sources.audiocraft import read_audiocraft
+
+    for name in ("a.wav", "b.wav", "c.wav"):
+        write_track(tmp_path / name, 0.1)
+        (tmp_path / name).with_suffix(".json").write_text(json.dumps({"description": "sidecar"}))
+    with zipfile.ZipFile(tmp_path / "info.zip", "w") as zf:
+        zf.writestr("meta/a.json", json.dumps({"description": "from the zip"}))
+    (tmp_path / "b_info.json").write_text(json.dumps({"description": "from a file"}))
+    lines = [audiocraft_line("a.wav", 0.1) | {"info_path": "info.zip:meta/a.json"},
+             audiocraft_line("b.wav", 0.1) | {"info_path": "b_info.json"}, audiocraft_line("c.wav", 0.1)]  # fmt: skip
+    tracks = read_audiocraft(write_manifest(tmp_path / "data.jsonl", lines))
+    assert [t.metadata["description"] for t in tracks] == ["from the zip", "from a file", "sidecar"]
+    assert [t.metadata_file for t in tracks] == ["info.zip:meta/a.json", "b_info.json", "c.json"]
