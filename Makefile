@@ -8,6 +8,11 @@ DEMO := build/demo
 # stand-in corpus size (rows of the real CSV, 3:1 train:eval). Fewer = faster encode (~1.5 s per clip here),
 # but the caption-gain check needs the caption variety: at 160 clips it did not clear zero, at 320 it did.
 DEMO_CLIPS ?= 320
+# make corpus LAYOUT=audiocraft|audiofolder: the stand-in corpus as your-own-audio layouts instead, full-length
+# TRACK_SECONDS-s stereo 44.1 kHz tracks in build/demo/corpus-<layout> (README, "Your own audio")
+LAYOUT ?= musiccaps
+TRACK_SECONDS ?= 30
+LAYOUT_CLIPS ?= 32
 # clips whose encoder latents fit the demo codec's RVQ codebooks
 DEMO_CODEC_CLIPS ?= 40
 # extra Hydra overrides, e.g. make train ARGS="+experiment=demo trainer.max_steps=10"; for make bench, its flags
@@ -19,17 +24,27 @@ OUT ?= build/shards
 
 .PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-gpu clean listen listen-check
 
+# test-only tools next to the packages: pytest, ruff, and Hugging Face `datasets` (tests/pipeline/sources check the
+# audiofolder reader against datasets' own; neither package depends on it)
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/pyproject.toml packages/adapter_trainer/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -c constraints.txt \
-		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest ruff
+		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest ruff datasets
 	touch $@
 
 # ---- embedded default (offline): stand-in corpus -> demo codec -> shards -> tiny models -> training
+ifeq ($(LAYOUT),musiccaps)
 corpus: $(DEMO)/corpus/.done
+else
+corpus: $(DEMO)/corpus-$(LAYOUT)/.done
+endif
+$(DEMO)/corpus-%/.done: | setup
+	$(PY) -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \
+		--out $(DEMO)/corpus-$* --n-clips $(LAYOUT_CLIPS) --layout $* --duration-s $(TRACK_SECONDS)
+	touch $@
 $(DEMO)/corpus/.done: | setup
 	$(PY) -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \
 		--out $(DEMO)/corpus --n-clips $(DEMO_CLIPS)

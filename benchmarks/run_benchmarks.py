@@ -24,9 +24,12 @@ Groups:
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
   generate  generate_speedup_vs_concat_cache (bench_generate.py: the sampler vs the one it replaced, demo models)
   mixture   mixture_weight_error (bench_mixture.py: shares of a 3:1 mixture of two sets over 10,000 draws; ~1 s)
+  byo       byo_pipeline_vs_musiccaps (bench_byo.py: source=audiocraft on 30-s stereo tracks vs the MusicCaps source
+            on the same audio cut into 10-s files, same codec/batch/threads, interleaved in one run)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
-line saying nothing was measured and exits 0. Extra flags: --train-steps N, --encode-clips N, --pipeline-clips N.
+line saying nothing was measured and exits 0. Extra flags: --train-steps N, --encode-clips N, --pipeline-clips N,
+--byo-tracks N, --byo-repeats N.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
-GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu", "generate", "mixture")
+GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu", "generate", "mixture", "byo")
 OPT_IN = ("resample", "gpu")  # not in a plain `make bench`
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
 SUMMARY_ONLY_STAGES = (
@@ -113,6 +116,8 @@ def main() -> None:
     ap.add_argument("--encode-clips", type=int, default=8)
     # full-size codec: ~1.7 s per clip on 2 idle cores; fewer clips let the pipeline's fixed start-up dominate
     ap.add_argument("--pipeline-clips", type=int, default=32)
+    ap.add_argument("--byo-tracks", type=int, default=6)  # 30-s tracks: 3 segments each
+    ap.add_argument("--byo-repeats", type=int, default=2)  # byo/musiccaps pairs, interleaved
     ap.add_argument(
         "--only",
         choices=["all", *GROUPS],
@@ -171,6 +176,9 @@ def main() -> None:
         add("bench_generate.py", "generate.json", f"trainer.device={args.device}")
     if "mixture" in want:
         add("bench_mixture.py", "mixture.json")
+    if "byo" in want:
+        add("bench_byo.py", "byo.json", "--device", args.device, "--tracks", str(args.byo_tracks),
+            "--repeats", str(args.byo_repeats))  # fmt: skip
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     results = merge_results(OUT / "results.json", machine, rows, summary)

@@ -66,7 +66,19 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
     # a new YAML must be added to a test (download.yaml: test_download.py)
-    assert yamls == ["download.yaml", "preset/demo.yaml", "shards.yaml"]
+    assert yamls == [
+        "download.yaml", "preset/demo.yaml", "shards.yaml", "source/audiocraft.yaml", "source/audiofolder.yaml",
+        "source/musiccaps.yaml",
+    ]  # fmt: skip
+    assert cfg.source.kind == "musiccaps" and cfg.segment.seconds == 10.0 and cfg.split.eval_fraction == 0.1
+
+
+@pytest.mark.parametrize("kind, key", [("audiocraft", "manifest"), ("audiofolder", "dir")])
+def test_source_yamls_compose_without_audio_dir(kind: str, key: str) -> None:
+    cfg = config_from_overrides([f"source={kind}", f"source.{key}=/x", "segment.hop_seconds=5"])
+    assert cfg.source.kind == kind and getattr(cfg.source, key) == "/x" and cfg.audio_dir is None
+    assert cfg.source.caption_column == {"audiocraft": "description", "audiofolder": "caption"}[kind]
+    assert cfg.segment.hop_seconds == 5.0 and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     assert find_conf_dir() == REPO / "conf" / "tokenizer_pipeline"
 
 
@@ -91,6 +103,16 @@ def test_unknown_key_is_rejected() -> None:
         ),
         (["-m", "tokenizer_pipeline.demo_codec", "--corpus", ".", "--out", "codec"], "run `make corpus` first"),
         (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "limit=abc"], "limit must be an integer"),
+        (["-m", "tokenizer_pipeline", "source=audiocraft", "out_dir=c"], "needs source.manifest="),
+        (
+            ["-m", "tokenizer_pipeline", "source=audiocraft", "source.manifest=m.jsonl", "out_dir=c"],
+            "manifest not found",
+        ),
+        (["-m", "tokenizer_pipeline", "source=audiofolder", "source.dir=nowhere", "out_dir=c"], "is not a directory"),
+        (
+            ["-m", "tokenizer_pipeline", "source=audiofolder", "source.dir=.", "source.caption=auto", "out_dir=c"],
+            "source.caption='auto' is not one of",
+        ),
     ],
 )
 def test_user_errors_of_every_command_exit_2_without_traceback(tmp_path: Path, args: list[str], message: str) -> None:

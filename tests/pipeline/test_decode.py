@@ -202,6 +202,19 @@ def test_a_version_1_set_still_decodes_with_a_warning(shard_set: Path, tmp_path:
     assert len(json.loads((tmp_path / "wav/decoded.json").read_text())["clips"]) == 3
 
 
+def test_a_version_2_set_still_verifies_and_decodes(shard_set: Path, tmp_path: Path, capsys) -> None:
+    """A set written before format version 3: no source.kind / source.sha256, no segmentation."""
+    m = json.loads((shard_set / "manifest.json").read_text())
+    m["format_version"] = 2
+    m["source"] = {k: m["source"][k] for k in ("csv", "csv_sha256", "audio_dir")}
+    del m["segmentation"]
+    (shard_set / "manifest.json").write_text(json.dumps(m))
+    assert verify(shard_set)[0] == []
+    code, err = _decode(capsys, shard_set, f"out_dir={tmp_path / 'wav'}")
+    assert code == 0, err
+    assert len(json.loads((tmp_path / "wav/decoded.json").read_text())["clips"]) == 3
+
+
 @pytest.mark.parametrize("damage", ["missing", "truncated", "not_a_tar", "directory"])
 def test_decode_refuses_an_unreadable_shard_in_one_line(shard_set: Path, tmp_path: Path, capsys, damage: str) -> None:
     """A shared set copied incompletely: the shard is named in one line (exit 2), no traceback, nothing written."""

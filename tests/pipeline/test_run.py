@@ -494,3 +494,29 @@ def test_a_90_character_ytid_gives_plain_ustar_members(corpus, tiny_codec: Path,
     from tokenizer_pipeline.verify import verify
 
     assert verify(out)[0] == []
+
+
+# The sample json of a MusicCaps clip in format versions 1-3, key for key and in this order: format version 3 added
+# other sources' samples, not a byte to these (the tars of a MusicCaps set are byte-identical to version 2's).
+MUSICCAPS_SAMPLE_KEYS = [
+    "ytid", "start_s", "end_s", "audioset_positive_labels", "aspect_list", "caption", "author_id",
+    "is_balanced_subset", "is_audioset_eval", "split", "csv_row", "n_frames", "n_codebooks", "duration_s",
+    "source_file", "source_sha256",
+]  # fmt: skip
+
+
+def test_musiccaps_samples_keep_their_layout_in_format_version_3(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    csv_path, audio_dir, _ = corpus
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    run_pipeline(cfg, progress=False)
+    with tarfile.open(tmp_path / "out/train/shard-000000.tar") as tar:
+        names = tar.getnames()
+        meta = json.loads(tar.extractfile(names[1]).read())  # type: ignore[union-attr]
+    assert names[0].endswith(".codes.npy") and names[1] == names[0].replace(".codes.npy", ".json")
+    assert list(meta) == MUSICCAPS_SAMPLE_KEYS
+    m = json.loads((tmp_path / "out/manifest.json").read_text())
+    assert m["format_version"] == 3 and m["segmentation"] is None
+    assert m["source"] == {
+        "kind": "musiccaps", "csv": str(csv_path), "csv_sha256": run.sha256_file(csv_path),
+        "sha256": run.sha256_file(csv_path), "audio_dir": str(audio_dir),
+    }  # fmt: skip

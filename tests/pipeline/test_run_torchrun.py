@@ -103,3 +103,28 @@ def test_a_finished_torchrun_job_exits_0_every_time(corpus, tiny_codec: Path, tm
         )  # fmt: skip
         assert r.returncode == 0 and "terminate called" not in r.stderr, f"run {i}: {r.stderr[-3000:]}"
         assert r.stdout.count(f"shard set: {out}") == 1
+
+
+def test_two_cpu_ranks_match_one_process_for_an_audiocraft_source(tiny_codec: Path, tmp_path: Path) -> None:
+    """Your own audio under torchrun: the segment plan is every rank's, each owns a range of its shards."""
+    from tests.pipeline.sources.helpers import make_audiocraft, source_config
+    from tokenizer_pipeline.config import SegmentConfig
+
+    tracks = [{"name": f"t{i}.wav", "seconds": 7.0, "sr": 16000, "channels": 2, "sidecar": {"description": f"song {i}"}}
+              for i in range(3)]  # fmt: skip
+    manifest = make_audiocraft(tmp_path / "src", tracks)
+    s = tmp_path / "shards"
+    threads = torch.get_num_threads()
+    try:
+        cfg = source_config("audiocraft", manifest, s, tiny_codec, threads=1, segment=SegmentConfig(seconds=3.0))
+        run_pipeline(cfg, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    reference = _snapshot(s)
+    assert len([p for p in reference if p.endswith(".tar")]) >= 2  # 6 segments, 2 per shard: both ranks get work
+    shutil.rmtree(s)
+    args = ["source=audiocraft", f"source.manifest={manifest}", f"out_dir={s}", f"codec.name_or_path={tiny_codec}",
+            "codec.device=cpu", "codec.batch_size=3", "shard.max_samples=2", "segment.seconds=3", "threads=1",
+            "workers=0"]  # fmt: skip
+    _run([*TORCHRUN, *args], tmp_path)
+    assert _snapshot(s) == reference

@@ -14,6 +14,7 @@ import soundfile as sf
 from tests import REPO
 from tokenizer_pipeline.standin_corpus import (
     SAMPLE_RATE,
+    SUBSET_CSV,
     ClipAttributes,
     build_corpus,
     derive_attributes,
@@ -171,3 +172,26 @@ def test_errors_name_the_fix(tmp_path: Path) -> None:
         build_corpus(tmp_path / "missing.csv", tmp_path / "out", 4)
     with pytest.raises(ValueError, match="lower --n-clips"):
         build_corpus(CSV, tmp_path / "out", 100_000)
+
+
+@pytest.mark.parametrize("layout", ["audiocraft", "audiofolder"])
+def test_layouts_are_read_by_their_sources(tmp_path: Path, layout: str) -> None:
+    """--layout writes full-length stereo tracks that source=<layout> reads: every clip, its caption, its split."""
+    from tokenizer_pipeline.config import PipelineConfig, SegmentConfig, SourceConfig
+    from tokenizer_pipeline.sources import plan_items
+
+    corpus = build_corpus(CSV, tmp_path / "c", n_clips=4, duration_s=3.0, layout=layout, sample_rate=44100, channels=2)
+    captions = {r["ytid"]: r["caption"] for r in csv.DictReader((tmp_path / "c" / SUBSET_CSV).open(encoding="utf-8"))}
+    for clip in corpus["clips"]:
+        info = sf.info(str(tmp_path / "c" / clip["file"]))
+        assert (info.channels, info.samplerate, info.frames) == (2, 44100, 3 * 44100)
+    where = {"audiocraft": {"manifest": str(tmp_path / "c/data.jsonl")}, "audiofolder": {"dir": str(tmp_path / "c")}}
+    src = SourceConfig(
+        kind=layout, caption_column="description" if layout == "audiocraft" else "caption", **where[layout]
+    )
+    items, info = plan_items(PipelineConfig(audio_dir=None, source=src, segment=SegmentConfig(seconds=1.5)))
+    assert info.n_tracks == 4 and len(items) == 8 and all(i.failure is None for i in items)
+    by_track = {Path(i.source_path).stem: i for i in items if i.segment_index == 0}  # ytid -> its first segment
+    assert {t: i.caption for t, i in by_track.items()} == {y: captions[y] for y in by_track}
+    if layout == "audiofolder":  # split folders from the rows' is_audioset_eval
+        assert {t: i.split for t, i in by_track.items()} == {c["ytid"]: c["split"] for c in corpus["clips"]}

@@ -206,3 +206,29 @@ def test_verify_catches_corruption(corpus, tiny_codec: Path, tmp_path: Path) -> 
     (out / "train/shard-000000.tar").unlink()
     problems, _ = verify(out)
     assert any("train/shard-000000.tar: listed in the manifest but missing" in p for p in problems)
+
+
+# sha256 and size of the one-sample tar below as the format-version-2 writer wrote it (the last commit before
+# version 3, run on these exact inputs): a MusicCaps sample's bytes must not change with the format version.
+V2_TAR_SHA256 = "ef50332acb0d4de21e44766ad22fb53befc7d34e9df8a982794917d6dda7b25f"
+V2_TAR_BYTES = 10240
+
+
+def test_a_musiccaps_sample_tar_is_byte_identical_to_format_version_2(tmp_path: Path) -> None:
+    from tokenizer_pipeline.manifest import SampleRecord
+    from tokenizer_pipeline.musiccaps import ClipRow
+    from tokenizer_pipeline.write_shards import ShardPlan, ShardTarWriter
+
+    row = ClipRow("abcDEF-_123", 30.0, 40.0, ("Music", "Guitar"), ("rock", "loud guitar"),
+                  'A loud rock song, with "quotes" and é.', 4, True, False, "train", 7)  # fmt: skip
+    rec = SampleRecord(
+        ytid=row.ytid, start_s=30.0, end_s=40.0, audioset_positive_labels=["Music", "Guitar"],
+        aspect_list=["rock", "loud guitar"], caption=row.caption, author_id=4, is_balanced_subset=True,
+        is_audioset_eval=False, split="train", csv_row=7, n_frames=3, n_codebooks=4, duration_s=0.06,
+        source_file="abcDEF-_123.wav", source_sha256="0" * 64,
+    )  # fmt: skip
+    codes = (np.arange(12, dtype=np.int16).reshape(3, 4) * 97) % 2048  # [T=3, K=4]
+    with ShardTarWriter(tmp_path, ShardPlan("train", 0, (row,))) as w:
+        w.write(rec, codes)
+        entry = w.commit()
+    assert (entry.sha256, entry.bytes) == (V2_TAR_SHA256, V2_TAR_BYTES)

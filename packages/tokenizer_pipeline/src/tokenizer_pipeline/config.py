@@ -32,6 +32,35 @@ class SplitConfig:
     eval_column: str = "is_audioset_eval"  # boolean CSV column: True -> eval_name, False -> train_name
     train_name: str = "train"
     eval_name: str = "eval"
+    # audiocraft / audiofolder without split folders: this fraction of TRACKS goes to eval_name, chosen by a stable
+    # hash of the track id (splits.py), so every segment of a track lands in one split. MusicCaps ignores it.
+    eval_fraction: float = 0.1
+
+
+@dataclass
+class SourceConfig:
+    """Where the audio and captions come from (`source=musiccaps|audiocraft|audiofolder`, conf/.../source/)."""
+
+    kind: str = "musiccaps"  # musiccaps (csv + audio_dir) | audiocraft (manifest) | audiofolder (dir)
+    manifest: str | None = None  # audiocraft: egs/<name>/data.jsonl or .jsonl.gz
+    dir: str | None = None  # audiofolder: audio files + metadata.csv / metadata.jsonl (optional split folders)
+    caption: str = "field"  # field: the caption_column's text | template: `template` filled from the metadata
+    caption_column: str = "description"  # audiocraft: description; audiofolder: caption (falls back to text)
+    template: str = "{description} genre: {genre}. bpm: {bpm}. key: {key}"  # a missing field drops its label text
+    # metadata fields whose values (a keyword or a list of them) become the sample's aspect_list; fields that are
+    # not audiocraft's are split on commas (aspect_list "a, b" or a list literal "['a', 'b']")
+    aspect_fields: list[str] = field(
+        default_factory=lambda: ["keywords", "genre", "moods", "instrument", "aspect_list"]
+    )
+
+
+@dataclass
+class SegmentConfig:
+    """How full-length tracks (audiocraft, audiofolder) are cut into samples; MusicCaps windows are not cut."""
+
+    seconds: float = 10.0  # segment length; equal-length segments batch together
+    hop_seconds: float | None = None  # start-to-start distance; null = seconds (no overlap)
+    min_seconds: float | None = None  # a shorter last segment is dropped (counted); null = 0.8 x seconds
 
 
 @dataclass
@@ -42,7 +71,7 @@ class ShardConfig:
 @dataclass
 class PipelineConfig:
     csv: str = "data/musiccaps/musiccaps-public.csv"  # MusicCaps metadata (relative to the launch directory)
-    audio_dir: str = MISSING  # directory with {ytid}.<ext> files; required (see --explain)
+    audio_dir: str | None = MISSING  # source=musiccaps: directory with {ytid}.<ext> files; required (see --explain)
     out_dir: str = "build/shards"  # shard set goes here
     # extensions tried for {ytid}.<ext>, in this order
     audio_ext: list[str] = field(default_factory=lambda: ["wav", "flac", "mp3", "ogg", "m4a", "opus", "webm"])
@@ -63,6 +92,8 @@ class PipelineConfig:
     codec: CodecConfig = field(default_factory=CodecConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     shard: ShardConfig = field(default_factory=ShardConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)
+    segment: SegmentConfig = field(default_factory=SegmentConfig)
 
 
 # Keys that never change a shard's bytes: left out of the manifest and of the resume fingerprint, so

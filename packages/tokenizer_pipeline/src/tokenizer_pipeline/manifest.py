@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-FORMAT_VERSION = 2  # 2: codec.config and codec.path_from_set (docs/shard-format.md, version history)
-READABLE_VERSIONS = (1, 2)  # version 1 sets still verify and decode (decode warns: no codec config to check)
+# 2: codec.config and codec.path_from_set; 3: sources other than MusicCaps (segment samples, source.kind,
+# source.sha256, segmentation). docs/shard-format.md, version history
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # version 1 sets still verify and decode (decode warns: no codec config to check)
 PACKAGE = "tokenizer_pipeline"
 PACKAGE_VERSION = "0.1.0"
 CODES_MEMBER = "codes.npy"  # tar member suffix: `<ytid>.codes.npy`
@@ -42,6 +44,39 @@ class SampleRecord:
     duration_s: float  # seconds of audio encoded (after cropping)
     source_file: str  # audio file name relative to audio_dir
     source_sha256: str  # sha256 of the audio file's bytes
+
+    def to_json_bytes(self) -> bytes:
+        return dumps_strict(asdict(self)).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class SegmentSampleRecord:
+    """`<key>.json` of a segment of a track from source=audiocraft|audiofolder (format version 3).
+
+    The fields the trainer reads are those of a MusicCaps sample (ytid, caption, aspect_list, split, n_frames, ...);
+    the MusicCaps-only CSV columns are absent and the segment's provenance is added.
+    """
+
+    ytid: str  # sample key: <track_id>_<segment_index>
+    start_s: float  # = segment_start_s: the window in the source track, seconds
+    end_s: float
+    aspect_list: list[str]  # keywords of source.aspect_fields (audiocraft: keywords, genre, moods, instrument)
+    caption: str  # never empty (a track without one is a no_caption failure)
+    split: str
+    csv_row: int  # 1-based line of the manifest / metadata file naming the track
+    n_frames: int  # T == codes.npy.shape[0]
+    n_codebooks: int  # K
+    duration_s: float  # seconds of audio encoded
+    source_file: str  # relative to the manifest's directory / the audiofolder (or the absolute path given)
+    source_sha256: str  # sha256 of the audio file's bytes
+    source_kind: str  # audiocraft | audiofolder
+    track_id: str
+    source_path: str  # the path as the source gives it (audiocraft `path`, audiofolder `file_name`)
+    segment_index: int  # from 0, in time order
+    segment_start_s: float
+    segment_end_s: float
+    weight: float  # audiocraft's per-track sampling weight (1.0 when null or absent); > 0
+    metadata: dict[str, Any]  # every metadata field the source gave, verbatim
 
     def to_json_bytes(self) -> bytes:
         return dumps_strict(asdict(self)).encode("utf-8")
@@ -102,8 +137,11 @@ class Manifest:
     splits: dict[str, SplitSummary]
     totals: dict[str, Any]  # rows, encoded, failed, audio_seconds, n_frames
     failures: list[FailureRecord]
-    source: dict[str, str]  # csv, csv_sha256, audio_dir
+    source: dict[
+        str, Any
+    ]  # kind, sha256 + musiccaps: csv, csv_sha256, audio_dir | audiocraft: manifest | audiofolder: dir
     config: dict[str, Any]  # the resolved pipeline config
+    segmentation: dict[str, Any] | None = None  # audiocraft / audiofolder: the segment plan (docs/shard-format.md)
     codes: dict[str, str] = field(default_factory=lambda: dict(CODES_INFO))
     created_by: dict[str, str] = field(default_factory=lambda: {"package": PACKAGE, "version": PACKAGE_VERSION})
     format: str = FORMAT_NAME
@@ -112,7 +150,7 @@ class Manifest:
     def to_json(self) -> str:
         d = asdict(self)
         ordered = {k: d[k] for k in ("format", "format_version", "created_by", "codec", "codes", "splits",
-                                     "totals", "failures", "source", "config")}  # fmt: skip
+                                     "totals", "failures", "source", "segmentation", "config")}  # fmt: skip
         return dumps_strict(ordered, indent=2) + "\n"
 
     @classmethod
@@ -136,6 +174,7 @@ class Manifest:
             failures=[failure_from_dict(f) for f in d["failures"]],
             source=d["source"],
             config=d["config"],
+            segmentation=d.get("segmentation"),
             codes=d["codes"],
             created_by=d["created_by"],
             format=d["format"],

@@ -54,6 +54,8 @@ REASONS: dict[str, str] = {
     "too_short": "fewer than min_seconds of audio",
     "resample_error": "resampling to the codec's rate failed",
     "encode_error": "the codec raised on this clip",
+    "no_caption": "the track's metadata gives no caption (source.caption / source.caption_column / source.template): "
+    "add a description or pick another caption setting",
 }
 # Failures a rerun retries (`retryable: true` in failures.jsonl): their cause is outside the file and can go away.
 # encode_error always (out of memory, a device error); missing_audio once the file exists; needs_ffmpeg once FFmpeg
@@ -247,6 +249,50 @@ def _decode_ffmpeg_binary(
             "decode_error", path, f"ffmpeg program cannot decode '{path.suffix.lstrip('.')}' file: {e}", exc=e
         ) from e
     return np.ascontiguousarray(data.T), sr  # [C, N] -> [N, C]
+
+
+def audio_header(path: Path) -> tuple[int, int]:
+    """(samples per channel, sample rate) from the file's header, without decoding audio.
+
+    soundfile formats give the exact frame count; FFmpeg formats (torchcodec, else an ffmpeg program) give the
+    container's duration, turned into samples. Raises ClipFailure (missing_audio, needs_ffmpeg, decode_error).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ClipFailure("missing_audio", path, "audio file not found")
+    if path.stat().st_size == 0:
+        raise ClipFailure("decode_error", path, "audio file is 0 bytes (an interrupted copy?)")
+    if path.suffix.lower() in SOUNDFILE_EXTS:
+        try:
+            info = sf.info(str(path))
+        except (sf.LibsndfileError, RuntimeError, ValueError) as e:
+            raise ClipFailure("decode_error", path, f"soundfile cannot read the header: {e}", exc=e) from e
+        return int(info.frames), int(info.samplerate)
+    duration, sr = _ffmpeg_header(path)
+    if duration is None:
+        raise ClipFailure("decode_error", path, "the header gives no duration; convert the file to flac or wav")
+    return int(round(duration * sr)), sr
+
+
+def _ffmpeg_header(path: Path) -> tuple[float | None, int]:
+    """(duration in seconds or None, sample rate) through torchcodec, else an ffmpeg program."""
+    fmt = path.suffix.lstrip(".") or "extensionless"
+    try:
+        from torchcodec.decoders import AudioDecoder
+
+        meta = AudioDecoder(str(path)).metadata
+        return meta.duration_seconds_from_header, int(meta.sample_rate)
+    except (ImportError, RuntimeError, OSError, ValueError) as e:
+        torchcodec_error = e
+    try:
+        info = probe(path)
+    except FFmpegNotFoundError as e:
+        raise ClipFailure(
+            "needs_ffmpeg", path, f"'{fmt}' audio needs FFmpeg, which is not available here; {FFMPEG_FIX}", exc=e
+        ) from torchcodec_error
+    except FFmpegError as e:
+        raise ClipFailure("decode_error", path, f"ffmpeg cannot read '{fmt}' file: {e}", exc=e) from e
+    return info.duration_s, info.sample_rate
 
 
 def load_audio(

@@ -1,8 +1,9 @@
-"""The stage-1 run: MusicCaps CSV + audio -> EnCodec code shards + manifest, on one process or N torchrun ranks.
+"""The stage-1 run: MusicCaps CSV + audio (or another source) -> EnCodec code shards + manifest, on 1 or N ranks.
 
 `run_pipeline` reads top to bottom:
   1. join the torchrun group when there is one (gloo on CPU, nccl with one GPU per rank); check the
-     configuration, read the CSV, plan every shard, load the codec. Anything a user must fix stops every
+     configuration, read the CSV (or plan the segments of source=audiocraft|audiofolder: sources/), plan every
+     shard, load the codec. Anything a user must fix stops every
      rank here, before any encoding, as a `PipelineError` whose message names the fix
   2. rank 0 locks `out_dir` and prepares `.progress/` (a different config is refused unless overwrite)
   3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or
@@ -34,6 +35,7 @@ from tqdm import tqdm
 from .config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from .dir_lock import lock_dir
 from .encode import CodecEncoder, resolve_batch_size
+from .errors import ConfigError
 from .ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from .manifest import (
     FORMAT_VERSION,
@@ -41,6 +43,7 @@ from .manifest import (
     FailureRecord,
     Manifest,
     SampleRecord,
+    SegmentSampleRecord,
     SplitSummary,
     library_versions,
     write_failures_jsonl,
@@ -48,6 +51,16 @@ from .manifest import (
 )
 from .musiccaps import ClipRow, CsvRowError, read_musiccaps_csv
 from .read_audio import FFMPEG_FIX, ClipFailure, load_audio
+from .segment_items import (
+    decode_segment,
+    segment_failure,
+    segment_identity,
+    segment_sample_record,
+    segmentation_summary,
+    source_summary,
+    why_redo_segments,
+)
+from .sources import SegmentItem, SourceError, SourceInfo, plan_items
 from .write_shards import (
     LOCK_FILE,
     PipelineError,
@@ -78,10 +91,18 @@ Real MusicCaps audio
   command after fetching or fixing audio: only the shards whose audio changed are redone.
   N GPUs: torchrun --nproc_per_node=N -m tokenizer_pipeline audio_dir=... out_dir=...
 
+Your own audio instead (full-length tracks, cut into 10-s segments; README, "Your own audio")
+      python -m tokenizer_pipeline source=audiocraft source.manifest=egs/mine/data.jsonl out_dir=build/mine
+      python -m tokenizer_pipeline source=audiofolder source.dir=/path/to/folder out_dir=build/mine
+
 Offline stand-in (no downloads): a synthetic corpus + a small demo codec
       make demo-shards        (= make corpus codec, then python -m tokenizer_pipeline +preset=demo)
       make demo               (also trains the adapter on those shards)
 """
+
+
+# A planned unit of work: a MusicCaps CSV row (one clip), or a segment (or track-level failure) of another source.
+PlanItem = ClipRow | SegmentItem
 
 
 @dataclass(frozen=True)
@@ -169,11 +190,14 @@ def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
     )
 
 
-def clip_failure(row: ClipRow, err: Exception, stage: str, path: Path | str | None = None) -> FailureRecord:
+def clip_failure(row: PlanItem, err: Exception, stage: str, path: Path | str | None = None) -> FailureRecord:
     """A typed failure: `ClipFailure`s keep their reason (read_audio.REASONS); any other exception while
-    decoding or encoding this clip becomes `decode_error` / `encode_error` with its type and message."""
+    decoding or encoding this clip becomes `decode_error` / `encode_error` with its type and message.
+    A segment's failure names its source file and time range in `detail`."""
     if not isinstance(err, ClipFailure):
         err = ClipFailure.from_exception(f"{stage}_error", path if path is not None else f"{row.ytid}.*", err)
+    if isinstance(row, SegmentItem):
+        return segment_failure(row, err)
     return FailureRecord(ytid=row.ytid, csv_row=row.csv_row, split=row.split, **err.record_fields())
 
 
@@ -181,7 +205,7 @@ def clip_failure(row: ClipRow, err: Exception, stage: str, path: Path | str | No
 class DecodedClip:
     """One row after the decode worker: audio ready for the encoder, or the reason it is not."""
 
-    row: ClipRow
+    row: PlanItem
     wav: torch.Tensor | None  # [N] float32 mono at the codec's rate; None when it failed
     source_file: str | None  # relative to audio_dir; None when no file exists
     source_sha256: str | None
@@ -191,14 +215,16 @@ class DecodedClip:
 class ClipSource(torch.utils.data.Dataset):
     """Row i -> DecodedClip: find, hash, decode, resample. Runs in DataLoader worker processes."""
 
-    def __init__(self, rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int) -> None:
+    def __init__(self, rows: list[PlanItem], cfg: PipelineConfig, sampling_rate: int) -> None:
         self.rows, self.cfg, self.sampling_rate = rows, cfg, sampling_rate
-        self.audio_dir = Path(cfg.audio_dir)
+        self.audio_dir = Path(cfg.audio_dir or "")  # musiccaps only; segments name their files
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> DecodedClip:
+        if isinstance(self.rows[i], SegmentItem):
+            return self._segment(self.rows[i])
         row, rel, sha, src = self.rows[i], None, None, None
         try:
             src = find_audio(self.audio_dir, row.ytid, self.cfg.audio_ext)
@@ -210,6 +236,10 @@ class ClipSource(torch.utils.data.Dataset):
         except Exception as e:  # per-clip isolation: whatever breaks on this one file is recorded for it, not raised
             return DecodedClip(row, None, rel, sha, clip_failure(row, e, "decode", src))
         return DecodedClip(row, wav, rel, sha, None)
+
+    def _segment(self, item: SegmentItem) -> DecodedClip:
+        wav, rel, sha, failure = decode_segment(item, self.sampling_rate, self.cfg.duration_tolerance_s)  # [N]
+        return DecodedClip(item, wav, rel, sha, failure)
 
 
 def _worker_init(_: int) -> None:
@@ -231,7 +261,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-def decoded_clips(rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int, workers: int) -> Iterator[DecodedClip]:
+def decoded_clips(rows: list[PlanItem], cfg: PipelineConfig, sampling_rate: int, workers: int) -> Iterator[DecodedClip]:
     """DecodedClips in `rows` order. workers > 0: that many processes, at most `prefetch` clips ahead each."""
     source = ClipSource(rows, cfg, sampling_rate)
     if workers == 0:
@@ -252,7 +282,7 @@ def decoded_clips(rows: list[ClipRow], cfg: PipelineConfig, sampling_rate: int, 
 
 @dataclass(frozen=True)
 class EncodedClip:
-    row: ClipRow
+    row: PlanItem
     codes: np.ndarray  # [T, K] int16
     n_samples: int  # audio samples at the codec's rate
     source_file: str
@@ -299,8 +329,12 @@ def encode_isolated(encoder: CodecEncoder, clips: list[DecodedClip]) -> list[np.
         return [encode_isolated(encoder, [c])[0] for c in clips]
 
 
-def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord:
+def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord | SegmentSampleRecord:
     row = clip.row
+    if isinstance(row, SegmentItem):
+        return segment_sample_record(
+            row, clip.codes, clip.n_samples, clip.source_file, clip.source_sha256, sampling_rate
+        )
     return SampleRecord(
         ytid=row.ytid,
         start_s=row.start_s,
@@ -346,7 +380,11 @@ def encode_shard(
         clip = next(clips)
         if clip.row != row:
             raise RuntimeError(f"decode order broke: expected row {row.csv_row}, got {clip.row.csv_row}")
-        inputs[row.ytid] = [clip.source_file, clip.source_sha256]
+        inputs[row.ytid] = (
+            segment_identity(row, clip.source_file, clip.source_sha256)
+            if isinstance(row, SegmentItem)
+            else [clip.source_file, clip.source_sha256]
+        )
         if clip.failure is not None:
             done[row.ytid] = clip.failure
             continue
@@ -408,7 +446,11 @@ def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str 
     rec = store.completed(plan)
     if rec is None:
         return "new or damaged"
-    audio_dir = Path(cfg.audio_dir)
+    if set(rec.inputs) != {row.ytid for row in plan.rows}:
+        return "its planned samples changed (a track's segments or failure changed)"
+    if cfg.source.kind != "musiccaps":
+        return why_redo_segments(rec, plan)
+    audio_dir = Path(cfg.audio_dir or "")
     for f in rec.failures:
         if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):  # those two: only once the cause went
             return f"{f.ytid} failed with a retryable {f.reason}"
@@ -447,6 +489,23 @@ def load_rows(cfg: PipelineConfig) -> list[ClipRow]:
     return rows
 
 
+def load_plan(cfg: PipelineConfig) -> tuple[list[PlanItem], SourceInfo | None]:
+    """The run's planned items in source order: CSV rows (musiccaps) or segments (sources/plan.py), keys checked."""
+    if cfg.source.kind == "musiccaps":
+        return list(load_rows(cfg)), None
+    try:
+        items, info = plan_items(cfg)
+    except (SourceError, ConfigError) as e:
+        raise PipelineError(str(e)) from e
+    check_keys(items, Path(info.path))  # the key rule holds by construction (track_ids.py); checked all the same
+    return list(items), info
+
+
+def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
+    """sha256 of the CSV, the audiocraft manifest, or the audiofolder metadata (in the fingerprint and manifest)."""
+    return sha256_file(Path(cfg.csv)) if info is None else info.sha256
+
+
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
     """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
     set and its codec are copied side by side); None for a hub id."""
@@ -468,7 +527,7 @@ def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
 
 def check_config(cfg: PipelineConfig) -> None:
     """Values no run can use; PipelineError names the key and the allowed range."""
-    if not Path(cfg.audio_dir).is_dir():
+    if cfg.source.kind == "musiccaps" and not (cfg.audio_dir and Path(cfg.audio_dir).is_dir()):
         raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
     try:
         resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
@@ -509,12 +568,12 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 
     # 1. ranks, configuration, CSV, plan and codec: problems stop every rank here
     ranks = join_ranks(cfg.codec.device)
-    error, plans, encoder = None, [], None
+    error, plans, encoder, source_info = None, [], None, None
     try:
         check_config(cfg)
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
-        rows = load_rows(cfg)
+        rows, source_info = load_plan(cfg)
         split_names = [cfg.split.train_name, cfg.split.eval_name]
         plans = plan_shards(rows, split_names, cfg.shard.max_samples)
         encoder = load_encoder(cfg)
@@ -545,13 +604,13 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         config=encoder.config_identity,
         path_from_set=codec_path_from_set(cfg.codec.name_or_path, out_dir),
     )
-    csv_sha = sha256_file(Path(cfg.csv))
+    csv_sha = source_sha256(cfg, source_info)
     resolved = {k: v for k, v in asdict(cfg).items() if k not in OUTPUT_NEUTRAL_KEYS} | {"threads": threads}
     fingerprint = {
         "format_version": FORMAT_VERSION,
         "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
         "device": encoder.device.type,
-        "csv_sha256": csv_sha,
+        "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
     }
 
@@ -570,8 +629,9 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     agree(ranks, error)
     try:
         return _encode_and_write(
-            cfg, ranks, plans, store, encoder, codec_info, csv_sha, resolved, len(rows), workers, progress
-        )
+            cfg, ranks, plans, store, encoder, codec_info, source_summary(cfg, source_info, csv_sha),
+            segmentation_summary(source_info), resolved, len(rows), workers, progress,
+        )  # fmt: skip
     finally:
         if lock is not None:
             lock.release()
@@ -579,7 +639,8 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 
 def _encode_and_write(
     cfg: PipelineConfig, ranks: RankInfo, plans: list[ShardPlan], store: ProgressStore, encoder: CodecEncoder,
-    codec_info: CodecInfo, csv_sha: str, resolved: dict, n_rows: int, workers: int, progress: bool,
+    codec_info: CodecInfo, source: dict, segmentation: dict | None, resolved: dict, n_rows: int, workers: int,
+    progress: bool,
 ) -> RunResult:  # fmt: skip
     out_dir = store.out_dir
 
@@ -610,7 +671,7 @@ def _encode_and_write(
         dist.all_gather_object(rates, audio_s)
         audio_s = sum(rates)
     if ranks.is_main:
-        result = _write_manifest(cfg, plans, store, codec_info, csv_sha, resolved, n_rows)
+        result = _write_manifest(cfg, plans, store, codec_info, source, segmentation, resolved, n_rows)
         lines = result.message.splitlines()
         lines.insert(
             -1,
@@ -633,8 +694,8 @@ def _encode_and_write(
 
 
 def _write_manifest(
-    cfg: PipelineConfig, plans: list[ShardPlan], store: ProgressStore, codec_info: CodecInfo, csv_sha: str,
-    resolved: dict, n_rows: int,
+    cfg: PipelineConfig, plans: list[ShardPlan], store: ProgressStore, codec_info: CodecInfo, source: dict,
+    segmentation: dict | None, resolved: dict, n_rows: int,
 ) -> RunResult:  # fmt: skip
     out_dir = store.out_dir
     records: list[ShardRecord] = []
@@ -666,8 +727,9 @@ def _write_manifest(
             "n_frames": sum(s.n_frames for s in splits.values()),
         },
         failures=failures,
-        source={"csv": str(cfg.csv), "csv_sha256": csv_sha, "audio_dir": str(cfg.audio_dir)},
+        source=source,
         config=resolved,
+        segmentation=segmentation,
     )
     assert manifest.totals["encoded"] + manifest.totals["failed"] == n_rows
     write_failures_jsonl(out_dir / "failures.jsonl", failures)

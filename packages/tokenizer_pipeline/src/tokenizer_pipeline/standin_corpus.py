@@ -7,6 +7,7 @@ model has something caption-dependent to learn. It is NOT music from MusicCaps.
 
     python -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \\
         --out build/demo/corpus --n-clips 320 [--eval-fraction 0.25] [--seed 0]
+        [--layout audiocraft|audiofolder --duration-s 30 --sample-rate 44100 --channels 2]   (standin_layouts.py)
 
 Output (`--out`):
     {ytid}.wav              44.1 kHz, 16-bit PCM, mono, 10 s (like a yt-dlp download of the window)
@@ -61,9 +62,11 @@ import numpy as np
 import soundfile as sf
 
 from tokenizer_pipeline.errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
+from tokenizer_pipeline.standin_layouts import LAYOUTS, LayoutWriter
 
 SAMPLE_RATE = 44_100  # Hz, what yt-dlp + ffmpeg typically give for YouTube audio
 DURATION_S = 10.0  # MusicCaps windows are 10 s
+LAYOUT_DURATION_S = 30.0  # --layout audiocraft|audiofolder: full-length tracks, cut into segments by the pipeline
 NOTES_PER_BEAT = 2  # melody notes are 8ths: note rate = 2 * bpm / 60
 PEAK = 0.891  # -1 dBFS after peak normalisation
 SUBSET_CSV = "musiccaps-subset.csv"
@@ -700,14 +703,24 @@ def select_rows(rows: list[dict[str, str]], n_clips: int, eval_fraction: float, 
 
 
 def build_corpus(
-    csv_path: Path, out: Path, n_clips: int, eval_fraction: float = 0.25, seed: int = 0, duration_s: float = DURATION_S
-) -> dict:
-    """Select rows, render and write every clip, the subset CSV and corpus.json. Returns the corpus.json dict."""
+    csv_path: Path, out: Path, n_clips: int, eval_fraction: float = 0.25, seed: int = 0, duration_s: float = DURATION_S,
+    layout: str = "musiccaps", sample_rate: int = SAMPLE_RATE, channels: int = 1,
+) -> dict:  # fmt: skip
+    """Select rows, render and write every clip, the subset CSV and corpus.json. Returns the corpus.json dict.
+
+    `layout` other than musiccaps writes the clips as full-length tracks in that layout (standin_layouts.py).
+    """
     if duration_s <= 0:
         raise ConfigError(f"--duration-s must be > 0, got {duration_s}")
+    if layout not in LAYOUTS or sample_rate < 8000 or channels not in (1, 2):
+        raise ConfigError(f"--layout {layout} (one of {LAYOUTS}), --sample-rate {sample_rate} (>= 8000) and "
+                          f"--channels {channels} (1 or 2): a value is out of range")  # fmt: skip
+    if layout == "musiccaps" and (sample_rate != SAMPLE_RATE or channels != 1):
+        raise ConfigError("--sample-rate and --channels apply to --layout audiocraft|audiofolder only")
     header, rows, lines = _read_csv(csv_path)
     idx = select_rows(rows, n_clips, eval_fraction, seed)
     out.mkdir(parents=True, exist_ok=True)
+    layout_writer = None if layout == "musiccaps" else LayoutWriter(layout, out, sample_rate, channels, duration_s)
     clips = []
     for i in idx:
         row = rows[i]
@@ -716,14 +729,20 @@ def build_corpus(
             raise ConfigError(f"{csv_path}:{lines[i]}: ytid {ytid!r} is not a YouTube id; cannot name {ytid}.wav")
         attrs = derive_attributes(parse_aspects(row["aspect_list"]))
         audio = render_clip(attrs, ytid, seed, duration_s)  # [duration_s * SAMPLE_RATE]
-        tmp = out / f".{ytid}.wav.tmp"
-        sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
-        tmp.replace(out / f"{ytid}.wav")
+        split = "eval" if row["is_audioset_eval"] == "True" else "train"
+        if layout_writer is not None:
+            aspects = parse_aspects(row["aspect_list"])
+            file = layout_writer.add(row, aspects, asdict(attrs), audio, SAMPLE_RATE, split)
+        else:
+            tmp = out / f".{ytid}.wav.tmp"
+            sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
+            tmp.replace(out / f"{ytid}.wav")
+            file = f"{ytid}.wav"
         clips.append(
             {
                 "ytid": ytid,
-                "file": f"{ytid}.wav",
-                "split": "eval" if row["is_audioset_eval"] == "True" else "train",
+                "file": file,
+                "split": split,
                 "source_csv_row": lines[i],
                 **asdict(attrs),
             }
@@ -737,7 +756,7 @@ def build_corpus(
         "generator": "tokenizer_pipeline.standin_corpus",
         "source_csv": csv_path.name,
         "subset_csv": SUBSET_CSV,
-        "sample_rate": SAMPLE_RATE,
+        "sample_rate": sample_rate,
         "duration_s": duration_s,
         "seed": seed,
         "n_clips": len(clips),
@@ -745,6 +764,8 @@ def build_corpus(
         "n_eval": sum(c["split"] == "eval" for c in clips),
         "clips": clips,
     }
+    if layout_writer is not None:
+        corpus |= {"layout": layout, "channels": channels, "layout_files": layout_writer.close()}
     (out / CORPUS_JSON).write_text(json.dumps(corpus, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return corpus
 
@@ -761,11 +782,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--eval-fraction", type=float, default=0.25, help="share of rows with is_audioset_eval=True")
     p.add_argument("--seed", type=int, default=0, help="row selection and per-clip randomness")
-    p.add_argument("--duration-s", type=float, default=DURATION_S, help="clip length; MusicCaps clips are 10 s")
+    p.add_argument(
+        "--duration-s", type=float, default=None, help="clip length; default 10 s (MusicCaps), 30 s for other layouts"
+    )
+    p.add_argument(
+        "--layout", choices=LAYOUTS, default="musiccaps",
+        help="musiccaps: {ytid}.wav + subset CSV; audiocraft: data.jsonl + sidecars; audiofolder: train/ test/ + metadata.csv",
+    )  # fmt: skip
+    p.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="tracks' rate (audiocraft/audiofolder)")
+    p.add_argument("--channels", type=int, default=None, help="1 or 2; default 1 (musiccaps), 2 for other layouts")
     args = p.parse_args(argv)
+    full = args.layout != "musiccaps"
+    duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
+    channels = args.channels if args.channels is not None else (2 if full else 1)
     t0 = time.perf_counter()
     try:
-        corpus = build_corpus(args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, args.duration_s)
+        corpus = build_corpus(
+            args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, duration, args.layout, args.sample_rate,
+            channels,
+        )  # fmt: skip
     except UserError as e:  # a missing CSV or a value that cannot work: the message names the fix
         print(f"tokenizer_pipeline.standin_corpus: error: {e}", file=sys.stderr)
         return USER_ERROR_EXIT

@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from .keys import KEY_RULE, key_problem, shard_path_problem
-from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord
+from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord, SegmentSampleRecord
 from .write_shards import sha256_file
 
-JSON_FIELDS = set(SampleRecord.__dataclass_fields__)
+JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format versions 1-3)
+SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # a segment of source=audiocraft|audiofolder (v3)
+SOURCE_KINDS = ("audiocraft", "audiofolder")
 
 
 def _not_json(constant: str) -> None:
@@ -53,7 +55,10 @@ def _check_sample(
         meta = loads_strict(members[JSON_MEMBER].decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, NaN/Infinity
         return [*problems, f"{where}: json does not parse: {e}"], codes.shape[0]
-    missing = JSON_FIELDS - set(meta)
+    if not isinstance(meta, dict):
+        return [*problems, f"{where}: json is not an object"], codes.shape[0]
+    problems += _segment_problems(where, meta) if "source_kind" in meta else []
+    missing = (SEGMENT_JSON_FIELDS if "source_kind" in meta else JSON_FIELDS) - set(meta)
     if missing:
         problems.append(f"{where}: json lacks fields {sorted(missing)}")
     if meta.get("ytid") != key:
@@ -65,6 +70,23 @@ def _check_sample(
     if meta.get("split") != split:
         problems.append(f"{where}: json split {meta.get('split')!r} != {split!r}")
     return problems, int(codes.shape[0])
+
+
+def _segment_problems(where: str, meta: dict) -> list[str]:
+    """A v3 segment sample's own fields: its kind, weight, and key = <track_id>_<segment_index>."""
+    problems = []
+    if meta.get("source_kind") not in SOURCE_KINDS:
+        problems.append(f"{where}: source_kind {meta.get('source_kind')!r} is not one of {SOURCE_KINDS}")
+    w = meta.get("weight")
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
+        problems.append(f"{where}: weight {w!r} must be a number > 0")
+    if meta.get("ytid") != f"{meta.get('track_id')}_{meta.get('segment_index')}":
+        problems.append(
+            f"{where}: key is not <track_id>_<segment_index> ({meta.get('track_id')!r}, {meta.get('segment_index')!r})"
+        )
+    if not isinstance(meta.get("caption"), str) or not meta.get("caption"):
+        problems.append(f"{where}: caption is empty (a track without one is a no_caption failure, never a sample)")
+    return problems
 
 
 def read_tar_samples(path: Path) -> tuple[list[tuple[str, dict[str, bytes]]], list[str]]:

@@ -62,7 +62,7 @@ class ShardPlan:
 
     split: str
     index: int  # shard number within the split, from 0
-    rows: tuple[ClipRow, ...]  # in CSV order
+    rows: tuple[ClipRow, ...]  # in CSV order (or sources.SegmentItem in source order: the same fields used here)
 
     @property
     def relpath(self) -> str:

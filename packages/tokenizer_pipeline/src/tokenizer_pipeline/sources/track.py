@@ -1,0 +1,40 @@
+"""A track read from a source (one manifest line or metadata row), before it is cut into segments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+
+class SourceError(UserError, ValueError):
+    """A manifest or metadata file that cannot be used (unreadable, malformed line, a path leaving its folder);
+    the message names the file and line and the fix. Raised before any audio is read."""
+
+
+@dataclass(frozen=True)
+class Track:
+    """One audio file of a source and what the source says about it."""
+
+    line: int  # 1-based line of the manifest / metadata file that names it (the sample's csv_row)
+    source_path: str  # the path as the source gives it (audiocraft `path`, audiofolder `file_name`)
+    audio_path: Path  # the file to read
+    # the sample's source_file and what the track id is derived from: the path relative to the source's folder
+    # (manifest directory / audiofolder dir), or the absolute path as given when the file lies outside it
+    source_file: str
+    metadata: dict[str, Any] = field(default_factory=dict)  # every metadata field the source gave, verbatim
+    weight: float = 1.0  # audiocraft's per-row sampling weight (> 0)
+    split: str | None = None  # "train" | "eval" when the source's layout names it; None: chosen by hash
+    declared_duration_s: float | None = None  # audiocraft's `duration` (the header wins when they disagree)
+    metadata_file: str | None = None  # where the metadata came from (sidecar / info_path / metadata.csv), for messages
+
+
+def check_relative(raw: str, where: str, what: str) -> None:
+    """A relative path must stay in its folder: no '..' component. Raises SourceError naming `where`."""
+    if ".." in Path(raw).parts or ".." in raw.replace("\\", "/").split("/"):
+        raise SourceError(
+            f"{where}: {what} {raw!r} contains '..'; relative paths must stay inside the folder they are relative "
+            "to (move the file there, or give an absolute path where the layout allows one)"
+        )
