@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +18,8 @@ from tokenizer_pipeline.cli import CodecConfig, PipelineConfig, ShardConfig
 MUSICCAPS_CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 
 
-def make_tiny_codec(out: Path, seed: int = 0) -> Path:
-    """32 kHz, hop 640 (50 Hz), 4 codebooks of 64 at 1.2 kbps, non-causal like encodec_32khz.
+def make_tiny_codec(out: Path, seed: int = 0, codebook_size: int = 64) -> Path:
+    """32 kHz, hop 640 (50 Hz), 4 codebooks of `codebook_size` (64) at 1.2 kbps, non-causal like encodec_32khz.
 
     Random init leaves the RVQ codebooks all zero (every code 0), so they are set to random
     vectors scaled to the encoder's output statistics; codes then vary with the audio.
@@ -26,9 +27,10 @@ def make_tiny_codec(out: Path, seed: int = 0) -> Path:
     from transformers import EncodecConfig, EncodecFeatureExtractor, EncodecModel
 
     torch.manual_seed(seed)
+    kbps = 4 * 50 * math.log2(codebook_size) / 1000  # 4 codebooks at 50 Hz (1.2 kbps for 64 codes, 2.2 for 2048)
     cfg = EncodecConfig(
-        sampling_rate=32000, target_bandwidths=[1.2], upsampling_ratios=[8, 5, 4, 4], num_filters=4,
-        hidden_size=16, codebook_size=64, use_causal_conv=False, num_lstm_layers=1, normalize=False,
+        sampling_rate=32000, target_bandwidths=[kbps], upsampling_ratios=[8, 5, 4, 4], num_filters=4,
+        hidden_size=16, codebook_size=codebook_size, use_causal_conv=False, num_lstm_layers=1, normalize=False,
     )  # fmt: skip
     model = EncodecModel(cfg).eval()
     with torch.no_grad():
