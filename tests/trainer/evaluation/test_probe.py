@@ -102,6 +102,8 @@ def test_report_has_per_clip_attributes_and_no_pooled_chance() -> None:
     assert third["caption_attributes"]["fast"] == 0 and third["caption_attributes"]["minor"] == 0
     mean_true = np.mean([c["accuracy_true"] for c in r["per_clip"]])
     assert abs(mean_true - r["accuracy_true_captions"]) < 1e-9
+    fewer = make_report(train, real_eval, gen[:4], C, n_bootstrap=50)  # the real clips' null is the same
+    assert fewer["probe_deranged_real_eval"] == r["probe_deranged_real_eval"]
 
 
 def test_deranged_null_is_unbiased_when_predictions_ignore_the_labels() -> None:

@@ -224,7 +224,7 @@ table {{ border-collapse: collapse; width: 100%; }}
 td {{ border-top: 1px solid #ccc; padding: 6px; vertical-align: top; }}
 td.n {{ color: #888; }} td.caption {{ width: 36%; }}
 .meta {{ color: #777; font-size: 0.8em; margin-top: 4px; }}
-.player span {{ display: inline-block; width: 14em; font-size: 0.85em; }}
+.player span {{ display: inline-block; width: 16em; font-size: 0.85em; }}
 .player audio {{ height: 28px; vertical-align: middle; }}
 .specs {{ display: flex; flex-wrap: wrap; gap: 4px; margin-top: 4px; }}
 .specs img {{ width: {WIDTH}px; height: {HEIGHT}px; }}

@@ -267,7 +267,8 @@ def make_report(
     Ye = labels(real_eval)
     pred_e = probe.predict(feats(real_eval))  # [M, A]
     acc_e = per_clip_accuracy(pred_e, Ye)  # [M]
-    acc_e_der = _deranged_accuracy(pred_e, Ye, derangements, rng)  # [M]
+    # its own stream: the real clips' null must not depend on how many clips were generated
+    acc_e_der = _deranged_accuracy(pred_e, Ye, derangements, np.random.default_rng(seed + 3))  # [M]
     ok_e = ~np.isnan(acc_e) & ~np.isnan(acc_e_der)
     frac, lo_frac, hi_frac = fraction_of_ceiling(diffs, acc_e[ok_e] - acc_e_der[ok_e], n_bootstrap, seed + 2)
     gap = float(acc_e[ok_e].mean() - acc_e_der[ok_e].mean())
