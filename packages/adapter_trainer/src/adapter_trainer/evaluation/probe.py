@@ -216,6 +216,8 @@ def fraction_of_ceiling(
     num = g[rng.integers(0, g.size, size=(n_bootstrap, g.size))].mean(axis=1)  # [R]
     den = r[rng.integers(0, r.size, size=(n_bootstrap, r.size))].mean(axis=1)  # [R]
     ratios = num[den > 0] / den[den > 0]
+    if ratios.size == 0:
+        return float(g.mean() / r.mean()), float("nan"), float("nan")
     a = (1.0 - level) / 2.0
     lo, hi = np.quantile(ratios, [a, 1.0 - a])
     return float(g.mean() / r.mean()), float(lo), float(hi)
