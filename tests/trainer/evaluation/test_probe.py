@@ -83,8 +83,8 @@ def test_probe_separates_caption_following_from_ignoring() -> None:
 
 def test_report_has_per_clip_attributes_and_no_pooled_chance() -> None:
     """Each generated clip: its caption's attributes (None = undefined), the probe's reading, both accuracies.
-    The pooled `chance` (label and prediction rates of the same sample: it read high exactly when there was an
-    effect) is gone; the deranged-caption accuracy is the null."""
+    The pooled `chance` (pooled label and prediction rates, not computed like the per-clip accuracy) is gone; the
+    deranged-caption accuracy, scored the same way as the true one, is the null."""
     rng = np.random.default_rng(1)
     train = [synth(TEXTS[i % 4], f"t{i}", rng) for i in range(40)]
     real_eval = [synth(TEXTS[i % 4], f"e{i}", rng) for i in range(8)]
