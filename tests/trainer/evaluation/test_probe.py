@@ -7,7 +7,20 @@ import pytest
 
 from adapter_trainer.data.shards import Clip
 from adapter_trainer.errors import UserError
-from adapter_trainer.evaluation.probe import NAMES, ProbeInputError, attribute_labels, make_report
+from adapter_trainer.evaluation.probe import (
+    FOLLOWS,
+    MDE_Z,
+    NAMES,
+    NOT_DETECTED,
+    ProbeInputError,
+    _deranged_accuracy,
+    attribute_labels,
+    fraction_of_ceiling,
+    make_report,
+    minimum_detectable_effect,
+    per_clip_accuracy,
+    verdict,
+)
 
 C = 64
 TEXTS = (
@@ -52,9 +65,88 @@ def test_probe_separates_caption_following_from_ignoring() -> None:
         <= good["accuracy_true_captions"]
         <= good["accuracy_true_captions_ci95"][1]
     )
-    assert 0.3 < good["chance"] < 0.9 and good["accuracy_deranged_captions"] < good["accuracy_true_captions"]
+    assert good["accuracy_deranged_captions"] < good["accuracy_true_captions"]
+    assert good["verdict"] == FOLLOWS and good["n_clips"] == 16
+    assert 0.5 < good["fraction_of_ceiling"] < 1.5  # follows every caption: about the whole reach of the probe
+    lo, hi = good["fraction_of_ceiling_ci95"]
+    assert lo <= good["fraction_of_ceiling"] <= hi
+    assert 0 < good["mde"] < good["true_minus_deranged"]  # an effect this large is well within reach
+    gap = good["probe_ceiling_real_eval"] - good["probe_deranged_real_eval"]
+    assert gap > 0.1 and abs(good["mde_fraction_of_ceiling"] - good["mde"] / gap) < 1e-9
     assert bad["true_minus_deranged_ci95"][0] < 0.05  # codes that ignore the caption: no clear gain over deranged
     assert bad["accuracy_true_captions"] < good["accuracy_true_captions"] - 0.15
+    assert bad["fraction_of_ceiling"] < good["fraction_of_ceiling"] - 0.3
     with pytest.raises(ProbeInputError, match=">= 2 generated") as err:  # a user error: exit 2, no traceback
         make_report(train, real_eval, follows[:1], C)
     assert isinstance(err.value, UserError)
+
+
+def test_report_has_per_clip_attributes_and_no_pooled_chance() -> None:
+    """Each generated clip: its caption's attributes (None = undefined), the probe's reading, both accuracies.
+    The pooled `chance` (pooled label and prediction rates, not computed like the per-clip accuracy) is gone; the
+    deranged-caption accuracy, scored the same way as the true one, is the null."""
+    rng = np.random.default_rng(1)
+    train = [synth(TEXTS[i % 4], f"t{i}", rng) for i in range(40)]
+    real_eval = [synth(TEXTS[i % 4], f"e{i}", rng) for i in range(8)]
+    gen = [synth(TEXTS[i % 4], f"g{i}", rng) for i in range(6)]
+    r = make_report(train, real_eval, gen, C, n_bootstrap=50)
+    assert "chance" not in r and "probe_chance_real_eval" not in r
+    assert [c["key"] for c in r["per_clip"]] == [c.key for c in gen]
+    first = r["per_clip"][0]  # "solo piano, slow, sad"
+    assert first["caption_attributes"] == {"drums": 0, "fast": 0, "minor": 1, "piano": 1, "guitar": 0, "vocal": 0}
+    assert set(first["predicted_attributes"]) == set(NAMES)
+    assert all(v in (0, 1) for c in r["per_clip"] for v in c["predicted_attributes"].values())
+    n_right = sum(first["predicted_attributes"][a] == v for a, v in first["caption_attributes"].items())
+    assert abs(first["accuracy_true"] - n_right / 6) < 1e-9
+    third = r["per_clip"][2]  # "female vocal, calm, happy": no minor-vs-major conflict, all defined
+    assert third["caption_attributes"]["fast"] == 0 and third["caption_attributes"]["minor"] == 0
+    mean_true = np.mean([c["accuracy_true"] for c in r["per_clip"]])
+    assert abs(mean_true - r["accuracy_true_captions"]) < 1e-9
+    fewer = make_report(train, real_eval, gen[:4], C, n_bootstrap=50)  # the real clips' null is the same
+    assert fewer["probe_deranged_real_eval"] == r["probe_deranged_real_eval"]
+
+
+def test_deranged_null_is_unbiased_when_predictions_ignore_the_labels() -> None:
+    """Predictions drawn independently of the labels (rates unequal, some labels undefined): the deranged accuracy
+    matches the own-caption accuracy in expectation, so true - deranged centres on 0 (tolerance 0.02 over 4000
+    clips); with predictions copied from the labels it does not."""
+    rng = np.random.default_rng(2)
+    n = 4000
+    labels = (rng.random((n, 6)) < [0.7, 0.4, 0.5, 0.2, 0.3, 0.6]).astype(float)  # [N, A]
+    labels[rng.random((n, 6)) < 0.3] = np.nan
+    pred = (rng.random((n, 6)) < [0.9, 0.1, 0.5, 0.5, 0.2, 0.8]).astype(float)  # independent of the labels
+    gap = np.nanmean(per_clip_accuracy(pred, labels)) - np.nanmean(_deranged_accuracy(pred, labels, 4, rng))
+    assert abs(gap) < 0.02
+    follow = np.nan_to_num(labels)
+    gap = np.nanmean(per_clip_accuracy(follow, labels)) - np.nanmean(_deranged_accuracy(follow, labels, 4, rng))
+    assert gap > 0.3
+
+
+def test_verdict_follows_only_when_the_interval_is_above_zero() -> None:
+    assert verdict([0.01, 0.2]) == FOLLOWS
+    for ci in ([-0.01, 0.2], [0.0, 0.1], [-0.3, -0.1]):  # straddles, touches, below: absence of evidence only
+        assert verdict(ci) == NOT_DETECTED
+    assert "not" not in FOLLOWS and "does not follow" not in NOT_DETECTED
+
+
+def test_minimum_detectable_effect_math_and_power() -> None:
+    """MDE = 2.8 x SE: [+0.5, -0.5, +0.5, -0.5] has sd 0.5 * sqrt(4/3), SE sd / 2. Checked against its promise:
+    a true effect of one MDE is detected (mean - 1.96 SE > 0) in about 80% of simulated samples (+-0.04)."""
+    assert abs(minimum_detectable_effect(np.array([0.5, -0.5, 0.5, -0.5])) - 2.8 * 0.5 * np.sqrt(4 / 3) / 2) < 1e-12
+    assert np.isnan(minimum_detectable_effect(np.array([0.3])))
+    rng = np.random.default_rng(3)
+    n, sd = 80, 0.2
+    mde = MDE_Z * sd / np.sqrt(n)
+    samples = rng.normal(mde, sd, size=(4000, n))  # [R, N]
+    detected = samples.mean(1) - 1.96 * samples.std(1, ddof=1) / np.sqrt(n) > 0
+    assert abs(detected.mean() - 0.8) < 0.04
+    assert abs(minimum_detectable_effect(samples[0]) - mde) < 0.25 * mde  # the estimate from one sample
+
+
+def test_fraction_of_ceiling_math() -> None:
+    """mean(gen diffs) / mean(real diffs), with a bootstrap interval around it; undefined without a probe reach."""
+    gen = np.array([0.0, 0.2] * 20)  # mean 0.1
+    real = np.array([0.1, 0.3] * 20)  # mean 0.2 = ceiling - deranged on real clips
+    frac, lo, hi = fraction_of_ceiling(gen, real, n_bootstrap=500, seed=0)
+    assert abs(frac - 0.5) < 1e-12 and lo < 0.5 < hi and hi - lo < 0.5
+    assert all(np.isnan(fraction_of_ceiling(gen, np.array([0.1, -0.2]), n_bootstrap=50, seed=0)))

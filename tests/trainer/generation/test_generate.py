@@ -275,3 +275,31 @@ def test_generate_refuses_settings_that_are_not_finite_numbers(key: str, value: 
     with pytest.raises(ConfigError, match=f"generate.{key}="):
         validate_generate(g)
     validate_generate(GenerateConfig())  # the defaults pass
+
+
+def test_generate_n_0_takes_every_caption_once_and_is_the_default(tmp_path: Path) -> None:
+    """generate.n=0 (the default: the probe needs every eval caption for its power) = the whole eval split, or each
+    line of a captions file once; n=N the first N (eval) or N cycling (file); n < 0 is refused naming the key."""
+    from adapter_trainer.config import ConfigError
+    from adapter_trainer.data.shards import Clip
+    from adapter_trainer.generation.config import GenerateConfig, validate_generate
+    from adapter_trainer.generation.generate import _caption_rows
+
+    assert GenerateConfig().n == 0
+    assert compose("generate", []).generate.n == 0  # the YAML agrees with the schema
+    clips = [
+        Clip(key=f"k{i}", caption=f"caption {i}", aspects=("a",), codes=np.zeros((2, 4), np.int16)) for i in range(5)
+    ]
+    cfg = GenerateRunConfig()
+    assert [r["source_key"] for r in _caption_rows(cfg, clips)] == [f"k{i}" for i in range(5)]
+    cfg.generate.n = 3
+    assert [r["caption"] for r in _caption_rows(cfg, clips)] == ["caption 0", "caption 1", "caption 2"]
+    with pytest.raises(ConfigError, match="generate.n=0 but split"):
+        _caption_rows(GenerateRunConfig(), [])
+    (tmp_path / "caps.txt").write_text("calm piano\n\nfast drums\n")
+    cfg = GenerateRunConfig(generate=GenerateConfig(captions="file", captions_file=str(tmp_path / "caps.txt")))
+    assert [r["caption"] for r in _caption_rows(cfg, [])] == ["calm piano", "fast drums"]
+    cfg.generate.n = 3
+    assert [r["caption"] for r in _caption_rows(cfg, [])] == ["calm piano", "fast drums", "calm piano"]
+    with pytest.raises(ConfigError, match="generate.n=-1 must be >= 0"):
+        validate_generate(GenerateConfig(n=-1))

@@ -2,8 +2,8 @@
 
 Headless Chromium (Debian's `chromium` package: `apt-get install -y chromium`) loads the page from file:// in a
 fresh profile with networking extras off and writes a full-window screenshot, so a person can check that the
-captions, players and loss curve are visible without opening a browser. Opt-in (`make listen-check`), never
-part of `make test`: it needs a browser the test machines may not have.
+summary, captions, attributes, players and spectrograms are visible without opening a browser. Opt-in
+(`make listen-check`), never part of `make test`: it needs a browser the test machines may not have.
 """
 
 from __future__ import annotations

@@ -11,11 +11,18 @@
    split's clips. (Hand-written here because adapter_trainer does not depend on scikit-learn; it is 20 lines.)
 4. Scores, per generated clip, the fraction of its defined attributes the probe predicts correctly against
    (a) the attributes of its own caption, (b) those of deranged captions (other clips' captions, averaged over
-   several derangements). `chance` is what predictions independent of the caption would score given the label and
-   prediction rates; the probe's accuracy on the real eval clips (own captions) is the ceiling.
+   several derangements). (b) is the null: the same predictions scored against captions they were not made for.
+   The real eval clips are scored the same way: their own-caption accuracy is the ceiling, their deranged-caption
+   accuracy that ceiling's null.
+5. Verdict: "follows its captions" when the 95% bootstrap interval (over clips) of true - deranged is above 0,
+   otherwise "not detected at this clip count" (never "does not follow": the probe is weak per clip and needs
+   many clips; `mde` says how large an effect this clip count would detect).
 
-Writes generation_report.json: accuracy_true_captions, accuracy_deranged_captions, chance, bootstrap intervals
-(over clips) for the true accuracy and for true - deranged, probe_ceiling_real_eval, per-attribute figures.
+Writes generation_report.json: accuracy_true_captions (+ _ci95), accuracy_deranged_captions, true_minus_deranged
+(+ _ci95), verdict, n_clips, probe_ceiling_real_eval, probe_deranged_real_eval, fraction_of_ceiling (+ _ci95):
+(true - deranged) / (ceiling - deranged on real clips), mde (minimum detectable effect, MDE_METHOD) and
+mde_fraction_of_ceiling, per-attribute figures, per_clip [{key, caption_attributes, predicted_attributes,
+accuracy_true, accuracy_deranged}], and the generated set's sampling settings.
 """
 
 from __future__ import annotations
@@ -168,17 +175,64 @@ def per_clip_accuracy(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.where(n > 0, correct.sum(1) / np.maximum(n, 1), np.nan)
 
 
-def chance_accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
-    """Accuracy of predictions independent of the labels with the same rates: sum_a w_a (q_a p_a + (1-q_a)(1-p_a))."""
-    total, weight = 0.0, 0
-    for a in range(labels.shape[1]):
-        d = ~np.isnan(labels[:, a])
-        if not d.any():
-            continue
-        p, q = labels[d, a].mean(), pred[:, a].mean()
-        total += d.sum() * (q * p + (1 - q) * (1 - p))
-        weight += d.sum()
-    return float(total / max(weight, 1))
+FOLLOWS = "follows its captions"
+NOT_DETECTED = "not detected at this clip count"
+# z_(1 - alpha/2) + z_(power) for alpha = 0.05 two-sided and 80% power: 1.960 + 0.842
+MDE_Z = 2.8
+MDE_METHOD = (
+    "2.8 x the standard error of the per-clip true - deranged (normal approximation: 80% power, alpha 0.05 two-sided)"
+)
+
+
+def verdict(ci95: tuple[float, float] | list[float]) -> str:
+    """The probe's verdict from the 95% interval of true - deranged: FOLLOWS only when its low end is above 0.
+    An interval that includes 0 (or lies below it) is NOT_DETECTED: absence of evidence at this clip count, never
+    evidence that generation ignores the caption (see `minimum_detectable_effect`)."""
+    return FOLLOWS if ci95[0] > 0 else NOT_DETECTED
+
+
+def minimum_detectable_effect(diffs: np.ndarray, z: float = MDE_Z) -> float:
+    """diffs [N] per-clip true - deranged -> the smallest mean effect this many clips would detect with 80% power at
+    alpha 0.05 (two-sided): z * sd / sqrt(N), the normal approximation with the observed per-clip spread."""
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size < 2:
+        return float("nan")
+    return float(z * d.std(ddof=1) / np.sqrt(d.size))
+
+
+def fraction_of_ceiling(
+    gen_diffs: np.ndarray, real_diffs: np.ndarray, n_bootstrap: int, seed: int, level: float = 0.95
+) -> tuple[float, float, float]:
+    """How much of the probe's reach the generator shows: mean(gen true - deranged) / mean(real true - deranged).
+
+    gen_diffs [N] per generated clip, real_diffs [M] per real eval clip (the same scoring: own captions minus
+    deranged captions, so the denominator is ceiling - deranged-on-real-clips). Percentile bootstrap resampling
+    both sets independently (both are samples); resamples whose denominator is <= 0 are left out. NaN when the
+    denominator itself is <= 0 (the probe reads no attribute from real clips: nothing to compare with)."""
+    g, r = np.asarray(gen_diffs, dtype=np.float64), np.asarray(real_diffs, dtype=np.float64)
+    if g.size == 0 or r.size == 0 or r.mean() <= 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    num = g[rng.integers(0, g.size, size=(n_bootstrap, g.size))].mean(axis=1)  # [R]
+    den = r[rng.integers(0, r.size, size=(n_bootstrap, r.size))].mean(axis=1)  # [R]
+    ratios = num[den > 0] / den[den > 0]
+    if ratios.size == 0:
+        return float(g.mean() / r.mean()), float("nan"), float("nan")
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(ratios, [a, 1.0 - a])
+    return float(g.mean() / r.mean()), float(lo), float(hi)
+
+
+def _deranged_accuracy(pred: np.ndarray, labels: np.ndarray, derangements: int, rng: np.random.Generator) -> np.ndarray:
+    """pred [N, A], labels [N, A] -> [N] each clip's accuracy against other clips' labels, averaged over derangements
+    (the null: what the same predictions score against captions they were not made for)."""
+    scores = [per_clip_accuracy(pred, labels[derangement(len(labels), rng)]) for _ in range(derangements)]
+    return np.nanmean(np.stack(scores), axis=0)  # [N]; nan where no deranged caption defined an attribute
+
+
+def _attribute_dict(row: np.ndarray) -> dict[str, int | None]:
+    """labels or predictions [A] -> {attribute: 1 | 0 | None (undefined)}."""
+    return {name: (None if np.isnan(v) else int(v)) for name, v in zip(NAMES, row)}
 
 
 def make_report(
@@ -191,42 +245,59 @@ def make_report(
     n_bootstrap: int = 1000,
     seed: int = 0,
 ) -> dict:
-    """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling)."""
-    if len(generated) < 2:
+    """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling and its null)."""
+    if len(generated) < 2 or len(real_eval) < 2:
         raise ProbeInputError(
-            f"the probe report needs >= 2 generated clips (got {len(generated)}) for derangements; generate more "
-            f"(generate.n)"
+            f"the probe report needs >= 2 generated clips (got {len(generated)}) and >= 2 real eval clips (got "
+            f"{len(real_eval)}) for derangements; generate more (generate.n=0 = every eval caption)"
         )
-    feats = lambda clips: np.stack([code_features(c.codes, codebook_size) for c in clips])
-    labels = lambda clips: np.stack([attribute_labels(clip_text(c)) for c in clips])
-    probe = AttributeProbe.fit(feats(train), labels(train))
-    Xg, Yg = feats(generated), labels(generated)
-    pred = probe.predict(Xg)  # [N, A]
-    acc_true = per_clip_accuracy(pred, Yg)  # [N]
+    feats = lambda clips: np.stack([code_features(c.codes, codebook_size) for c in clips])  # [N, F]
+    labels = lambda clips: np.stack([attribute_labels(clip_text(c)) for c in clips])  # [N, A]
+    Yt = labels(train)
+    probe = AttributeProbe.fit(feats(train), Yt)
     rng = np.random.default_rng(seed)
-    acc_der = np.nanmean(
-        np.stack([per_clip_accuracy(pred, Yg[derangement(len(generated), rng)]) for _ in range(derangements)]), axis=0
-    )  # [N]
+
+    Yg = labels(generated)
+    pred = probe.predict(feats(generated))  # [N, A]
+    acc_true = per_clip_accuracy(pred, Yg)  # [N]
+    acc_der = _deranged_accuracy(pred, Yg, derangements, rng)  # [N]
     ok = ~np.isnan(acc_true) & ~np.isnan(acc_der)
+    diffs = acc_true[ok] - acc_der[ok]  # [n_clips]
     mean_true, lo_true, hi_true = bootstrap_mean_ci(acc_true[ok], n_bootstrap, seed)
-    diff, lo_diff, hi_diff = bootstrap_mean_ci(acc_true[ok] - acc_der[ok], n_bootstrap, seed + 1)
+    diff, lo_diff, hi_diff = bootstrap_mean_ci(diffs, n_bootstrap, seed + 1)
+
     Ye = labels(real_eval)
-    pred_e = probe.predict(feats(real_eval))
-    acc_e = per_clip_accuracy(pred_e, Ye)
+    pred_e = probe.predict(feats(real_eval))  # [M, A]
+    acc_e = per_clip_accuracy(pred_e, Ye)  # [M]
+    # its own stream: the real clips' null must not depend on how many clips were generated
+    acc_e_der = _deranged_accuracy(pred_e, Ye, derangements, np.random.default_rng(seed + 3))  # [M]
+    ok_e = ~np.isnan(acc_e) & ~np.isnan(acc_e_der)
+    frac, lo_frac, hi_frac = fraction_of_ceiling(diffs, acc_e[ok_e] - acc_e_der[ok_e], n_bootstrap, seed + 2)
+    gap = float(acc_e[ok_e].mean() - acc_e_der[ok_e].mean())
+    mde = minimum_detectable_effect(diffs)
+
     per_attr = {}
     for a, name in enumerate(NAMES):
-        d = ~np.isnan(Yg[:, a])
-        de = ~np.isnan(Ye[:, a])
+        d, de, dt = ~np.isnan(Yg[:, a]), ~np.isnan(Ye[:, a]), ~np.isnan(Yt[:, a])
         per_attr[name] = {
             "n_generated_labelled": int(d.sum()),
             "accuracy_generated": float((pred[d, a] == Yg[d, a]).mean()) if d.any() else None,
             "accuracy_real_eval": float((pred_e[de, a] == Ye[de, a]).mean()) if de.any() else None,
-            "positive_rate_train": float(np.nanmean(labels(train)[:, a]))
-            if (~np.isnan(labels(train)[:, a])).any()
-            else None,
+            "positive_rate_train": float(Yt[dt, a].mean()) if dt.any() else None,
         }
+    per_clip = [
+        {
+            "key": c.key,
+            "caption_attributes": _attribute_dict(Yg[i]),
+            "predicted_attributes": _attribute_dict(pred[i]),
+            "accuracy_true": float(acc_true[i]),  # nan (-> null) when the caption defines no attribute
+            "accuracy_deranged": float(acc_der[i]),
+        }
+        for i, c in enumerate(generated)
+    ]
     return {
         "n_generated": len(generated),
+        "n_clips": int(ok.sum()),  # generated clips scored (their caption defines at least one attribute)
         "n_scored": int(ok.sum()),
         "n_train": len(train),
         "n_real_eval": len(real_eval),
@@ -236,12 +307,18 @@ def make_report(
         "accuracy_deranged_captions": float(acc_der[ok].mean()),
         "true_minus_deranged": diff,
         "true_minus_deranged_ci95": [lo_diff, hi_diff],
-        "chance": chance_accuracy(pred, Yg),
-        "probe_ceiling_real_eval": float(np.nanmean(acc_e)),
-        "probe_chance_real_eval": chance_accuracy(pred_e, Ye),
+        "verdict": verdict((lo_diff, hi_diff)),
+        "probe_ceiling_real_eval": float(acc_e[ok_e].mean()),
+        "probe_deranged_real_eval": float(acc_e_der[ok_e].mean()),
+        "fraction_of_ceiling": frac,
+        "fraction_of_ceiling_ci95": [lo_frac, hi_frac],
+        "mde": mde,
+        "mde_fraction_of_ceiling": mde / gap if gap > 0 else float("nan"),
+        "mde_method": MDE_METHOD,
         "derangements": derangements,
         "bootstrap": n_bootstrap,
         "per_attribute": per_attr,
+        "per_clip": per_clip,
     }
 
 
@@ -261,14 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:  # ShardFormatError: a set that breaks the contract or mixes codecs
         print(f"adapter_trainer.probe: error: {e}", file=sys.stderr)
         return USER_ERROR_EXIT
-    print(
-        f"probe: accuracy true captions {report['accuracy_true_captions']:.3f} "
-        f"[{report['accuracy_true_captions_ci95'][0]:.3f}, {report['accuracy_true_captions_ci95'][1]:.3f}], "
-        f"deranged {report['accuracy_deranged_captions']:.3f}, chance {report['chance']:.3f}, "
-        f"true - deranged {report['true_minus_deranged']:+.3f} [{report['true_minus_deranged_ci95'][0]:+.3f}, "
-        f"{report['true_minus_deranged_ci95'][1]:+.3f}]; probe ceiling on real eval clips "
-        f"{report['probe_ceiling_real_eval']:.3f} (chance {report['probe_chance_real_eval']:.3f}) -> {args.out}"
-    )
+    for line in summary_lines(report):
+        print(f"probe: {line}")
+    print(f"probe: wrote {args.out}")
     return 0
 
 
@@ -290,8 +362,50 @@ def _probe(args: argparse.Namespace) -> dict:
         seed=args.seed,
     )
     report["shards"], report["generated"] = str(args.shards), str(args.generated)
+    report["sampling"] = _generated_settings(gen.manifest_path)
     args.out.write_text(json.dumps(_finite_or_none(report), indent=2, allow_nan=False) + "\n")
     return report
+
+
+def _generated_settings(manifest_path: Path) -> dict:
+    """What was measured: the generated set's checkpoint step and sampling settings (absent keys -> None)."""
+    gen = json.loads(manifest_path.read_text(encoding="utf-8")).get("generated") or {}
+    s = gen.get("sampling") or {}
+    keys = ("seconds", "cfg_scale", "top_k", "top_p", "temperature", "seed")
+    return {"checkpoint_step": gen.get("checkpoint_step"), **{k: s.get(k) for k in keys}}
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else format(x, spec)
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The report in four lines of text (what `python -m adapter_trainer.probe` prints)."""
+    r, s = report, report.get("sampling") or {}
+    ci = lambda key, spec: f"[{_fmt(r[key][0], spec)}, {_fmt(r[key][1], spec)}]"
+    measured = f"{r['n_clips']} generated clips scored"
+    if s:
+        measured += (
+            f" ({s.get('seconds')} s, CFG {s.get('cfg_scale')}, top-k {s.get('top_k')}, seed {s.get('seed')}, "
+            f"checkpoint step {s.get('checkpoint_step')})"
+        )
+    return [
+        f"{measured}: accuracy with own captions {_fmt(r['accuracy_true_captions'], '.3f')} "
+        f"{ci('accuracy_true_captions_ci95', '.3f')}, with deranged captions (the null) "
+        f"{_fmt(r['accuracy_deranged_captions'], '.3f')}; true - deranged {_fmt(r['true_minus_deranged'], '+.3f')} "
+        f"{ci('true_minus_deranged_ci95', '+.3f')} (95% bootstrap over clips)",
+        f"real eval clips: own captions {_fmt(r['probe_ceiling_real_eval'], '.3f')} (the ceiling), deranged "
+        f"{_fmt(r['probe_deranged_real_eval'], '.3f')}; fraction of the ceiling reached "
+        f"{_fmt(r['fraction_of_ceiling'], '.2f')} {ci('fraction_of_ceiling_ci95', '.2f')}",
+        f"minimum detectable effect at {r['n_clips']} clips: {_fmt(r['mde'], '.3f')} "
+        f"({_fmt(r['mde_fraction_of_ceiling'], '.2f')} of the ceiling; {MDE_METHOD})",
+        f"verdict: {r['verdict']} "
+        + (
+            "(the interval of true - deranged is above 0)"
+            if r["verdict"] == FOLLOWS
+            else "(that interval is not above 0)"
+        ),
+    ]
 
 
 def _finite_or_none(x: object) -> object:

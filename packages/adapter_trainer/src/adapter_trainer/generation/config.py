@@ -24,7 +24,9 @@ class GenerateConfig:
     captions: str = "eval"  # eval (data.eval_split's captions, in order) | file (captions_file) | texts (texts)
     captions_file: Optional[str] = None  # one caption per line, for captions=file
     texts: List[str] = field(default_factory=list)  # for captions=texts
-    n: int = 16  # clips to generate (eval: the first n eval clips; file/texts: cycles through the captions)
+    # clips to generate: 0 = every caption once (eval: the whole eval split, which the probe needs: its power grows
+    # with the clip count); N = eval: the first N eval clips, file/texts: cycles through the captions
+    n: int = 0
     seconds: float = 5.0  # stop after this much audio (frames = seconds * codec frame_rate), or at AUDIO_END
     batch_size: int = 8  # captions per forward (CFG doubles the rows)
     temperature: float = 1.0  # <= 0 = greedy
@@ -54,9 +56,10 @@ def validate_generate(g: GenerateConfig) -> None:
         raise ConfigError("generate.captions=file needs generate.captions_file=path/to/captions.txt")
     if g.captions == "texts" and not g.texts:
         raise ConfigError("generate.captions=texts needs generate.texts='[\"a calm piano melody\"]'")
-    for key in ("n", "batch_size"):
-        if getattr(g, key) < 1:
-            raise ConfigError(f"generate.{key}={getattr(g, key)} must be >= 1")
+    if g.n < 0:
+        raise ConfigError(f"generate.n={g.n} must be >= 0 (0 = every caption once: the whole eval split for eval)")
+    if g.batch_size < 1:
+        raise ConfigError(f"generate.batch_size={g.batch_size} must be >= 1")
     for key in ("seconds", "temperature", "cfg_scale"):  # nan passes every comparison below
         if not math.isfinite(getattr(g, key)):
             raise ConfigError(f"generate.{key}={getattr(g, key)} must be a finite number")

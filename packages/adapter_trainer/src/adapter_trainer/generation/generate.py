@@ -1,7 +1,7 @@
 """Sample audio codes from a trained adapter: `python -m adapter_trainer.generate +experiment=demo [generate.*=...]`.
 
     python -m adapter_trainer.generate +experiment=demo generate.checkpoint=latest generate.captions=eval \
-        generate.n=16 generate.seconds=5
+        generate.n=0 generate.seconds=5          # n=0: every eval caption once
 
 Same config tree and experiments as training (conf/adapter_trainer/generate.yaml = config.yaml + `generate`).
 Loads the frozen models and the checkpoint's adapter weights (refusing a checkpoint whose fingerprint differs
@@ -33,19 +33,19 @@ from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, 
 
 
 def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, Any]]:
-    """[{caption, aspects, source_key, csv_row}] * n, from the chosen caption source."""
+    """[{caption, aspects, source_key}] * n, from the chosen caption source (n = 0: every caption once)."""
     g = cfg.generate
     if g.captions == "eval":
         from adapter_trainer.data.streaming import text_of  # heavy imports stay inside the run (see run_generate)
 
-        if len(eval_clips) < g.n:
+        if len(eval_clips) < max(g.n, 1):
             raise ConfigError(
                 f"generate.n={g.n} but split data.eval_split={cfg.data.eval_split!r} has only "
                 f"{len(eval_clips)} clips; lower generate.n or use generate.captions=file"
             )
         return [
             {"caption": text_of(c, cfg.data.text), "aspects": list(c.aspects), "source_key": c.key}
-            for c in eval_clips[: g.n]
+            for c in eval_clips[: g.n or None]
         ]
     if g.captions == "file":
         path = Path(g.captions_file)  # type: ignore[arg-type]
@@ -56,7 +56,7 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
             raise ConfigError(f"generate.captions_file={path} holds no caption (one per line)")
     else:
         texts = list(g.texts)
-    return [{"caption": texts[i % len(texts)], "aspects": [], "source_key": ""} for i in range(g.n)]
+    return [{"caption": texts[i % len(texts)], "aspects": [], "source_key": ""} for i in range(g.n or len(texts))]
 
 
 def generated_key(index: int, source_key: str) -> str:
@@ -116,7 +116,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     except ResumeError as e:
         raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
     model.load_trainable_state_dict(ckpt.adapter)
-    # first n only
+    # first n only (0 = all)
     eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []
     rows = _caption_rows(cfg, eval_clips)
 
