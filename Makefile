@@ -81,7 +81,7 @@ $(RUN)/final_metrics.json: | demo-shards demo-models
 listen: $(RUN)/final_metrics.json
 	$(PY) -m adapter_trainer.generate +experiment=demo trainer.output_dir=$(RUN) generate.checkpoint=latest \
 		generate.captions=eval generate.n=$(LISTEN_N) generate.seconds=$(LISTEN_SECONDS) generate.overwrite=true $(ARGS)
-	rm -rf $(RUN)/listen
+	rm -rf $(RUN)/listen $(RUN)/audio_metrics.json
 	$(PY) -m tokenizer_pipeline.decode $(RUN)/generated out_dir=$(RUN)/listen/generated
 	$(PY) -m tokenizer_pipeline.decode $(DEMO)/shards out_dir=$(RUN)/listen/reference split=eval limit=$(LISTEN_N) \
 		max_seconds=$(LISTEN_SECONDS)
