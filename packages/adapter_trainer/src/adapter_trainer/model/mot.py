@@ -70,6 +70,9 @@ class LossOutput:
     count_per_example: torch.Tensor  # [B] long
     end_ce_sum: torch.Tensor  # [] AUDIO_END targets
     end_count: torch.Tensor  # []
+    # [B, S, J] float, CE of the code target in each label cell, 0 where none (detached); with
+    # token_layout.target_frames it gives the CE per audio frame (the learning check's caption gain by position)
+    ce_per_target: torch.Tensor | None = None
 
 
 def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
@@ -716,6 +719,9 @@ class MoTAdapterModel(nn.Module):
         n_ex = torch.zeros(B, dtype=torch.long, device=ce.device).index_add(
             0, example[is_code], torch.ones_like(book[is_code])
         )
+        ce_cells = torch.zeros(B * S, J, device=ce.device).index_copy(
+            0, idx, torch.where(is_code, ce_d, torch.zeros_like(ce_d))
+        )  # [B*S, J]
         return LossOutput(
             loss=loss,
             ce_sum_per_codebook=ce_book,
@@ -724,6 +730,7 @@ class MoTAdapterModel(nn.Module):
             count_per_example=n_ex,
             end_ce_sum=ce_d[is_end].sum(),
             end_count=is_end.sum(),
+            ce_per_target=ce_cells.reshape(B, S, J),  # [B*S, J] -> [B, S, J]
         )
 
     def train(self, mode: bool = True) -> MoTAdapterModel:
