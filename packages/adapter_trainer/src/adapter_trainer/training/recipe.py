@@ -173,6 +173,8 @@ class MoTAdapterRecipe:
         built = build_mot_model(self.cfg, self.device)
         self.model, self.tokenizer, self.vocab = built.model, built.tokenizer, built.vocab
         self.model.activation_checkpointing = self.cfg.trainer.activation_checkpointing  # training forward only
+        t = self.cfg.trainer
+        self.model.early_frame_weight = (t.early_frames, t.early_frame_loss_weight)  # the training loss only
         self.bos_id, self.pad_id = built.bos_id, built.pad_id
         d = self.cfg.data
         self.spec = ExampleSpec(
@@ -184,6 +186,7 @@ class MoTAdapterRecipe:
             max_seq_len=d.max_seq_len,
             max_caption_tokens=d.max_caption_tokens,
             caption_dropout=d.caption_dropout,
+            start_crop_prob=d.start_crop_prob,
         )
 
     def _setup_train_data(self) -> None:
