@@ -78,7 +78,9 @@ def test_kv_cache_carries_the_summary(model_dirs: dict[str, Path], pattern: str)
         torch.testing.assert_close(torch.cat(pieces, dim=1), full, **TOL)
         # select keeps each row's summary with its keys (rows reordered)
         rev = torch.tensor([2, 0])
-        _, part = mot.forward_step(batch.tokens[:, : S - 1], batch.is_audio[:, : S - 1], batch.attention_mask[:, : S - 1])
+        _, part = mot.forward_step(
+            batch.tokens[:, : S - 1], batch.is_audio[:, : S - 1], batch.attention_mask[:, : S - 1]
+        )
         got, _ = mot.forward_step(
             batch.tokens[rev, S - 1 :], batch.is_audio[rev, S - 1 :], batch.attention_mask[rev], part.select(rev)
         )
