@@ -203,3 +203,38 @@ def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monke
     (tmp_path / "c" / next((tmp_path / "c").glob("*.npz")).name).write_bytes(b"junk")
     with pytest.raises(ShardFormatError, match="unreadable shard-index cache entry"):
         build_index(sets, "train", cache=tmp_path / "c")
+
+
+def test_start_crop_prob_anchors_that_share_of_crops_at_the_clip_start(two_sets) -> None:
+    """data.start_crop_prob: 0 gives exactly the crops of a run without the option, 1 starts every crop at frame 0,
+    0.5 about half of them (the draw has its own stream, so the other crops are unchanged)."""
+    from dataclasses import replace
+
+    from adapter_trainer.data.streaming import train_crop
+
+    index = build_index(_open(two_sets[0]), "train")  # clips of 8-30 frames, windows of ~15: most crops can move
+    reader = ClipReader(index)
+
+    def first_codes(spec: ExampleSpec) -> list[bool]:
+        """Per example of 10 batches: does its audio start with its clip's frame 0?"""
+        ds = TrainBatches(index, _WordTokenizer(), spec, seed=4, batch_size=4)
+        out = []
+        for start in range(0, 40, 4):
+            batch = ds[start]
+            for b, key in enumerate(batch.keys):
+                clip = reader.read(next(i for i in range(len(index)) if index.key(i) == key))
+                a = int((batch.tokens[b, :, 0] == spec.vocab.audio_start).nonzero()[0])
+                first = int(batch.tokens[b, a + 1, 0]) - spec.vocab.audio_offset  # frame's codebook-0 code
+                out.append(first == int(clip.codes[0, 0]) and clip.codes.shape[0] > 15)
+        return out
+
+    base = TrainBatches(index, _WordTokenizer(), SPEC, seed=4, batch_size=4)
+    off = TrainBatches(index, _WordTokenizer(), replace(SPEC, start_crop_prob=0.0), seed=4, batch_size=4)
+    assert all(torch.equal(base[s].tokens, off[s].tokens) for s in range(0, 40, 4))
+    long_clips = sum(first_codes(replace(SPEC, start_crop_prob=1.0)))
+    at_start_random = sum(first_codes(SPEC))
+    at_start_half = sum(first_codes(replace(SPEC, start_crop_prob=0.5)))
+    assert long_clips > 10  # every long clip's crop starts at frame 0
+    assert at_start_random < long_clips / 3 and at_start_random < at_start_half < long_clips
+    rng = np.random.default_rng(0)
+    assert train_crop(0.0, rng) == "random" and rng.bit_generator.state == np.random.default_rng(0).bit_generator.state

@@ -55,6 +55,9 @@ class DataConfig:
     caption_dropout: float = 0.0  # P(train caption -> empty caption): teaches the unconditioned branch CFG needs
     # examples per epoch of a weighted mixture (adapter_trainer/data/mixture.py); 0 = the sum of the sets' train clips
     mixture_epoch_size: int = 0
+    # P(a training crop starts at the clip's first frame instead of a random frame): random crops of long clips
+    # almost never show a clip's start, where the caption is all the model has (the eval window starts there)
+    start_crop_prob: float = 0.0
 
 
 @dataclass
@@ -71,6 +74,9 @@ class MoTSchema:
     audio_embed_init: str = "musicgen"  # musicgen | random
     audio_head_init: str = "musicgen"  # musicgen | random
     random_init_scale: float = 0.1  # x text-embedding std, for "random" init
+    # > 0: a caption summary (per layer, the mean of the caption rows' normed hidden states) goes through a trainable
+    # rank-r map (zero-init up) into every audio row's residual stream: a direct caption path besides attention
+    caption_cond_rank: int = 0
 
 
 @dataclass
@@ -122,6 +128,10 @@ class TrainerConfig:
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
     # true: each MoT layer keeps only its input and is recomputed in backward (less activation memory, one more forward)
     activation_checkpointing: bool = False
+    # the training loss weighs the code targets of each window's first `early_frames` frames (token_layout.target_frames)
+    # `early_frame_loss_weight` times: there the caption is all the model has; 1.0 = plain CE (eval CE is never weighted)
+    early_frames: int = 10
+    early_frame_loss_weight: float = 1.0
 
 
 @dataclass
@@ -285,6 +295,20 @@ def validate_config(cfg: TrainConfig) -> None:
     if not 0.0 <= cfg.data.caption_dropout < 1.0:
         raise ConfigError(
             f"data.caption_dropout={cfg.data.caption_dropout} must be in [0, 1), e.g. data.caption_dropout=0.1"
+        )
+    if cfg.trainer.early_frames < 0 or not cfg.trainer.early_frame_loss_weight > 0.0:
+        raise ConfigError(
+            f"trainer.early_frames={cfg.trainer.early_frames} must be >= 0 and trainer.early_frame_loss_weight="
+            f"{cfg.trainer.early_frame_loss_weight} > 0 (1.0 = plain CE), e.g. trainer.early_frame_loss_weight=4"
+        )
+    if cfg.model.mot.caption_cond_rank < 0:
+        raise ConfigError(
+            f"model.mot.caption_cond_rank={cfg.model.mot.caption_cond_rank} must be >= 0 (0 = off), "
+            f"e.g. model.mot.caption_cond_rank=64"
+        )
+    if not 0.0 <= cfg.data.start_crop_prob <= 1.0:
+        raise ConfigError(
+            f"data.start_crop_prob={cfg.data.start_crop_prob} must be in [0, 1], e.g. data.start_crop_prob=0.25"
         )
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")

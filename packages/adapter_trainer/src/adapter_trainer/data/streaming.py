@@ -42,6 +42,7 @@ class ExampleSpec:
     max_seq_len: int
     max_caption_tokens: int
     caption_dropout: float = 0.0  # P(train caption -> empty caption), for classifier-free guidance (caption_dropout.py)
+    start_crop_prob: float = 0.0  # P(train crop starts at the clip's first frame) instead of a random frame
 
 
 def text_of(clip: Clip, text: str) -> str:
@@ -72,6 +73,15 @@ def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip, crop: Litera
         rng=np.random.default_rng(0),
         key=clip.key,
     )
+
+
+def train_crop(start_crop_prob: float, rng: np.random.Generator) -> Literal["start", "random"]:
+    """A training example's crop: "start" (the clip's first frames) with probability start_crop_prob, else "random".
+    Drawn from its own stream (seed, epoch, index, 2), so with start_crop_prob=0 nothing is drawn and the crops are
+    exactly those of a run without the option."""
+    if start_crop_prob <= 0.0:
+        return "random"
+    return "start" if rng.random() < start_crop_prob else "random"
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -166,7 +176,7 @@ class TrainBatches(Dataset):
                     bos_id=s.bos_id,
                     max_seq_len=s.max_seq_len,
                     max_caption_tokens=s.max_caption_tokens,
-                    crop="random",
+                    crop=train_crop(s.start_crop_prob, np.random.default_rng([self.seed, epoch, index, 2])),
                     rng=rng,
                     key=clip.key,
                 )

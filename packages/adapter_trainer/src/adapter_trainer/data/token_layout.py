@@ -306,6 +306,39 @@ def encode_example(
     return Example(tokens=tokens, is_audio=is_audio, labels=labels, key=key)
 
 
+def target_frames(
+    tokens: torch.Tensor, labels: torch.Tensor, *, vocab: AudioVocab, pattern: PatternName
+) -> torch.Tensor:
+    """The audio frame each code target belongs to, counted from the window's first frame (the learning check's
+    caption gain by position).
+
+    Frame t of a window = its K codes (t, 0), ..., (t, K-1), wherever the pattern puts them. With AUDIO_START at
+    position a, code (t, k) is the input token of position a + 1 + t + k (delay: slot k of step t + k) or
+    a + 1 + t*K + k (flatten), so it is the target (label) of position p = a + t + k, slot k (delay) or
+    p = a + t*K + k (flatten). Under the delay pattern the first frames' late codebooks are predicted a few steps
+    after their frame (codebook 3 of frame 9 at step 12), but they count as frame 9.
+
+    Args:
+        tokens: [B, S, J] combined-vocab ids (each row holds one AUDIO_START), as in `Batch.tokens`.
+        labels: [B, S, J] next-step targets, as in `Batch.labels`.
+    Returns:
+        [B, S, J] long: the frame of the code target in that label cell, -1 where the cell has no code target
+        (text, START, PAD, AUDIO_END, ignored).
+    """
+    _check_pattern(pattern)
+    K = vocab.n_codebooks
+    B, S, J = labels.shape
+    is_code = (labels >= vocab.audio_offset) & (labels < vocab.audio_start)  # [B, S, J]
+    is_start = tokens[..., 0] == vocab.audio_start  # [B, S]
+    a = is_start.long().argmax(dim=1)  # [B] position of AUDIO_START (0 when a row has none: no code target either)
+    rel = torch.arange(S, device=labels.device)[None, :] - a[:, None]  # [B, S] p - a
+    if pattern == "delay":
+        frame = rel[..., None] - torch.arange(J, device=labels.device)[None, None, :]  # [B, S, K] t = p - a - k
+    else:
+        frame = torch.div(rel, K, rounding_mode="floor")[..., None]  # [B, S, 1] t = (p - a) // K
+    return torch.where(is_code & (frame >= 0), frame, torch.full_like(frame, -1))  # [B, S, J]
+
+
 def collate(examples: list[Example], pad_id: int) -> Batch:
     """Right-pad to the longest example: tokens = pad_id, labels = IGNORE_INDEX, is_audio/attention_mask False."""
     if not examples:

@@ -19,7 +19,7 @@ import torch
 
 from adapter_trainer.data.shards import ClipReader, SplitIndex
 from adapter_trainer.data.streaming import ExampleSpec, caption_ids, eval_example
-from adapter_trainer.data.token_layout import collate
+from adapter_trainer.data.token_layout import collate, max_frames, target_frames
 from adapter_trainer.evaluation.learning_check import (
     CEAccumulator,
     EvalReport,
@@ -27,6 +27,7 @@ from adapter_trainer.evaluation.learning_check import (
     derangement,
     gather_target_ce,
     make_report,
+    per_frame_sums,
     per_set_figures,
     unigram_ce,
     unigram_log_probs,
@@ -74,6 +75,8 @@ class HeldOutEval:
         # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
         shuffle_rng = np.random.default_rng([seed, 7])
         self.perms = [derangement(len(index), shuffle_rng) for _ in range(n_derangements)]
+        # Frames of the eval window (eval_example's fixed audio budget): the caption gain by position counts per frame.
+        self.n_frames = max_frames(spec.max_seq_len - spec.max_caption_tokens - 2, spec.pattern, spec.vocab.n_codebooks)
 
     @torch.no_grad()
     def __call__(
@@ -110,8 +113,13 @@ class HeldOutEval:
                 batch = collate(examples, pad_id=self.spec.pad_id).to(device)
                 with autocast():
                     out = model.compute_loss(batch)
+                frames = target_frames(batch.tokens, batch.labels, vocab=self.spec.vocab, pattern=self.spec.pattern)
                 sums[name].add(
-                    out.ce_sum_per_codebook, out.count_per_codebook, out.ce_sum_per_example, out.count_per_example
+                    out.ce_sum_per_codebook,
+                    out.count_per_codebook,
+                    out.ce_sum_per_example,
+                    out.count_per_example,
+                    per_frame_sums(out.ce_per_target, frames, self.n_frames),  # [B, F] x2
                 )
                 if name == "true":
                     end_batch = collate(
@@ -125,7 +133,10 @@ class HeldOutEval:
                     u = unigram_ce(batch.labels, self.spec.vocab, self.unigram_logp)
                     sums["uni"].add(u.sum_per_codebook, u.count_per_codebook, u.sum_per_example, u.count_per_example)
         # Per-clip values from every rank, in clip order: the bootstrap sees what one process would compute.
-        final = {k: gather_target_ce(v.result(), mine, n_eval, all_gather) for k, v in sums.items()}
+        final = {
+            k: gather_target_ce(v.result(0 if k == "uni" else self.n_frames), mine, n_eval, all_gather)
+            for k, v in sums.items()
+        }  # the unigram run has no per-frame sums (the gain by position compares the model's runs)
         end_parts = all_gather((end_sum, end_n))
         end_sum, end_n = sum(p[0] for p in end_parts), sum(p[1] for p in end_parts)
         model.train(was_training)

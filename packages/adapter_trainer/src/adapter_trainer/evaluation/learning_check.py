@@ -22,6 +22,14 @@ MIN_GAIN_CLIPS = 30  # fewer eval clips: the caption-gain bootstrap interval is 
 
 TARGET_REL_PCT = 10.0  # the learning check's target: eval CE at least this % under the unigram baseline
 
+# The caption gain by position: frames [lo, hi) of the eval window (hi None = to the window's end). 10 frames =
+# 0.2 s at 50 frames/s: the window's first frames, where the caption is all the model has (no audio yet).
+FRAME_BINS: tuple[tuple[str, int, int | None], ...] = (
+    ("frames_0_10", 0, 10),
+    ("frames_10_50", 10, 50),
+    ("frames_50_end", 50, None),
+)
+
 
 class EvalOverlapError(UserError, ValueError):
     """Eval clips are also train clips, so the eval would not be held-out; the message names the fix."""
@@ -73,12 +81,37 @@ def unigram_log_probs(codes: Iterable[np.ndarray], n_codebooks: int, codebook_si
 
 @dataclass
 class TargetCE:
-    """Summed CE over code targets, split per codebook and per example (same fields as LossOutput's)."""
+    """Summed CE over code targets, split per codebook and per example (same fields as LossOutput's), and
+    optionally per example and audio frame of the eval window (token_layout.target_frames: frame t = its K codes)."""
 
     sum_per_codebook: np.ndarray  # [K] float64
     count_per_codebook: np.ndarray  # [K] int64
     sum_per_example: np.ndarray  # [B] float64
     count_per_example: np.ndarray  # [B] int64
+    sum_per_frame: np.ndarray | None = None  # [B, F] float64, F = frames of the eval window
+    count_per_frame: np.ndarray | None = None  # [B, F] int64
+
+
+def per_frame_sums(ce_per_target: torch.Tensor, frames: torch.Tensor, n_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """CE summed per example and window frame.
+
+    Args:
+        ce_per_target: [B, S, J] CE of each label cell (LossOutput.ce_per_target).
+        frames: [B, S, J] the frame of each cell's code target, -1 where none (token_layout.target_frames).
+        n_frames: F, frames of the eval window; targets of frames >= F are refused (the window is fixed).
+    Returns:
+        sums [B, F] float64, counts [B, F] int64.
+    """
+    ce = ce_per_target.detach().to("cpu", torch.float64).numpy()  # [B, S, J]
+    fr = frames.detach().cpu().numpy()  # [B, S, J]
+    B = fr.shape[0]
+    if fr.size and fr.max() >= n_frames:
+        raise RuntimeError(f"a code target of frame {int(fr.max())} is outside the {n_frames}-frame eval window")
+    b_idx = np.broadcast_to(np.arange(B)[:, None, None], fr.shape)[fr >= 0]  # [N]
+    cell = b_idx * n_frames + fr[fr >= 0]  # [N] flat (example, frame)
+    sums = np.bincount(cell, weights=ce[fr >= 0], minlength=B * n_frames).reshape(B, n_frames)  # [B, F]
+    counts = np.bincount(cell, minlength=B * n_frames).reshape(B, n_frames).astype(np.int64)  # [B, F]
+    return sums, counts
 
 
 class CEAccumulator:
@@ -89,6 +122,8 @@ class CEAccumulator:
         self.n_k = np.zeros(n_codebooks, dtype=np.int64)
         self.sum_b: list[np.ndarray] = []
         self.n_b: list[np.ndarray] = []
+        self.sum_bf: list[np.ndarray] = []
+        self.n_bf: list[np.ndarray] = []
 
     def add(
         self,
@@ -96,18 +131,30 @@ class CEAccumulator:
         n_k: torch.Tensor | np.ndarray,
         sum_b: torch.Tensor | np.ndarray,
         n_b: torch.Tensor | np.ndarray,
+        frame_sums: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """sum_k/n_k: [K]; sum_b/n_b: [B] (tensors on any device, or arrays)."""
+        """sum_k/n_k: [K]; sum_b/n_b: [B] (tensors on any device, or arrays); frame_sums: ([B, F], [B, F]) from
+        `per_frame_sums`, given for every batch or for none."""
         self.sum_k += _np(sum_k, np.float64)
         self.n_k += _np(n_k, np.int64)
         self.sum_b.append(_np(sum_b, np.float64))
         self.n_b.append(_np(n_b, np.int64))
+        if frame_sums is not None:
+            self.sum_bf.append(np.asarray(frame_sums[0], np.float64))
+            self.n_bf.append(np.asarray(frame_sums[1], np.int64))
 
-    def result(self) -> TargetCE:
-        """The sums so far (a rank with no eval clips has empty per-example arrays)."""
+    def result(self, n_frames: int = 0) -> TargetCE:
+        """The sums so far (a rank with no eval clips has empty per-example arrays; per-frame arrays [B, n_frames]
+        when frame sums were added, or when none were and n_frames > 0)."""
         sum_b = np.concatenate(self.sum_b) if self.sum_b else np.zeros(0, np.float64)
         n_b = np.concatenate(self.n_b) if self.n_b else np.zeros(0, np.int64)
-        return TargetCE(self.sum_k.copy(), self.n_k.copy(), sum_b, n_b)
+        if self.sum_bf:
+            sum_bf, n_bf = np.concatenate(self.sum_bf), np.concatenate(self.n_bf)  # [B, F]
+        elif n_frames > 0:
+            sum_bf, n_bf = np.zeros((0, n_frames), np.float64), np.zeros((0, n_frames), np.int64)
+        else:
+            sum_bf = n_bf = None
+        return TargetCE(self.sum_k.copy(), self.n_k.copy(), sum_b, n_b, sum_bf, n_bf)
 
 
 def gather_target_ce(
@@ -131,11 +178,19 @@ def gather_target_ce(
     sum_b, n_b = np.zeros(n_clips, np.float64), np.zeros(n_clips, np.int64)
     sum_b[ids] = np.concatenate([p[1].sum_per_example for p in parts])
     n_b[ids] = np.concatenate([p[1].count_per_example for p in parts])
+    sum_bf = n_bf = None
+    if part.sum_per_frame is not None:
+        F = part.sum_per_frame.shape[1]
+        sum_bf, n_bf = np.zeros((n_clips, F), np.float64), np.zeros((n_clips, F), np.int64)  # [N, F]
+        sum_bf[ids] = np.concatenate([p[1].sum_per_frame for p in parts])
+        n_bf[ids] = np.concatenate([p[1].count_per_frame for p in parts])
     return TargetCE(
         np.sum([p[1].sum_per_codebook for p in parts], axis=0),
         np.sum([p[1].count_per_codebook for p in parts], axis=0).astype(np.int64),
         sum_b,
         n_b,
+        sum_bf,
+        n_bf,
     )
 
 
@@ -179,11 +234,16 @@ def average_runs(runs: list[TargetCE]) -> TargetCE:
             and np.array_equal(r.count_per_codebook, first.count_per_codebook)
         ):
             raise RuntimeError("average_runs: the runs scored different targets; they must share the eval crop")
+    frames = first.sum_per_frame is not None
+    if frames and not all(np.array_equal(r.count_per_frame, first.count_per_frame) for r in runs[1:]):
+        raise RuntimeError("average_runs: the runs scored different frames; they must share the eval crop")
     return TargetCE(
         np.mean([r.sum_per_codebook for r in runs], axis=0),
         first.count_per_codebook.copy(),
         np.mean([r.sum_per_example for r in runs], axis=0),
         first.count_per_example.copy(),
+        np.mean([r.sum_per_frame for r in runs], axis=0) if frames else None,
+        first.count_per_frame.copy() if frames else None,
     )
 
 
@@ -212,6 +272,55 @@ def bootstrap_mean_ci(
     return float(v.mean()), float(lo), float(hi)
 
 
+def bootstrap_ratio_ci(
+    num: np.ndarray, den: np.ndarray, n_resamples: int, seed: int, level: float = 0.95
+) -> tuple[float, float, float]:
+    """sum(num) / sum(den) and a percentile-bootstrap interval resampling the items (clips) with replacement.
+
+    The caption gain of a frame range: num = per-clip summed CE difference over the range's codes, den = their count,
+    so the point is the code-weighted mean gain (= the mean of per-clip means when every clip has the same count).
+    nan (and a nan interval) when den sums to 0: no code of the range was scored.
+    """
+    n, d = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    if n.size == 0:
+        raise ValueError("bootstrap over an empty set of values")
+    if d.sum() <= 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n.size, size=(n_resamples, n.size))  # [R, N]
+    dens = d[idx].sum(axis=1)  # [R]
+    ratios = n[idx].sum(axis=1) / np.where(dens > 0, dens, np.nan)  # [R]; a resample without codes is left out
+    a = (1.0 - level) / 2.0
+    lo, hi = np.nanquantile(ratios, [a, 1.0 - a])
+    return float(n.sum() / d.sum()), float(lo), float(hi)
+
+
+def caption_gain_by_position(
+    model_true: TargetCE, model_shuf: TargetCE, n_bootstrap: int, seed: int
+) -> tuple[dict[str, dict[str, Any]], list[float]]:
+    """The caption gain per frame range of the eval window (FRAME_BINS) with bootstrap intervals over clips, and
+    the gain curve by frame.
+
+    Each range's gain is sum over clips of (CE deranged - CE true) over the range's codes / their count, so the
+    ranges weighted by their code counts add up to the code-weighted whole-window gain (equal to the headline
+    `caption_gain`, a mean of per-clip means, whenever every clip fills the window, as in the demo).
+    Returns:
+        ({key: {"gain", "ci95": [lo, hi], "n_codes"}}, [F] gain per frame (nan where no code was scored)).
+    """
+    diff = model_shuf.sum_per_frame - model_true.sum_per_frame  # [N, F] summed CE difference per clip and frame
+    counts = model_true.count_per_frame  # [N, F]
+    F = diff.shape[1]
+    out: dict[str, dict[str, Any]] = {}
+    for key, lo_f, hi_f in FRAME_BINS:
+        sl = slice(min(lo_f, F), F if hi_f is None else min(hi_f, F))
+        num, den = diff[:, sl].sum(axis=1), counts[:, sl].sum(axis=1)  # [N], [N]
+        gain, lo, hi = bootstrap_ratio_ci(num, den, n_bootstrap, seed)
+        out[key] = {"gain": gain, "ci95": [lo, hi], "n_codes": int(den.sum())}
+    tot = counts.sum(axis=0)  # [F]
+    curve = [float(diff[:, t].sum() / tot[t]) if tot[t] else float("nan") for t in range(F)]
+    return out, curve
+
+
 @dataclass
 class EvalReport:
     """One evaluation of the eval split (all CE in nats per code target)."""
@@ -233,6 +342,9 @@ class EvalReport:
     caption_gain_verdict: str = "INSUFFICIENT"  # PASS | FAIL | INSUFFICIENT (< MIN_GAIN_CLIPS clips)
     held_out: bool = True  # False when data.allow_eval_overlap let eval clips that are also train clips through
     n_overlap_clips: int = 0  # eval clips whose keys are also train keys
+    # FRAME_BINS key -> {"gain", "ci95": [lo, hi], "n_codes"}: the caption gain over those frames of the window
+    caption_gain_by_position: dict = field(default_factory=dict)
+    caption_gain_by_frame: list = field(default_factory=list)  # [F] gain per window frame (nan: no code scored)
     extra: dict = field(default_factory=dict)
     # per entry of data.shards (its path as written): ce, n_clips, n_code_targets, unigram_ce, rel_to_unigram_pct,
     # ce_shuffled, caption_gain; from the same per-clip sums as the overall figures (`per_set_figures`)
@@ -250,6 +362,9 @@ class EvalReport:
             f"{prefix}caption_gain_lo": self.caption_gain_lo,
             f"{prefix}caption_gain_hi": self.caption_gain_hi,
         }
+        for key, g in self.caption_gain_by_position.items():
+            out[f"{prefix}caption_gain_{key}"] = g["gain"]
+            out[f"{prefix}caption_gain_{key}_lo"], out[f"{prefix}caption_gain_{key}_hi"] = g["ci95"]
         for k, (ce, ppl, uni) in enumerate(
             zip(self.ce_per_codebook, self.ppl_per_codebook, self.unigram_ce_per_codebook)
         ):
@@ -298,6 +413,11 @@ def make_report(
     per_clip_true = model_true.sum_per_example / model_true.count_per_example  # [N] mean CE per clip
     per_clip_shuf = model_shuf.sum_per_example / model_shuf.count_per_example  # [N]
     gain, lo, hi = bootstrap_mean_ci(per_clip_shuf - per_clip_true, n_bootstrap, seed)
+    by_position, by_frame = (
+        caption_gain_by_position(model_true, model_shuf, n_bootstrap, seed)
+        if model_true.sum_per_frame is not None and model_shuf.sum_per_frame is not None
+        else ({}, [])
+    )
     return EvalReport(
         step=step,
         n_clips=len(per_clip_true),
@@ -316,6 +436,8 @@ def make_report(
         caption_gain_verdict=caption_gain_verdict(len(per_clip_true), lo),
         held_out=n_overlap_clips == 0,
         n_overlap_clips=n_overlap_clips,
+        caption_gain_by_position=by_position,
+        caption_gain_by_frame=by_frame,
     )
 
 
@@ -357,6 +479,11 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
         "caption_gain_ci95": [r.caption_gain_lo, r.caption_gain_hi],
         "caption_gain_pass": r.caption_gain_verdict == "PASS",
         "caption_gain_verdict": r.caption_gain_verdict,
+        # the same gain over the window's first 10 frames, frames 10-49 and the rest (FRAME_BINS)
+        "caption_gain_by_position": {
+            k: {"gain": g["gain"], "ci95": list(g["ci95"]), "n_codes": g["n_codes"]}
+            for k, g in r.caption_gain_by_position.items()
+        },
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
         "per_shard_set": r.per_shard_set,
@@ -401,7 +528,24 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
         + ("  (no AUDIO_END target was scored: no eval clip)" if not math.isfinite(r.end_ce) else ""),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
         f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{r.caption_gain_verdict}: {gain_rule}]",
+        *(
+            [
+                "  by position   "
+                + "   ".join(
+                    f"{_bin_label(k)} {g['gain']:+.4f} [{g['ci95'][0]:+.4f}, {g['ci95'][1]:+.4f}]"
+                    for k, g in r.caption_gain_by_position.items()
+                )
+            ]
+            if r.caption_gain_by_position
+            else []
+        ),
         *_per_set_lines(r.per_shard_set),
         "=" * 72,
     ]
     return "\n".join(lines)
+
+
+def _bin_label(key: str) -> str:
+    """ "frames_0_10" -> "frames 0-10" (the printed block)."""
+    _, lo, hi = key.split("_")
+    return f"frames {lo}-{hi}"

@@ -45,7 +45,7 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
-from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, n_slots
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, n_slots, target_frames
 from adapter_trainer.model.lora import LoRADelta
 
 
@@ -59,6 +59,7 @@ class MoTConfig:
     audio_embed_init: Literal["musicgen", "random"] = "musicgen"
     audio_head_init: Literal["musicgen", "random"] = "musicgen"
     random_init_scale: float = 0.1  # x text-embedding std, for "random" init
+    caption_cond_rank: int = 0  # > 0: CaptionCond per layer (the caption summary into audio rows); 0 = off
 
 
 @dataclass
@@ -70,6 +71,9 @@ class LossOutput:
     count_per_example: torch.Tensor  # [B] long
     end_ce_sum: torch.Tensor  # [] AUDIO_END targets
     end_count: torch.Tensor  # []
+    # [B, S, J] float, CE of the code target in each label cell, 0 where none (detached); with
+    # token_layout.target_frames it gives the CE per audio frame (the learning check's caption gain by position)
+    ce_per_target: torch.Tensor | None = None
 
 
 def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
@@ -109,6 +113,26 @@ class AudioExpert(nn.Module):
         return self.up(a)  # [N, d_llm]
 
 
+class CaptionCond(nn.Module):
+    """The caption summary of one MoT layer into its audio rows: a rank-r map, up initialised to zero (so training
+    starts exactly from the model without it), like a conditioning vector added to MusicGen's input.
+
+    The summary is the mean over a row's text positions (BOS + caption) of the layer's input after the Llama layer's
+    own input norm: text rows are the frozen LLM's, so it is a fixed function of the caption, available to every
+    audio position at full strength from the first frame, whatever attention makes of the caption keys.
+    """
+
+    def __init__(self, d_llm: int, rank: int, ref: torch.Tensor) -> None:
+        super().__init__()
+        self.down = nn.Linear(d_llm, rank, bias=False, device=ref.device, dtype=ref.dtype)
+        self.up = nn.Linear(rank, d_llm, bias=False, device=ref.device, dtype=ref.dtype)
+        nn.init.zeros_(self.up.weight)
+
+    def forward(self, summary: torch.Tensor) -> torch.Tensor:
+        """summary [B, D] -> update [B, D] for the row's audio positions."""
+        return self.up(self.down(summary))  # [B, D]
+
+
 class MoTKVCache:
     """Keys and values of every MoT layer for the positions seen so far (what `forward_step` returns and takes).
 
@@ -129,6 +153,8 @@ class MoTKVCache:
         self._k, self._v = list(keys or []), list(values or [])  # per layer [B, KV, capacity, hd]
         self._len = int(self._k[0].shape[2]) if self._k else 0
         self.capacity = self._len
+        # layer -> (sum [B, D], count [B, 1]) of the normed text rows seen so far (caption_cond_rank > 0)
+        self.summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @classmethod
     def allocate(cls, max_len: int) -> MoTKVCache:
@@ -184,6 +210,9 @@ class MoTKVCache:
         out._k = [k.index_select(0, batch_idx) for k in self._k]  # [B', n_kv, capacity, hd]
         out._v = [v.index_select(0, batch_idx) for v in self._v]
         out._len, out.capacity = self._len, self.capacity
+        out.summaries = {
+            l: (s.index_select(0, batch_idx), n.index_select(0, batch_idx)) for l, (s, n) in self.summaries.items()
+        }  # [B', D], [B', 1]
         return out
 
 
@@ -441,6 +470,8 @@ class MoTAdapterModel(nn.Module):
         self.vocab, self.pattern, self.cfg = vocab, pattern, cfg
         # trainer.activation_checkpointing: recompute each MoT layer in backward (training with grad enabled only)
         self.activation_checkpointing = False
+        # trainer.early_frames / early_frame_loss_weight: the loss weight of each window's first frames (training)
+        self.early_frame_weight: tuple[int, float] = (0, 1.0)
         L, M = lcfg.num_hidden_layers, acfg.num_hidden_layers
         layer_map = list(cfg.layer_map) if cfg.layer_map is not None else default_layer_map(L, M)
         if len(layer_map) != L or not all(0 <= m < M for m in layer_map):
@@ -515,6 +546,14 @@ class MoTAdapterModel(nn.Module):
         else:
             self.head = nn.Linear(d_llm, self.n_heads * self.head_size, bias=False, device=dev, dtype=dt)
             nn.init.normal_(self.head.weight, std=0.02)  # small: near-uniform logits at init
+        if cfg.caption_cond_rank < 0:
+            raise ValueError(f"MoTConfig.caption_cond_rank={cfg.caption_cond_rank} must be >= 0 (0 = off)")
+        # ---- caption summary into the audio rows of every layer (CaptionCond), trainable
+        self.caption_cond = (
+            nn.ModuleList(CaptionCond(d_llm, cfg.caption_cond_rank, ref) for _ in range(L))
+            if cfg.caption_cond_rank > 0
+            else None
+        )
 
     # ------------------------------------------------------------------------------------------- embeddings
     def embed(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
@@ -576,8 +615,12 @@ class MoTAdapterModel(nn.Module):
         idx_text = (~flat_audio).nonzero().squeeze(1)  # [N_text]
         keys, values = [], []
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
+        text_rows = (~is_audio) & attention_mask[:, S_past:]  # [B, S] real text positions of this call
+        summaries = cache.summaries if cache is not None else {}  # layer -> (sum, count) of text rows (CaptionCond)
         for l, layer in enumerate(self.layers):
             past = cache.layer(l) if cache is not None else None
+            if self.caption_cond is not None:
+                h = self._add_caption_summary(l, h, text_rows, is_audio, summaries)  # [B, S, D]
             if recompute:
                 # Keeps only the layer's inputs; backward reruns it. Non-reentrant: restores the RNG state (dropout
                 # draws the same masks) and lets gradients reach parameters that no input requires grad for.
@@ -588,8 +631,38 @@ class MoTAdapterModel(nn.Module):
                 h, (k, v) = layer(h, position_embeddings, idx_text, idx_audio, allowed, past)  # [B, S, D]
             keys.append(k)
             values.append(v)
-        cache = cache.advance(S) if cache is not None else MoTKVCache(keys, values)
+        if cache is None:
+            cache = MoTKVCache(keys, values)
+            cache.summaries = summaries
+        else:
+            cache.advance(S)
         return self.llm.model.norm(h), cache  # [B, S, D]
+
+    def _add_caption_summary(
+        self,
+        l: int,
+        h: torch.Tensor,  # [B, S, D] layer l's input
+        text_rows: torch.Tensor,  # [B, S] bool, real text positions of this call
+        is_audio: torch.Tensor,  # [B, S] bool
+        summaries: dict[int, tuple[torch.Tensor, torch.Tensor]],  # the cache's (sum, count) per layer, updated here
+    ) -> torch.Tensor:
+        """h + CaptionCond_l(summary) on audio rows; summary = the mean of the row's normed text rows seen so far: in
+        this call (training, scoring, a prompt) and in earlier calls (the cache), so a prompt fed in pieces or a
+        decoding step with no text gets what one full call gets (a row's text always precedes its audio)."""
+        if bool(text_rows.any()):
+            x = self.layers[l].llm_layer.input_layernorm(h)  # [B, S, D] what the frozen attention sees
+            m = text_rows.to(x.dtype)[..., None]  # [B, S, 1]
+            total, count = (x * m).sum(1).detach(), m.sum(1)  # [B, D], [B, 1]
+            if l in summaries:
+                total, count = total + summaries[l][0], count + summaries[l][1]
+            summaries[l] = (total, count)
+        elif l in summaries:
+            total, count = summaries[l]  # [B, D], [B, 1]
+        else:
+            return h  # audio only and nothing cached: no caption to summarise
+        summary = total / count.clamp(min=1)  # [B, D] mean over the row's text positions
+        delta = self.caption_cond[l](summary)  # [B, D]
+        return h + delta[:, None, :].to(h.dtype) * is_audio[..., None].to(h.dtype)  # [B, S, D]
 
     def hidden_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -704,7 +777,16 @@ class MoTAdapterModel(nn.Module):
         is_code = book >= 0  # [N, J]
         is_end = valid & ~is_code
         n_valid = valid.sum()
-        loss = (ce * valid).sum() / n_valid.clamp(min=1)  # [] (0 with a graph when there is no target)
+        n_early, w_early = self.early_frame_weight
+        if n_early > 0 and w_early != 1.0:  # weigh the codes of each window's first n_early frames w_early times
+            frames = target_frames(tokens, labels, vocab=self.vocab, pattern=self.pattern)  # [B, S, J]
+            frames = frames.reshape(B * S, J).index_select(0, idx)  # [N, J]
+            early = (frames >= 0) & (frames < n_early)  # [N, J]
+            ce_w = ce * torch.where(early, torch.full_like(ce, w_early), torch.ones_like(ce))  # [N, J]
+        else:
+            ce_w = ce
+        # [] summed (weighted) CE / number of targets (0 with a graph when there is no target); plain CE by default
+        loss = (ce_w * valid).sum() / n_valid.clamp(min=1)
 
         ce_d = ce.detach()
         example = (idx // S)[:, None].expand_as(book)  # [N, J] batch row of each target
@@ -716,6 +798,9 @@ class MoTAdapterModel(nn.Module):
         n_ex = torch.zeros(B, dtype=torch.long, device=ce.device).index_add(
             0, example[is_code], torch.ones_like(book[is_code])
         )
+        ce_cells = torch.zeros(B * S, J, device=ce.device).index_copy(
+            0, idx, torch.where(is_code, ce_d, torch.zeros_like(ce_d))
+        )  # [B*S, J]
         return LossOutput(
             loss=loss,
             ce_sum_per_codebook=ce_book,
@@ -724,6 +809,7 @@ class MoTAdapterModel(nn.Module):
             count_per_example=n_ex,
             end_ce_sum=ce_d[is_end].sum(),
             end_count=is_end.sum(),
+            ce_per_target=ce_cells.reshape(B, S, J),  # [B*S, J] -> [B, S, J]
         )
 
     def train(self, mode: bool = True) -> MoTAdapterModel:

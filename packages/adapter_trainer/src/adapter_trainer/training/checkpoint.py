@@ -255,11 +255,15 @@ def optimizer_changes(ckpt: Path, current: dict[str, Any]) -> list[str]:
 def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
     """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
     c = cfg
+    # Settings added after checkpoints already existed are recorded only when set, so those checkpoints stay resumable.
+    mot = {k: v for k, v in mot_fields(c).items() if not (k == "caption_cond_rank" and v == 0)}
+    later = {"data.start_crop_prob": c.data.start_crop_prob} if c.data.start_crop_prob else {}
     fingerprint = {
+        **later,
         "model.llm": c.model.llm,
         "model.audio_lm": c.model.audio_lm,
         "model.dtype": c.model.dtype,
-        "model.mot": mot_fields(c),
+        "model.mot": mot,
         "data.pattern": c.data.pattern,
         # the example order (epoch shuffle, crops) and the sequences themselves:
         "trainer.seed": c.trainer.seed,

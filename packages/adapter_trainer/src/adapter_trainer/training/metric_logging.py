@@ -20,6 +20,13 @@ class MetricLogger(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class CurveLogger(Protocol):
+    """A logger that also takes a curve (values by an index other than the step, e.g. the caption gain by frame)."""
+
+    def log_curve(self, tag: str, values: Sequence[float], step: int) -> None: ...
+
+
 class JsonlLogger:
     """One JSON object per call, `{"step": N, **payload}`, appended to `path` (flushed every line).
 
@@ -68,6 +75,15 @@ class TensorBoardLogger:
             self._writer.add_scalar(k, float(v), global_step=int(step))
         self._writer.flush()
 
+    def log_curve(self, tag: str, values: Sequence[float], step: int) -> None:
+        """One chart per training step, `<tag>/step_<step>`, whose x axis is the value's index (e.g. the frame);
+        non-finite values are left out."""
+        name = f"{tag}/step_{int(step):06d}"
+        for i, v in enumerate(values):
+            if v is not None and math.isfinite(float(v)):
+                self._writer.add_scalar(name, float(v), global_step=i)
+        self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
 
@@ -81,6 +97,12 @@ class FanOutLogger:
     def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None:
         for lg in self.loggers:
             lg.log_dict(payload, step)
+
+    def log_curve(self, tag: str, values: Sequence[float], step: int) -> None:
+        """To the loggers that take curves (TensorBoard); metrics.jsonl keeps scalars only."""
+        for lg in self.loggers:
+            if isinstance(lg, CurveLogger):
+                lg.log_curve(tag, values, step)
 
     def close(self) -> None:
         for lg in self.loggers:

@@ -70,7 +70,7 @@ from adapter_trainer.training.metric_logging import (
     finite_or_none,
 )
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
-from adapter_trainer.training.plots import plot_loss_curve
+from adapter_trainer.training.plots import plot_caption_gain_by_frame, plot_loss_curve
 from adapter_trainer.training.step import backward_window, batch_facts, check_plain_integer_batch, count_targets
 
 
@@ -180,6 +180,8 @@ class MoTAdapterRecipe:
         built = build_mot_model(self.cfg, self.device)
         self.model, self.tokenizer, self.vocab = built.model, built.tokenizer, built.vocab
         self.model.activation_checkpointing = self.cfg.trainer.activation_checkpointing  # training forward only
+        t = self.cfg.trainer
+        self.model.early_frame_weight = (t.early_frames, t.early_frame_loss_weight)  # the training loss only
         self.bos_id, self.pad_id = built.bos_id, built.pad_id
         d = self.cfg.data
         self.spec = ExampleSpec(
@@ -191,6 +193,7 @@ class MoTAdapterRecipe:
             max_seq_len=d.max_seq_len,
             max_caption_tokens=d.max_caption_tokens,
             caption_dropout=d.caption_dropout,
+            start_crop_prob=d.start_crop_prob,
         )
 
     def _setup_train_data(self) -> None:
@@ -302,7 +305,7 @@ class MoTAdapterRecipe:
                     TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None)
                 )
             (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
-        self.logger: MetricLogger = FanOutLogger(loggers)
+        self.logger = FanOutLogger(loggers)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.cfg.trainer.precision, self.device)
@@ -417,7 +420,7 @@ class MoTAdapterRecipe:
                 t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0
             if cfg.eval_every and step % cfg.eval_every == 0:
                 self.last_eval = self.evaluate()  # every rank scores its share; all get the gathered report
-                self.logger.log_dict(self.last_eval.scalars(), step)
+                self.log_eval(self.last_eval, step)
                 if self.dist.is_main:
                     tqdm.write(
                         f"step {step}: eval CE {self.last_eval.ce:.4f} (unigram {self.last_eval.unigram_ce:.4f}), "
@@ -460,13 +463,18 @@ class MoTAdapterRecipe:
             n_overlap_clips=self.n_overlap_clips,
         )
 
+    def log_eval(self, r: EvalReport, step: int) -> None:
+        """The report's scalars (metrics.jsonl, TensorBoard) and its caption-gain-by-frame curve (TensorBoard)."""
+        self.logger.log_dict(r.scalars(), step)
+        self.logger.log_curve("eval/caption_gain_by_frame", r.caption_gain_by_frame, step)
+
     # ---------------------------------------------------------------------------------------------- cleanup
     def cleanup(self) -> dict[str, Any]:
         """Final eval + checkpoint, loss curve, final_metrics.json, the learning-check block. Returns the metrics."""
         step = self.progress.step
         if self.last_eval is None or self.last_eval.step != step:
             self.last_eval = self.evaluate()
-            self.logger.log_dict(self.last_eval.scalars(), step)
+            self.log_eval(self.last_eval, step)
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
         if self.dist.is_main and not ckpt.exists():
             ckpt = self.save_checkpoint()
@@ -488,6 +496,9 @@ class MoTAdapterRecipe:
             json.dumps(finite_or_none(final), indent=2, allow_nan=False) + "\n"
         )
         plot_path = plot_loss_curve(self.output_dir / "metrics.jsonl", self.output_dir / "loss_curve.png")
+        plot_caption_gain_by_frame(
+            r.caption_gain_by_frame, r.caption_gain_by_position, step, self.output_dir / "caption_gain_by_frame.png"
+        )
         print(learning_check_text(r))
         print(
             f"summary: {step} steps, {self.progress.tokens_seen:,} tokens, {wall:.1f} s wall, epoch "
