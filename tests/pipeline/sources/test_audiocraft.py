@@ -275,3 +275,14 @@ def test_info_path_in_a_zip_or_a_json_file_is_the_metadata(tmp_path: Path) -> No
     tracks = read_audiocraft(write_manifest(tmp_path / "data.jsonl", lines))
     assert [t.metadata["description"] for t in tracks] == ["from the zip", "from a file", "sidecar"]
     assert [t.metadata_file for t in tracks] == ["info.zip:meta/a.json", "b_info.json", "c.json"]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_sidecar_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Path, value: str) -> None:
+    """Python's json.dump writes NaN by default (e.g. an estimated bpm): one line naming the sidecar, no traceback."""
+    write_track(tmp_path / "egs/a.wav", 2.0)
+    (tmp_path / "egs/a.json").write_text('{"description": "a song", "bpm": ' + value + "}")
+    manifest = write_manifest(tmp_path / "egs/data.jsonl", [audiocraft_line("a.wav", 2.0)])
+    with pytest.raises(PipelineError, match=rf"data.jsonl:1: metadata .*a.json has {value}.*null"):
+        run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()

@@ -153,3 +153,11 @@ def test_template_captions_from_audiofolder_columns(tmp_path: Path, tiny_codec: 
                         segment=SegmentConfig(seconds=3.0))  # fmt: skip
     assert run_pipeline(cfg, progress=False).exit_code == 0
     assert samples(tmp_path / "set")["a_0"]["caption"] == "lofi beat genre: hip hop. bpm: 85"
+
+
+def test_a_jsonl_row_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Path) -> None:
+    make_audiofolder(tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}]}, fmt="jsonl")
+    (tmp_path / "mine/metadata.jsonl").write_text('{"file_name": "a.wav", "caption": "x", "bpm": NaN}\n')
+    with pytest.raises(PipelineError, match=r"metadata.jsonl:1: .*NaN.*null"):
+        run_pipeline(source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()

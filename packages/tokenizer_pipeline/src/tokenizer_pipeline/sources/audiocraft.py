@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .track import SourceError, Track, check_relative
+from .track import NotJsonConstant, SourceError, Track, check_relative, refuse_constant
 
 FIELDS = ("path", "duration", "sample_rate", "amplitude", "weight", "info_path")  # audiocraft's AudioMeta
 ZIP_SEP = ":"  # audiocraft's PathInZip.INFO_PATH_SEP
@@ -76,7 +76,9 @@ def _resolve(base: Path, raw: str, where: str, what: str) -> Path:
 
 def _load_json_metadata(data: bytes, where: str, origin: str) -> dict[str, Any]:
     try:
-        meta = json.loads(data.decode("utf-8"))
+        meta = json.loads(data.decode("utf-8"), parse_constant=refuse_constant)
+    except NotJsonConstant as e:
+        raise SourceError(f"{where}: metadata {origin} {e}") from e
     except ValueError as e:
         raise SourceError(f"{where}: metadata {origin} is not UTF-8 JSON ({e}); fix or delete it") from e
     if not isinstance(meta, dict):
