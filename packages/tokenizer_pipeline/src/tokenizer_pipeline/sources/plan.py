@@ -5,7 +5,8 @@ A planned item = source file + window + metadata + key + split. Per track, in so
   2. the file's header (frames, sample rate); unreadable or missing -> one item carrying that failure
   3. windows from the header (segmenting.py; the manifest's `duration` is not trusted: when it disagrees with the
      header by more than duration_tolerance_s the header wins and the disagreement is counted)
-  4. split: the layout's (audiofolder split folders) or the track id's hash (splits.py)
+  4. split: the layout's (audiofolder split folders) or the hash of the track id before collision handling
+     (splits.py; equal to the track id unless another path sanitises alike, so a new colliding track never moves it)
 Track-level failure items use the track id as their key; segment items `<track id>_<segment index>`. Track ids
 never end in `_<digits>` (track_ids.py), so no key can equal another.
 """
@@ -26,7 +27,7 @@ from .audiocraft import read_audiocraft
 from .audiofolder import read_audiofolder
 from .captions import aspects_of, caption_of, check_caption_mode
 from .track import SourceError, Track
-from .track_ids import track_ids
+from .track_ids import sanitised, track_ids
 
 KINDS = ("musiccaps", "audiocraft", "audiofolder")
 
@@ -136,7 +137,9 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
     for track, tid in zip(tracks, track_ids([t.source_file for t in tracks])):
         named = {"train": cfg.split.train_name, "eval": cfg.split.eval_name}
         split = (
-            named[track.split] if track.split else named["eval" if is_eval(tid, cfg.split.eval_fraction) else "train"]
+            named[track.split]
+            if track.split
+            else named["eval" if is_eval(sanitised(track.source_file), cfg.split.eval_fraction) else "train"]
         )
         caption = caption_of(track.metadata, src.caption, src.caption_column, src.template, fallback)
         base = {
