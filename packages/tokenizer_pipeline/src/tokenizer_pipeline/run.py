@@ -506,6 +506,15 @@ def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
     return sha256_file(Path(cfg.csv)) if info is None else info.sha256
 
 
+def source_change_words(info: SourceInfo | None) -> dict[str, str] | None:
+    """How a refused resume names a changed source file of your own audio (its sha256 is the fingerprint's
+    csv_sha256, a name kept so existing MusicCaps sets resume)."""
+    if info is None:
+        return None
+    what = {"audiocraft": "audiocraft manifest", "audiofolder": "audiofolder metadata file(s) in"}[info.kind]
+    return {"csv_sha256": f"the {what} {info.path} changed since these shards were written"}
+
+
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
     """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
     set and its codec are copied side by side); None for a hub id."""
@@ -621,7 +630,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     if ranks.is_main:
         try:
             lock = lock_out_dir(out_dir)
-            store.prepare(fingerprint, split_names, cfg.overwrite)
+            store.prepare(fingerprint, split_names, cfg.overwrite, source_change_words(source_info))
         except PipelineError as e:
             error = str(e)
             if lock is not None:
