@@ -286,3 +286,16 @@ def test_a_sidecar_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Pat
     with pytest.raises(PipelineError, match=rf"data.jsonl:1: metadata .*a.json has {value}.*null"):
         run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
     assert not (tmp_path / "set").exists()
+
+
+def test_tracks_all_shorter_than_a_segment_are_refused_naming_the_setting(tmp_path: Path, tiny_codec: Path) -> None:
+    """5-s loops with the default 10-s segments: every track is dropped short. That used to end with 'nothing could be
+    encoded: 0 of 0 rows failed, see failures.jsonl' (an empty file) and exit 1; now one line before out_dir exists."""
+    manifest = make_audiocraft(
+        tmp_path / "src", [{"name": "loop.wav", "seconds": 5.0, "sidecar": {"description": "x"}}]
+    )
+    with pytest.raises(
+        PipelineError, match=r"data.jsonl: none of its 1 track.* segment.min_seconds=8.0.*segment.seconds"
+    ):
+        run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()

@@ -173,6 +173,12 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
                     start_s=w.start_s, end_s=w.end_s, segment_index=w.index, **base,
                 )
             )  # fmt: skip
+    if not items:  # every track dropped short: nothing to encode and nothing to report as a failure
+        raise SourceError(
+            f"{where}: none of its {len(tracks)} track(s) gives a segment: each is shorter than "
+            f"segment.min_seconds={seg.min_seconds} (segment.seconds={seg.seconds}); lower segment.seconds (and "
+            "segment.min_seconds) to fit your tracks"
+        )
     info = SourceInfo(
         kind=kind, path=str(where), sha256=metadata_sha256(files, where if kind == "audiofolder" else where.parent),
         metadata_files=[f.relative_to(where).as_posix() if kind == "audiofolder" else f.name for f in files],
