@@ -299,3 +299,24 @@ def test_tracks_all_shorter_than_a_segment_are_refused_naming_the_setting(tmp_pa
     ):
         run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
     assert not (tmp_path / "set").exists()
+
+
+def test_audiocraft_example_paths_relative_to_the_launch_dir_fail_as_missing_audio_with_a_hint(
+    tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """audiocraft's own egs/example/data.jsonl names 'dataset/example/x.mp3', relative to the directory audiocraft is
+    launched from. Here relative paths resolve against the manifest's folder, so the file is missing: that must be a
+    retryable missing_audio failure saying what to do, not a final no_caption (the sidecar of a missing file is missing
+    too), which is what review found."""
+    write_track(tmp_path / "dataset/example/electro_1.wav", 2.0)
+    (tmp_path / "dataset/example/electro_1.json").write_text(json.dumps({"description": "electro"}))
+    manifest = write_manifest(
+        tmp_path / "egs/example/data.jsonl", [audiocraft_line("dataset/example/electro_1.wav", 2.0)]
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = source_config("audiocraft", Path("egs/example/data.jsonl"), tmp_path / "set", tiny_codec)
+    run_pipeline(cfg, progress=False)
+    (f,) = failures(tmp_path / "set").values()
+    assert f["reason"] == "missing_audio" and f["retryable"], f
+    assert "relative to the directory you launch from" in f["detail"] and "absolute" in f["detail"], f["detail"]
+    assert manifest.is_file()

@@ -1,7 +1,8 @@
 """Tracks of any source -> `SegmentItem`s, the planned unit of work (one sample, or one track-level failure).
 
 A planned item = source file + window + metadata + key + split. Per track, in source order:
-  1. caption from the metadata (captions.py); none -> one `no_caption` item for the track (no audio is read)
+  1. caption from the metadata (captions.py); none -> one `no_caption` item for the track (no audio is read),
+     unless the file is missing (then step 2's missing_audio: a missing file has no sidecar either)
   2. the file's header (frames, sample rate); unreadable or missing -> one item carrying that failure
   3. windows from the header (segmenting.py; the manifest's `duration` is not trusted: when it disagrees with the
      header by more than duration_tolerance_s the header wins and the disagreement is counted)
@@ -146,7 +147,7 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
             "caption": caption or "", "aspect_list": tuple(aspects_of(track.metadata, list(src.aspect_fields))),
             "weight": track.weight, "metadata_json": dumps_strict(track.metadata),
         }  # fmt: skip
-        if caption is None:
+        if caption is None and track.audio_path.is_file():  # a missing file is missing_audio (its sidecar is too)
             how = f"template {src.template!r}" if src.caption == "template" else f"field {src.caption_column!r}"
             meta = track.metadata_file or "no metadata file"
             items.append(_failure_item(track, tid, split, kind, base, "no_caption", f"{how} is empty ({meta})"))
@@ -155,7 +156,13 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
         try:
             n_frames, sr = audio_header(track.audio_path)
         except ClipFailure as e:
-            items.append(_failure_item(track, tid, split, kind, base, e.reason, f"{e.detail} ({e.path})"))
+            detail = f"{e.detail} ({e.path})"
+            if e.reason == "missing_audio" and kind == "audiocraft" and not Path(track.source_path).is_absolute():
+                detail += (
+                    "; a relative path is read from the manifest's folder, while audiocraft's own manifests (e.g. "
+                    "egs/example/data.jsonl) name paths relative to the directory you launch from: make them absolute"
+                )
+            items.append(_failure_item(track, tid, split, kind, base, e.reason, detail))
             n_failed += 1
             continue
         if (
