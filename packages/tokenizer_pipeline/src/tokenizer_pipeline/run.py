@@ -506,6 +506,17 @@ def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
     return sha256_file(Path(cfg.csv)) if info is None else info.sha256
 
 
+MUSICCAPS_FINGERPRINT_VERSION = 2  # MusicCaps tars and progress records are unchanged since format version 2
+
+
+def musiccaps_fingerprint(fingerprint: dict) -> dict:
+    """A MusicCaps run's fingerprint as format version 2 wrote it: without the own-audio settings (source.*, segment.*,
+    split.eval_fraction, unused by MusicCaps), so a set written before format 3 resumes and heals."""
+    config = {k: v for k, v in fingerprint["config"].items() if k not in ("source", "segment")}
+    config["split"] = {k: v for k, v in config["split"].items() if k != "eval_fraction"}
+    return fingerprint | {"format_version": MUSICCAPS_FINGERPRINT_VERSION, "config": config}
+
+
 def source_change_words(info: SourceInfo | None) -> dict[str, str] | None:
     """How a refused resume names a changed source file of your own audio (its sha256 is the fingerprint's
     csv_sha256, a name kept so existing MusicCaps sets resume)."""
@@ -622,6 +633,8 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
     }
+    if source_info is None:
+        fingerprint = musiccaps_fingerprint(fingerprint)
 
     # 2. rank 0 locks out_dir and prepares .progress/ (a different config is refused unless overwrite)
     store = ProgressStore(out_dir)
