@@ -176,3 +176,16 @@ def test_a_changed_metadata_file_is_refused_naming_it_and_nothing_is_lost(tmp_pa
     with pytest.raises(PipelineError, match=r"metadata file\(s\) .*mine.* changed .*overwrite=true"):
         run_pipeline(cfg, progress=False)
     assert before and {p: p.read_bytes() for p in (tmp_path / "set").rglob("*.tar")} == before
+
+
+def test_a_caption_column_no_row_has_is_refused_naming_the_columns(tmp_path: Path, tiny_codec: Path) -> None:
+    """metadata.csv with 'file_name,desc': every track used to become a no_caption failure reading "field 'caption' is
+    empty" after the codec loaded and out_dir was written; the column does not exist, so it is a setting to fix."""
+    make_audiofolder(
+        tmp_path / "mine", {"": [{"file_name": "a.wav", "desc": "x"}, {"file_name": "b.wav", "desc": "y"}]}
+    )
+    with pytest.raises(
+        PipelineError, match=r"source.caption_column='caption'.*\['desc', 'file_name'\].*caption_column="
+    ):
+        run_pipeline(source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()

@@ -115,6 +115,22 @@ def read_tracks(cfg: PipelineConfig) -> tuple[list[Track], Path, list[Path]]:
     return tracks, root, files
 
 
+def check_caption_column(tracks: list[Track], mode: str, column: str, fallback: str | None, where: Path) -> None:
+    """caption=field with a column that no track's metadata has (tracks without metadata aside) is a setting to fix,
+    not a no_caption failure per track. Raises ConfigError naming the columns there are."""
+    from ..errors import ConfigError
+
+    with_meta = [t.metadata for t in tracks if t.metadata]
+    if mode != "field" or not with_meta or any(column in m or (fallback and fallback in m) for m in with_meta):
+        return
+    columns = sorted({k for m in with_meta for k in m})
+    shown = columns if len(columns) <= 20 else [*columns[:20], "..."]
+    raise ConfigError(
+        f"source.caption_column={column!r} is in no track's metadata ({where}; fields: {shown}); set "
+        "source.caption_column=<the caption's field>, or source.caption=template"
+    )
+
+
 def _failure_item(track: Track, tid: str, split: str, kind: str, base: dict, reason: str, detail: str) -> SegmentItem:
     return SegmentItem(
         ytid=tid, split=split, csv_row=track.line, source_kind=kind, track_id=tid, source_path=track.source_path,
@@ -133,6 +149,7 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
         raise SourceError(f"{where}: names no tracks; nothing to encode")
     kind, src = cfg.source.kind, cfg.source
     fallback = "text" if kind == "audiofolder" and src.caption_column == "caption" else None
+    check_caption_column(tracks, src.caption, src.caption_column, fallback, where)
     items: list[SegmentItem] = []
     n_dropped = n_disagree = n_failed = 0
     for track, tid in zip(tracks, track_ids([t.source_file for t in tracks])):
