@@ -110,3 +110,10 @@ def test_a_track_keeps_its_split_when_a_colliding_track_is_added(tmp_path: Path)
         items, _ = plan_items(source_config("audiocraft", manifest, tmp_path / "set", tmp_path, segment=seg))
         split_of[name] = {i.source_file: i.split for i in items}
     assert split_of["before"]["a_b.flac"] == split_of["after"]["a_b.flac"]
+
+
+def test_escaped_braces_in_a_template_stay_literal_text() -> None:
+    """'{{' / '}}' are str.format's literal braces; they used to swallow the text before them ('A By}')."""
+    assert fill_template("{a} x {{y}} {b}", {"a": "A", "b": "B"}) == "A x {y} B"
+    assert fill_template("{a} {{raw}}", {"a": "A"}) == "A {raw}"
+    assert fill_template("{a} x {{y}} {b}", {"b": "B"}) == "x {y} B"  # b owns all the text since the field before it
