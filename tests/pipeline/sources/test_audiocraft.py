@@ -320,3 +320,27 @@ def test_audiocraft_example_paths_relative_to_the_launch_dir_fail_as_missing_aud
     assert f["reason"] == "missing_audio" and f["retryable"], f
     assert "relative to the directory you launch from" in f["detail"] and "absolute" in f["detail"], f["detail"]
     assert manifest.is_file()
+
+
+def test_a_track_re_exported_shorter_leaves_no_stale_shard(tmp_path: Path, tiny_codec: Path) -> None:
+    """The manifest is unchanged but a track now has fewer segments, so the split has fewer shards: the rerun must
+    equal a fresh run, without the old last shard (its samples are segments that no longer exist) in out_dir."""
+    tracks = [{"name": f"t{i}.wav", "seconds": 4.0, "sidecar": {"description": f"song {i}"}, "channels": 1,
+               "sr": 16000} for i in range(2)]  # fmt: skip
+    manifest = make_audiocraft(tmp_path / "src", tracks)
+
+    def cfg(out: str):
+        return source_config("audiocraft", manifest, tmp_path / out, tiny_codec, segment=SegmentConfig(seconds=1.0),
+                             split=SplitConfig(eval_fraction=0.0))  # fmt: skip
+
+    assert run_pipeline(cfg("set"), progress=False).exit_code == 0
+    assert (tmp_path / "set/train/shard-000003.tar").is_file()
+    write_track(manifest.parent / "t1.wav", 1.0, 16000, 1, seed=1)  # 4 segments -> 1
+    assert run_pipeline(cfg("set"), progress=False).exit_code == 0
+    assert run_pipeline(cfg("fresh"), progress=False).exit_code == 0
+    got, fresh = snapshot(tmp_path / "set"), snapshot(tmp_path / "fresh")
+    assert sorted(got) == sorted(fresh)
+    assert all(got[k] == fresh[k] for k in fresh if k.endswith(".tar"))
+    assert sorted(p.name for p in (tmp_path / "set/.progress").iterdir()) == sorted(
+        p.name for p in (tmp_path / "fresh/.progress").iterdir()
+    )

@@ -727,6 +727,7 @@ def _write_manifest(
             raise RuntimeError(f"{out_dir / plan.relpath}: no valid shard after all ranks finished; rerun to redo it")
         records.append(rec)
     split_names = [cfg.split.train_name, cfg.split.eval_name]
+    store.remove_stale(plans, split_names)  # a split that now has fewer shards (your own audio: a track got shorter)
     splits = {}
     for split in split_names:
         recs = [r for r, p in zip(records, plans) if p.split == split]

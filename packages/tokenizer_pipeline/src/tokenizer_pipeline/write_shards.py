@@ -270,3 +270,11 @@ class ProgressStore:
         """Shard tars in out_dir that the plan does not produce."""
         planned = {self.out_dir / p.relpath for p in plans}
         return sorted(p for s in split_names for p in (self.out_dir / s).glob("shard-*.tar") if p not in planned)
+
+    def remove_stale(self, plans: Sequence[ShardPlan], split_names: Iterable[str]) -> None:
+        """Delete the stale shard tars and their progress records: their samples are not in the set any more (the
+        plan has fewer shards than a previous run), so a fresh run would not have them either."""
+        split_names = list(split_names)
+        for tar in self.stale_shards(plans, split_names):
+            (self.dir / f"{tar.parent.name}-{tar.name}".replace(".tar", ".json")).unlink(missing_ok=True)
+            tar.unlink()
