@@ -344,3 +344,19 @@ def test_a_track_re_exported_shorter_leaves_no_stale_shard(tmp_path: Path, tiny_
     assert sorted(p.name for p in (tmp_path / "set/.progress").iterdir()) == sorted(
         p.name for p in (tmp_path / "fresh/.progress").iterdir()
     )
+
+
+def test_one_file_named_absolute_and_relative_is_a_repeated_path(
+    tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest concatenated from two (one with absolute paths) names a file twice: refused as the repeated line it
+    is, not as a repeated 'ytid' of a hashed key (what review found)."""
+    write_track(tmp_path / "egs/a.wav", 2.0)
+    (tmp_path / "egs/a.json").write_text(json.dumps({"description": "x"}))
+    lines = [audiocraft_line("a.wav", 2.0), audiocraft_line(str(tmp_path / "egs/a.wav"), 2.0)]
+    write_manifest(tmp_path / "egs/data.jsonl", lines)
+    monkeypatch.chdir(tmp_path)  # source.manifest=egs/data.jsonl, relative, as typed on the command line
+    with pytest.raises(PipelineError, match=r"data.jsonl:2: path '.*a.wav' repeats line 1"):
+        cfg = source_config("audiocraft", Path("egs/data.jsonl"), tmp_path / "set", tiny_codec,
+                            segment=SegmentConfig(seconds=1.0))  # fmt: skip
+        run_pipeline(cfg, progress=False)

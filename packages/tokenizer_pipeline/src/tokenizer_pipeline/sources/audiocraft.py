@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,7 @@ def read_audiocraft(manifest: Path) -> list[Track]:
         where = f"{manifest}:{line}"
         d = _parse_line(manifest, line, text)
         audio = _resolve(base, d["path"], where, "path")
-        key = audio.as_posix()
+        key = os.path.abspath(audio)  # one file named relative and absolute is one path (links are not followed)
         if key in seen:
             raise SourceError(f"{where}: path {d['path']!r} repeats line {seen[key]}; remove the duplicate line")
         seen[key] = line
