@@ -45,7 +45,19 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 OUT = Path("build/bench")
-GROUPS = ("core", "pipeline", "data", "onthefly", "realsize", "download", "resample", "gpu", "generate", "mixture", "byo")
+GROUPS = (
+    "core",
+    "pipeline",
+    "data",
+    "onthefly",
+    "realsize",
+    "download",
+    "resample",
+    "gpu",
+    "generate",
+    "mixture",
+    "byo",
+)
 OPT_IN = ("resample", "gpu")  # not in a plain `make bench`
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
 SUMMARY_ONLY_STAGES = (
