@@ -520,3 +520,22 @@ def test_musiccaps_samples_keep_their_layout_in_format_version_3(corpus, tiny_co
         "kind": "musiccaps", "csv": str(csv_path), "csv_sha256": run.sha256_file(csv_path),
         "sha256": run.sha256_file(csv_path), "audio_dir": str(audio_dir),
     }  # fmt: skip
+
+
+def test_a_musiccaps_set_written_before_format_3_still_resumes(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+    """Its tars are byte-identical to version 2's, so a set written by the previous version (fingerprint: format 2, no
+    source/segment/eval_fraction settings) must rerun-to-heal, not be refused as 'a different config' (review found
+    that a real MusicCaps set would have to be re-encoded from scratch after the upgrade)."""
+    csv_path, audio_dir, rows = corpus
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    before = _snapshot(tmp_path / "out")
+    fp_path = tmp_path / "out/.progress/config.json"
+    fp = json.loads(fp_path.read_text())
+    fp["format_version"] = 2  # what the previous version wrote
+    for key in ("source", "segment"):
+        fp["config"].pop(key, None)
+    fp["config"]["split"].pop("eval_fraction", None)
+    fp_path.write_text(json.dumps(fp))
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    assert _snapshot(tmp_path / "out") == before

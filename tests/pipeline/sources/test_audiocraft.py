@@ -275,3 +275,88 @@ def test_info_path_in_a_zip_or_a_json_file_is_the_metadata(tmp_path: Path) -> No
     tracks = read_audiocraft(write_manifest(tmp_path / "data.jsonl", lines))
     assert [t.metadata["description"] for t in tracks] == ["from the zip", "from a file", "sidecar"]
     assert [t.metadata_file for t in tracks] == ["info.zip:meta/a.json", "b_info.json", "c.json"]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_sidecar_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Path, value: str) -> None:
+    """Python's json.dump writes NaN by default (e.g. an estimated bpm): one line naming the sidecar, no traceback."""
+    write_track(tmp_path / "egs/a.wav", 2.0)
+    (tmp_path / "egs/a.json").write_text('{"description": "a song", "bpm": ' + value + "}")
+    manifest = write_manifest(tmp_path / "egs/data.jsonl", [audiocraft_line("a.wav", 2.0)])
+    with pytest.raises(PipelineError, match=rf"data.jsonl:1: metadata .*a.json has {value}.*null"):
+        run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()
+
+
+def test_tracks_all_shorter_than_a_segment_are_refused_naming_the_setting(tmp_path: Path, tiny_codec: Path) -> None:
+    """5-s loops with the default 10-s segments: every track is dropped short. That used to end with 'nothing could be
+    encoded: 0 of 0 rows failed, see failures.jsonl' (an empty file) and exit 1; now one line before out_dir exists."""
+    manifest = make_audiocraft(
+        tmp_path / "src", [{"name": "loop.wav", "seconds": 5.0, "sidecar": {"description": "x"}}]
+    )
+    with pytest.raises(
+        PipelineError, match=r"data.jsonl: none of its 1 track.* segment.min_seconds=8.0.*segment.seconds"
+    ):
+        run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()
+
+
+def test_audiocraft_example_paths_relative_to_the_launch_dir_fail_as_missing_audio_with_a_hint(
+    tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """audiocraft's own egs/example/data.jsonl names 'dataset/example/x.mp3', relative to the directory audiocraft is
+    launched from. Here relative paths resolve against the manifest's folder, so the file is missing: that must be a
+    retryable missing_audio failure saying what to do, not a final no_caption (the sidecar of a missing file is missing
+    too), which is what review found."""
+    write_track(tmp_path / "dataset/example/electro_1.wav", 2.0)
+    (tmp_path / "dataset/example/electro_1.json").write_text(json.dumps({"description": "electro"}))
+    manifest = write_manifest(
+        tmp_path / "egs/example/data.jsonl", [audiocraft_line("dataset/example/electro_1.wav", 2.0)]
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = source_config("audiocraft", Path("egs/example/data.jsonl"), tmp_path / "set", tiny_codec)
+    run_pipeline(cfg, progress=False)
+    (f,) = failures(tmp_path / "set").values()
+    assert f["reason"] == "missing_audio" and f["retryable"], f
+    assert "relative to the directory you launch from" in f["detail"] and "absolute" in f["detail"], f["detail"]
+    assert manifest.is_file()
+
+
+def test_a_track_re_exported_shorter_leaves_no_stale_shard(tmp_path: Path, tiny_codec: Path) -> None:
+    """The manifest is unchanged but a track now has fewer segments, so the split has fewer shards: the rerun must
+    equal a fresh run, without the old last shard (its samples are segments that no longer exist) in out_dir."""
+    tracks = [{"name": f"t{i}.wav", "seconds": 4.0, "sidecar": {"description": f"song {i}"}, "channels": 1,
+               "sr": 16000} for i in range(2)]  # fmt: skip
+    manifest = make_audiocraft(tmp_path / "src", tracks)
+
+    def cfg(out: str):
+        return source_config("audiocraft", manifest, tmp_path / out, tiny_codec, segment=SegmentConfig(seconds=1.0),
+                             split=SplitConfig(eval_fraction=0.0))  # fmt: skip
+
+    assert run_pipeline(cfg("set"), progress=False).exit_code == 0
+    assert (tmp_path / "set/train/shard-000003.tar").is_file()
+    write_track(manifest.parent / "t1.wav", 1.0, 16000, 1, seed=1)  # 4 segments -> 1
+    assert run_pipeline(cfg("set"), progress=False).exit_code == 0
+    assert run_pipeline(cfg("fresh"), progress=False).exit_code == 0
+    got, fresh = snapshot(tmp_path / "set"), snapshot(tmp_path / "fresh")
+    assert sorted(got) == sorted(fresh)
+    assert all(got[k] == fresh[k] for k in fresh if k.endswith(".tar"))
+    assert sorted(p.name for p in (tmp_path / "set/.progress").iterdir()) == sorted(
+        p.name for p in (tmp_path / "fresh/.progress").iterdir()
+    )
+
+
+def test_one_file_named_absolute_and_relative_is_a_repeated_path(
+    tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest concatenated from two (one with absolute paths) names a file twice: refused as the repeated line it
+    is, not as a repeated 'ytid' of a hashed key (what review found)."""
+    write_track(tmp_path / "egs/a.wav", 2.0)
+    (tmp_path / "egs/a.json").write_text(json.dumps({"description": "x"}))
+    lines = [audiocraft_line("a.wav", 2.0), audiocraft_line(str(tmp_path / "egs/a.wav"), 2.0)]
+    write_manifest(tmp_path / "egs/data.jsonl", lines)
+    monkeypatch.chdir(tmp_path)  # source.manifest=egs/data.jsonl, relative, as typed on the command line
+    with pytest.raises(PipelineError, match=r"data.jsonl:2: path '.*a.wav' repeats line 1"):
+        cfg = source_config("audiocraft", Path("egs/data.jsonl"), tmp_path / "set", tiny_codec,
+                            segment=SegmentConfig(seconds=1.0))  # fmt: skip
+        run_pipeline(cfg, progress=False)

@@ -153,3 +153,39 @@ def test_template_captions_from_audiofolder_columns(tmp_path: Path, tiny_codec: 
                         segment=SegmentConfig(seconds=3.0))  # fmt: skip
     assert run_pipeline(cfg, progress=False).exit_code == 0
     assert samples(tmp_path / "set")["a_0"]["caption"] == "lofi beat genre: hip hop. bpm: 85"
+
+
+def test_a_jsonl_row_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Path) -> None:
+    make_audiofolder(tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}]}, fmt="jsonl")
+    (tmp_path / "mine/metadata.jsonl").write_text('{"file_name": "a.wav", "caption": "x", "bpm": NaN}\n')
+    with pytest.raises(PipelineError, match=r"metadata.jsonl:1: .*NaN.*null"):
+        run_pipeline(source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()
+
+
+def test_a_changed_metadata_file_is_refused_naming_it_and_nothing_is_lost(tmp_path: Path, tiny_codec: Path) -> None:
+    """The metadata file's sha256 is part of the run's identity: a re-captioned row is a different source. The refusal
+    says so in words (it used to say 'changed: csv_sha256' for a set that has no CSV) and leaves the shards alone."""
+    make_audiofolder(tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}]})
+    cfg = source_config(
+        "audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec, segment=SegmentConfig(seconds=3)
+    )
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    before = {p: p.read_bytes() for p in (tmp_path / "set").rglob("*.tar")}
+    (tmp_path / "mine/metadata.csv").write_text("file_name,caption\na.wav,y\n", encoding="utf-8")
+    with pytest.raises(PipelineError, match=r"metadata file\(s\) .*mine.* changed .*overwrite=true"):
+        run_pipeline(cfg, progress=False)
+    assert before and {p: p.read_bytes() for p in (tmp_path / "set").rglob("*.tar")} == before
+
+
+def test_a_caption_column_no_row_has_is_refused_naming_the_columns(tmp_path: Path, tiny_codec: Path) -> None:
+    """metadata.csv with 'file_name,desc': every track used to become a no_caption failure reading "field 'caption' is
+    empty" after the codec loaded and out_dir was written; the column does not exist, so it is a setting to fix."""
+    make_audiofolder(
+        tmp_path / "mine", {"": [{"file_name": "a.wav", "desc": "x"}, {"file_name": "b.wav", "desc": "y"}]}
+    )
+    with pytest.raises(
+        PipelineError, match=r"source.caption_column='caption'.*\['desc', 'file_name'\].*caption_column="
+    ):
+        run_pipeline(source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec), progress=False)
+    assert not (tmp_path / "set").exists()

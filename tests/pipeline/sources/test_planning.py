@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from tokenizer_pipeline.config import SegmentConfig
 from tokenizer_pipeline.errors import ConfigError
 from tokenizer_pipeline.keys import MAX_KEY_LEN, key_problem
 from tokenizer_pipeline.segmenting import Segmentation, plan_windows
@@ -90,3 +92,28 @@ def test_caption_field_and_aspects() -> None:
     assert caption_of({"caption": "", "text": "t"}, "field", "caption", "", "text") is None  # the column exists
     assert aspects_of(META, ["keywords", "genre", "moods", "instrument"]) == ["guitar", "drums", "rock", "happy", "sad"]
     assert aspects_of({"aspect_list": "['a b', 'c']"}, ["aspect_list"]) == ["a b", "c"]
+
+
+def test_a_track_keeps_its_split_when_a_colliding_track_is_added(tmp_path: Path) -> None:
+    """'a b.wav' added next to 'a_b.flac' turns both ids into hashed ones; the old track must not change split
+    (found by review: with eval_fraction=0.1, 'a_b.flac' moved from train to eval, a held-out leak)."""
+    from tests.pipeline.sources.helpers import make_audiocraft, source_config
+    from tokenizer_pipeline.sources import plan_items
+
+    meta = {"description": "x"}
+    before = make_audiocraft(tmp_path / "one", [{"name": "a_b.flac", "seconds": 0.5, "sidecar": meta}])
+    after = make_audiocraft(tmp_path / "two", [{"name": "a_b.flac", "seconds": 0.5, "sidecar": meta},
+                                               {"name": "a b.wav", "seconds": 0.5, "sidecar": meta}])  # fmt: skip
+    seg = SegmentConfig(seconds=0.5)
+    split_of = {}
+    for name, manifest in (("before", before), ("after", after)):
+        items, _ = plan_items(source_config("audiocraft", manifest, tmp_path / "set", tmp_path, segment=seg))
+        split_of[name] = {i.source_file: i.split for i in items}
+    assert split_of["before"]["a_b.flac"] == split_of["after"]["a_b.flac"]
+
+
+def test_escaped_braces_in_a_template_stay_literal_text() -> None:
+    """'{{' / '}}' are str.format's literal braces; they used to swallow the text before them ('A By}')."""
+    assert fill_template("{a} x {{y}} {b}", {"a": "A", "b": "B"}) == "A x {y} B"
+    assert fill_template("{a} {{raw}}", {"a": "A"}) == "A {raw}"
+    assert fill_template("{a} x {{y}} {b}", {"b": "B"}) == "x {y} B"  # b owns all the text since the field before it

@@ -506,6 +506,26 @@ def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
     return sha256_file(Path(cfg.csv)) if info is None else info.sha256
 
 
+MUSICCAPS_FINGERPRINT_VERSION = 2  # MusicCaps tars and progress records are unchanged since format version 2
+
+
+def musiccaps_fingerprint(fingerprint: dict) -> dict:
+    """A MusicCaps run's fingerprint as format version 2 wrote it: without the own-audio settings (source.*, segment.*,
+    split.eval_fraction, unused by MusicCaps), so a set written before format 3 resumes and heals."""
+    config = {k: v for k, v in fingerprint["config"].items() if k not in ("source", "segment")}
+    config["split"] = {k: v for k, v in config["split"].items() if k != "eval_fraction"}
+    return fingerprint | {"format_version": MUSICCAPS_FINGERPRINT_VERSION, "config": config}
+
+
+def source_change_words(info: SourceInfo | None) -> dict[str, str] | None:
+    """How a refused resume names a changed source file of your own audio (its sha256 is the fingerprint's
+    csv_sha256, a name kept so existing MusicCaps sets resume)."""
+    if info is None:
+        return None
+    what = {"audiocraft": "audiocraft manifest", "audiofolder": "audiofolder metadata file(s) in"}[info.kind]
+    return {"csv_sha256": f"the {what} {info.path} changed since these shards were written"}
+
+
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
     """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
     set and its codec are copied side by side); None for a hub id."""
@@ -613,6 +633,8 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
         "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
     }
+    if source_info is None:
+        fingerprint = musiccaps_fingerprint(fingerprint)
 
     # 2. rank 0 locks out_dir and prepares .progress/ (a different config is refused unless overwrite)
     store = ProgressStore(out_dir)
@@ -621,7 +643,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     if ranks.is_main:
         try:
             lock = lock_out_dir(out_dir)
-            store.prepare(fingerprint, split_names, cfg.overwrite)
+            store.prepare(fingerprint, split_names, cfg.overwrite, source_change_words(source_info))
         except PipelineError as e:
             error = str(e)
             if lock is not None:
@@ -705,6 +727,7 @@ def _write_manifest(
             raise RuntimeError(f"{out_dir / plan.relpath}: no valid shard after all ranks finished; rerun to redo it")
         records.append(rec)
     split_names = [cfg.split.train_name, cfg.split.eval_name]
+    store.remove_stale(plans, split_names)  # a split that now has fewer shards (your own audio: a track got shorter)
     splits = {}
     for split in split_names:
         recs = [r for r, p in zip(records, plans) if p.split == split]

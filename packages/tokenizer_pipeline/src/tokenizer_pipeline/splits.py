@@ -2,7 +2,9 @@
 
 `u = int(sha256(track_id)[:16 hex], 16) / 2**64` is uniform in [0, 1); the track is eval when `u < eval_fraction`.
 It depends on nothing but the id and the fraction: adding, removing or reordering other tracks never moves a track,
-and all segments of a track share its split (no track leaks across splits).
+and all segments of a track share its split (no track leaks across splits). The id hashed is the readable one
+(`track_ids.sanitised`, before collision handling): a new track whose path sanitises alike changes both tracks'
+keys (hash suffixes) but never the split of the one already there.
 """
 
 from __future__ import annotations

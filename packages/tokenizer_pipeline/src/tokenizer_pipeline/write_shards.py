@@ -195,10 +195,17 @@ class ProgressStore:
         self.out_dir = out_dir
         self.dir = out_dir / PROGRESS_DIR
 
-    def prepare(self, fingerprint: dict[str, Any], split_names: Iterable[str], overwrite: bool) -> None:
+    def prepare(
+        self,
+        fingerprint: dict[str, Any],
+        split_names: Iterable[str],
+        overwrite: bool,
+        explain: dict[str, str] | None = None,
+    ) -> None:
         """Make `out_dir` ready: fresh, resumable with the same fingerprint, or cleared by overwrite.
 
-        Raises PipelineError when `out_dir` holds a different (or unknown) run and overwrite is False.
+        Raises PipelineError when `out_dir` holds a different (or unknown) run and overwrite is False; `explain` words
+        a changed fingerprint key for the message (e.g. csv_sha256 of a source that is not a CSV).
         """
         fp_path = self.dir / FINGERPRINT_FILE
         entries = [p for p in self.out_dir.iterdir() if p.name != LOCK_FILE] if self.out_dir.is_dir() else []
@@ -211,7 +218,9 @@ class ProgressStore:
             old = json.loads(fp_path.read_text(encoding="utf-8"))
             if old != fingerprint:
                 a, b = _flatten(old), _flatten(fingerprint)
-                changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                changed = [
+                    (explain or {}).get(k, k) for k in sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                ]
                 raise PipelineError(
                     f"out_dir {self.out_dir} holds shards from a different config (changed: {', '.join(changed)}); "
                     "pass overwrite=true to delete them and start over, or choose another out_dir"
@@ -261,3 +270,11 @@ class ProgressStore:
         """Shard tars in out_dir that the plan does not produce."""
         planned = {self.out_dir / p.relpath for p in plans}
         return sorted(p for s in split_names for p in (self.out_dir / s).glob("shard-*.tar") if p not in planned)
+
+    def remove_stale(self, plans: Sequence[ShardPlan], split_names: Iterable[str]) -> None:
+        """Delete the stale shard tars and their progress records: their samples are not in the set any more (the
+        plan has fewer shards than a previous run), so a fresh run would not have them either."""
+        split_names = list(split_names)
+        for tar in self.stale_shards(plans, split_names):
+            (self.dir / f"{tar.parent.name}-{tar.name}".replace(".tar", ".json")).unlink(missing_ok=True)
+            tar.unlink()

@@ -18,11 +18,12 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from .track import SourceError, Track, check_relative
+from .track import NotJsonConstant, SourceError, Track, check_relative, refuse_constant
 
 FIELDS = ("path", "duration", "sample_rate", "amplitude", "weight", "info_path")  # audiocraft's AudioMeta
 ZIP_SEP = ":"  # audiocraft's PathInZip.INFO_PATH_SEP
@@ -76,7 +77,9 @@ def _resolve(base: Path, raw: str, where: str, what: str) -> Path:
 
 def _load_json_metadata(data: bytes, where: str, origin: str) -> dict[str, Any]:
     try:
-        meta = json.loads(data.decode("utf-8"))
+        meta = json.loads(data.decode("utf-8"), parse_constant=refuse_constant)
+    except NotJsonConstant as e:
+        raise SourceError(f"{where}: metadata {origin} {e}") from e
     except ValueError as e:
         raise SourceError(f"{where}: metadata {origin} is not UTF-8 JSON ({e}); fix or delete it") from e
     if not isinstance(meta, dict):
@@ -127,7 +130,7 @@ def read_audiocraft(manifest: Path) -> list[Track]:
         where = f"{manifest}:{line}"
         d = _parse_line(manifest, line, text)
         audio = _resolve(base, d["path"], where, "path")
-        key = audio.as_posix()
+        key = os.path.abspath(audio)  # one file named relative and absolute is one path (links are not followed)
         if key in seen:
             raise SourceError(f"{where}: path {d['path']!r} repeats line {seen[key]}; remove the duplicate line")
         seen[key] = line

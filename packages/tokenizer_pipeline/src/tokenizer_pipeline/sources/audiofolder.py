@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .track import SourceError, Track, check_relative
+from .track import NotJsonConstant, SourceError, Track, check_relative, refuse_constant
 
 METADATA_NAMES = ("metadata.csv", "metadata.jsonl")
 FILE_COLUMN = "file_name"
@@ -77,7 +77,9 @@ def _jsonl_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not text.strip():
             continue
         try:
-            d = json.loads(text)
+            d = json.loads(text, parse_constant=refuse_constant)
+        except NotJsonConstant as e:
+            raise SourceError(f"{path}:{line}: {e}") from e
         except ValueError as e:
             raise SourceError(f"{path}:{line}: not a JSON object ({e}); fix or delete that line") from e
         if not isinstance(d, dict):

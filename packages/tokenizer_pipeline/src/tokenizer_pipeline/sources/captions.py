@@ -114,17 +114,18 @@ def check_template(template: str) -> list[str]:
 def fill_template(template: str, metadata: dict[str, Any]) -> str | None:
     """The template with each field's normalised value; missing fields are dropped with their label text."""
     parts: list[str] = []
-    tail = ""
+    pending = ""  # literal text since the previous field ('{{' / '}}' split it into several chunks)
     for literal, name, _, _ in string.Formatter().parse(template):
         if name is None:
-            tail = literal
+            pending += literal
             continue
         text = as_text(normalised(name, metadata.get(name)))
         if text is not None:
-            parts.append(literal + text)
+            parts.append(pending + literal + text)
+        pending = ""
     if not parts:
         return None
-    caption = ("".join(parts) + tail).lstrip(LEADING_SEPARATORS).strip()
+    caption = ("".join(parts) + pending).lstrip(LEADING_SEPARATORS).strip()
     return caption or None
 
 

@@ -1,11 +1,13 @@
 """Tracks of any source -> `SegmentItem`s, the planned unit of work (one sample, or one track-level failure).
 
 A planned item = source file + window + metadata + key + split. Per track, in source order:
-  1. caption from the metadata (captions.py); none -> one `no_caption` item for the track (no audio is read)
+  1. caption from the metadata (captions.py); none -> one `no_caption` item for the track (no audio is read),
+     unless the file is missing (then step 2's missing_audio: a missing file has no sidecar either)
   2. the file's header (frames, sample rate); unreadable or missing -> one item carrying that failure
   3. windows from the header (segmenting.py; the manifest's `duration` is not trusted: when it disagrees with the
      header by more than duration_tolerance_s the header wins and the disagreement is counted)
-  4. split: the layout's (audiofolder split folders) or the track id's hash (splits.py)
+  4. split: the layout's (audiofolder split folders) or the hash of the track id before collision handling
+     (splits.py; equal to the track id unless another path sanitises alike, so a new colliding track never moves it)
 Track-level failure items use the track id as their key; segment items `<track id>_<segment index>`. Track ids
 never end in `_<digits>` (track_ids.py), so no key can equal another.
 """
@@ -26,7 +28,7 @@ from .audiocraft import read_audiocraft
 from .audiofolder import read_audiofolder
 from .captions import aspects_of, caption_of, check_caption_mode
 from .track import SourceError, Track
-from .track_ids import track_ids
+from .track_ids import sanitised, track_ids
 
 KINDS = ("musiccaps", "audiocraft", "audiofolder")
 
@@ -113,6 +115,22 @@ def read_tracks(cfg: PipelineConfig) -> tuple[list[Track], Path, list[Path]]:
     return tracks, root, files
 
 
+def check_caption_column(tracks: list[Track], mode: str, column: str, fallback: str | None, where: Path) -> None:
+    """caption=field with a column that no track's metadata has (tracks without metadata aside) is a setting to fix,
+    not a no_caption failure per track. Raises ConfigError naming the columns there are."""
+    from ..errors import ConfigError
+
+    with_meta = [t.metadata for t in tracks if t.metadata]
+    if mode != "field" or not with_meta or any(column in m or (fallback and fallback in m) for m in with_meta):
+        return
+    columns = sorted({k for m in with_meta for k in m})
+    shown = columns if len(columns) <= 20 else [*columns[:20], "..."]
+    raise ConfigError(
+        f"source.caption_column={column!r} is in no track's metadata ({where}; fields: {shown}); set "
+        "source.caption_column=<the caption's field>, or source.caption=template"
+    )
+
+
 def _failure_item(track: Track, tid: str, split: str, kind: str, base: dict, reason: str, detail: str) -> SegmentItem:
     return SegmentItem(
         ytid=tid, split=split, csv_row=track.line, source_kind=kind, track_id=tid, source_path=track.source_path,
@@ -131,19 +149,22 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
         raise SourceError(f"{where}: names no tracks; nothing to encode")
     kind, src = cfg.source.kind, cfg.source
     fallback = "text" if kind == "audiofolder" and src.caption_column == "caption" else None
+    check_caption_column(tracks, src.caption, src.caption_column, fallback, where)
     items: list[SegmentItem] = []
     n_dropped = n_disagree = n_failed = 0
     for track, tid in zip(tracks, track_ids([t.source_file for t in tracks])):
         named = {"train": cfg.split.train_name, "eval": cfg.split.eval_name}
         split = (
-            named[track.split] if track.split else named["eval" if is_eval(tid, cfg.split.eval_fraction) else "train"]
+            named[track.split]
+            if track.split
+            else named["eval" if is_eval(sanitised(track.source_file), cfg.split.eval_fraction) else "train"]
         )
         caption = caption_of(track.metadata, src.caption, src.caption_column, src.template, fallback)
         base = {
             "caption": caption or "", "aspect_list": tuple(aspects_of(track.metadata, list(src.aspect_fields))),
             "weight": track.weight, "metadata_json": dumps_strict(track.metadata),
         }  # fmt: skip
-        if caption is None:
+        if caption is None and track.audio_path.is_file():  # a missing file is missing_audio (its sidecar is too)
             how = f"template {src.template!r}" if src.caption == "template" else f"field {src.caption_column!r}"
             meta = track.metadata_file or "no metadata file"
             items.append(_failure_item(track, tid, split, kind, base, "no_caption", f"{how} is empty ({meta})"))
@@ -152,7 +173,13 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
         try:
             n_frames, sr = audio_header(track.audio_path)
         except ClipFailure as e:
-            items.append(_failure_item(track, tid, split, kind, base, e.reason, f"{e.detail} ({e.path})"))
+            detail = f"{e.detail} ({e.path})"
+            if e.reason == "missing_audio" and kind == "audiocraft" and not Path(track.source_path).is_absolute():
+                detail += (
+                    "; a relative path is read from the manifest's folder, while audiocraft's own manifests (e.g. "
+                    "egs/example/data.jsonl) name paths relative to the directory you launch from: make them absolute"
+                )
+            items.append(_failure_item(track, tid, split, kind, base, e.reason, detail))
             n_failed += 1
             continue
         if (
@@ -170,6 +197,12 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
                     start_s=w.start_s, end_s=w.end_s, segment_index=w.index, **base,
                 )
             )  # fmt: skip
+    if not items:  # every track dropped short: nothing to encode and nothing to report as a failure
+        raise SourceError(
+            f"{where}: none of its {len(tracks)} track(s) gives a segment: each is shorter than "
+            f"segment.min_seconds={seg.min_seconds} (segment.seconds={seg.seconds}); lower segment.seconds (and "
+            "segment.min_seconds) to fit your tracks"
+        )
     info = SourceInfo(
         kind=kind, path=str(where), sha256=metadata_sha256(files, where if kind == "audiofolder" else where.parent),
         metadata_files=[f.relative_to(where).as_posix() if kind == "audiofolder" else f.name for f in files],

@@ -31,6 +31,17 @@ class Track:
     metadata_file: str | None = None  # where the metadata came from (sidecar / info_path / metadata.csv), for messages
 
 
+class NotJsonConstant(ValueError):
+    """NaN / Infinity / -Infinity in a metadata file: Python's json accepts them, JSON (and the shard json) does not."""
+
+
+def refuse_constant(name: str) -> None:
+    """json.loads(parse_constant=refuse_constant): NaN and Infinity raise NotJsonConstant instead of becoming floats
+    that the sample json cannot hold."""
+    raise NotJsonConstant(f"has {name}, which is not JSON (Python's json.dump writes it for a float NaN); write null "
+                          "for a missing value")  # fmt: skip
+
+
 def check_relative(raw: str, where: str, what: str) -> None:
     """A relative path must stay in its folder: no '..' component. Raises SourceError naming `where`."""
     if ".." in Path(raw).parts or ".." in raw.replace("\\", "/").split("/"):
