@@ -305,3 +305,44 @@ def test_fad_encodec_from_frame_embeddings_and_their_key_check(identical, models
     assert main(cli(models, paths, tmp_path / "m2.json") + emb_args) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "computed from other clips" in err and not (tmp_path / "m2.json").exists()
+
+
+def test_fusion_clap_embeds_each_clip_independently_of_its_batch() -> None:
+    """A fusion CLAP (enable_fusion, truncation="fusion", like laion/clap-htsat-fused): ClapFeatureExtractor marks a
+    random clip of a batch with no clip over max_length_s as `is_longer` (a training-time trick), which sends it
+    through the fusion branch; a clip's embedding then depended on which clips shared its batch. `is_longer` must
+    say whether the clip itself is longer than the window."""
+    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel, ClapProcessor, RobertaTokenizer
+    from transformers.models.clap.configuration_clap import ClapAudioConfig, ClapTextConfig
+
+    from adapter_trainer.evaluation.audio_models import Clap
+
+    torch.manual_seed(0)
+    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3, "<mask>": 4, "a": 5}
+    text = ClapTextConfig(
+        vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    # fusion stacks a 64-bin shrunk mel with the crops (ClapFeatureExtractor's fixed size): 64 mel bins
+    audio = ClapAudioConfig(
+        num_mel_bins=64,
+        spec_size=256,
+        patch_size=4,
+        patch_stride=(4, 4),
+        window_size=4,
+        patch_embeds_hidden_size=8,
+        hidden_size=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        enable_fusion=True,
+    )
+    model = ClapModel(ClapConfig(text_config=text.to_dict(), audio_config=audio.to_dict(), projection_dim=8)).eval()
+    extractor = ClapFeatureExtractor(feature_size=64, sampling_rate=CLAP_SR, max_length_s=1, truncation="fusion")
+    processor = ClapProcessor(feature_extractor=extractor, tokenizer=RobertaTokenizer(vocab=vocab, merges=[]))
+    clap = Clap(name="fused", model=model, processor=processor, device=torch.device("cpu"))
+    short = tones(3, 0.5, seed=4)  # under the 1 s window: none is "longer"
+    long = tones(1, 2.5, seed=5)  # over it: the fusion branch
+    together = clap.audio_embeddings(short + long, seed=0)  # [4, D]
+    alone = np.concatenate([clap.audio_embeddings([w], seed=0) for w in short + long])  # [4, D]
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    shorts_only = clap.audio_embeddings(short, seed=0)  # a batch with no longer clip
+    np.testing.assert_allclose(shorts_only, alone[:3], atol=1e-5)

@@ -135,9 +135,15 @@ class Clap:
         try:
             out = []
             for i in range(0, len(waves), batch_size):
-                feats = self.processor.feature_extractor(
-                    waves[i : i + batch_size], sampling_rate=self.sample_rate, return_tensors="pt"
-                ).to(self.device)  # input_features [b, 1 or 4, frames, mels], is_longer [b, 1]
+                batch = waves[i : i + batch_size]
+                feats = self.processor.feature_extractor(batch, sampling_rate=self.sample_rate, return_tensors="pt").to(
+                    self.device
+                )  # input_features [b, 1 or 4, frames, mels], is_longer [b, 1]
+                # truncation="fusion" marks a random clip `is_longer` when none of the batch is (a training trick):
+                # a clip's embedding would depend on its batch. Each clip's own length decides (fusion models only
+                # read it).
+                longer = [[len(w) > self.processor.feature_extractor.nb_max_samples] for w in batch]
+                feats["is_longer"] = torch.tensor(longer, device=self.device)  # [b, 1] bool
                 emb = _pooled(self.model.get_audio_features(**feats))  # [b, D]
                 out.append(torch.nn.functional.normalize(emb.float(), dim=-1).cpu().double().numpy())
         finally:
