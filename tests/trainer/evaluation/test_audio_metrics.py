@@ -240,6 +240,21 @@ def test_the_deranged_score_never_uses_a_clips_own_caption() -> None:
     np.testing.assert_allclose(deranged, np.mean([cos[perms[r], np.arange(n)] for r in range(3)], axis=0))
 
 
+def test_the_deranged_score_skips_other_clips_with_the_same_caption_text() -> None:
+    """generate.captions=file with generate.n above the file's line count cycles the captions: clips 0, 2, 4, 6 share
+    one text. A derangement of the clip indices then hands clip 0 the caption of clip 2, its own text: the null
+    must compare each clip only with captions whose text differs."""
+    from adapter_trainer.evaluation.audio_metrics import AudioMetricsError
+
+    captions = ["a calm piano", "fast drums"] * 4
+    emb = np.eye(2)[[i % 2 for i in range(8)]]  # [8, 2]: a caption's text and its clips' audio share a direction
+    own, deranged, _ = clap_scores(emb, emb, n_derangements=20, seed=3, captions=captions)
+    np.testing.assert_allclose(own, 1.0)
+    np.testing.assert_allclose(deranged, 0.0, atol=1e-12)  # an own-text caption would make it positive
+    with pytest.raises(AudioMetricsError, match="caption"):
+        clap_scores(emb, emb, n_derangements=2, seed=3, captions=["one text"] * 8)
+
+
 def test_kl_follows_audiocrafts_definition() -> None:
     p_ref = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
     p_gen = np.array([[0.25, 0.25, 0.5], [0.2, 0.3, 0.5]])

@@ -131,18 +131,43 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def clap_scores(
-    text_emb: np.ndarray, audio_emb: np.ndarray, n_derangements: int, seed: int
+    text_emb: np.ndarray,
+    audio_emb: np.ndarray,
+    n_derangements: int,
+    seed: int,
+    captions: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per clip: own-caption cosine [N], mean deranged cosine [N], and the derangements used [R, N].
+
+    Several clips can share one caption text (generate.captions=file cycles its lines when generate.n exceeds
+    them): a derangement's draw of another clip with the clip's own text is left out of that clip's mean, and a
+    clip with no other-text draw gets the mean over every clip whose text differs.
 
     Args:
         text_emb: [N, D] embedding of clip i's caption in row i.
         audio_emb: [N, D] embedding of clip i's audio in row i.
+        captions: clip i's caption text in item i (None: all distinct).
     """
     own = cosine_rows(text_emb, audio_emb)  # [N]
+    n = len(own)
+    texts = np.asarray(captions if captions is not None else [str(i) for i in range(n)], dtype=object)  # [N]
+    other = texts[:, None] != texts[None, :]  # [N, N] caption j's text differs from clip i's
+    if not other.any(axis=1).all():
+        raise AudioMetricsError(
+            "every generated clip has the same caption text, so there is no other caption to score against "
+            "(clap_score_deranged); generate from at least two different captions"
+        )
     rng = np.random.default_rng(seed)
-    perms = np.stack([derangement(len(own), rng) for _ in range(n_derangements)])  # [R, N], perms[r, i] != i
-    deranged = np.stack([cosine_rows(text_emb[p], audio_emb) for p in perms]).mean(axis=0)  # [N]
+    perms = np.stack([derangement(n, rng) for _ in range(n_derangements)])  # [R, N], perms[r, i] != i
+    cos = np.stack([cosine_rows(text_emb[p], audio_emb) for p in perms])  # [R, N]
+    valid = other[np.arange(n)[None, :], perms]  # [R, N] the draw's caption text is not the clip's own
+    n_valid = valid.sum(axis=0)  # [N]
+    drawn = np.where(valid, cos, 0.0).sum(axis=0) / np.maximum(n_valid, 1)  # [N]
+    a = audio_emb / np.maximum(np.linalg.norm(audio_emb, axis=1, keepdims=True), 1e-12)  # [N, D]
+    t = text_emb / np.maximum(np.linalg.norm(text_emb, axis=1, keepdims=True), 1e-12)  # [N, D]
+    all_cos = a @ t.T  # [N, N] clip i's audio vs caption j's text
+    exact = np.where(other, all_cos, 0.0).sum(axis=1) / other.sum(axis=1)  # [N] mean over other-text captions
+    deranged = np.where(n_valid > 0, drawn, exact)  # [N]
     return own, deranged, perms
 
 
@@ -215,7 +240,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     text_emb = clap.text_embeddings([c.caption for c in clips])  # [N, D]
     gen_audio = clap.audio_embeddings(gen_48, seed=args.seed)  # [N, D]
     ref_audio = clap.audio_embeddings(ref_48, seed=args.seed)  # [M, D]
-    own, deranged, _ = clap_scores(text_emb, gen_audio, args.derangements, args.seed)  # [N], [N]
+    own, deranged, _ = clap_scores(  # [N], [N]
+        text_emb, gen_audio, args.derangements, args.seed, captions=[c.caption for c in clips]
+    )
     fad = frechet_distance_of(gen_audio, ref_audio)
 
     # classifier: label distributions of every clip; KL over the generated clips that have a reference partner
