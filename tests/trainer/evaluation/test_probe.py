@@ -122,6 +122,20 @@ def test_deranged_null_is_unbiased_when_predictions_ignore_the_labels() -> None:
     assert gap > 0.3
 
 
+def test_deranged_null_skips_clips_with_the_same_caption_text() -> None:
+    """generate.captions=file cycles its lines when generate.n exceeds them: clips 0, 2, 4, 6 share one text and so
+    its attributes. The null must score a clip against captions of other texts only, else a caption-following
+    generator's true - deranged shrinks toward 0 (here it would be 4/7 instead of 1)."""
+    texts = ["fast piano with vocals", "slow guitar, no vocals"] * 4
+    labels = np.stack([attribute_labels(t) for t in texts])  # [8, A]
+    pred = np.nan_to_num(labels)  # follows its caption perfectly
+    rng = np.random.default_rng(0)
+    deranged = _deranged_accuracy(pred, labels, 16, rng, texts=texts)
+    other = per_clip_accuracy(pred[[1, 0]], labels[[0, 1]])  # each text's prediction read against the other text
+    np.testing.assert_allclose(deranged, np.tile(other, 4), atol=1e-12)
+    np.testing.assert_allclose(per_clip_accuracy(pred, labels), 1.0)
+
+
 def test_verdict_follows_only_when_the_interval_is_above_zero() -> None:
     assert verdict([0.01, 0.2]) == FOLLOWS
     for ci in ([-0.01, 0.2], [0.0, 0.1], [-0.3, -0.1]):  # straddles, touches, below: absence of evidence only

@@ -31,6 +31,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,11 +224,31 @@ def fraction_of_ceiling(
     return float(g.mean() / r.mean()), float(lo), float(hi)
 
 
-def _deranged_accuracy(pred: np.ndarray, labels: np.ndarray, derangements: int, rng: np.random.Generator) -> np.ndarray:
+def _deranged_accuracy(
+    pred: np.ndarray,
+    labels: np.ndarray,
+    derangements: int,
+    rng: np.random.Generator,
+    texts: list[str] | None = None,
+) -> np.ndarray:
     """pred [N, A], labels [N, A] -> [N] each clip's accuracy against other clips' labels, averaged over derangements
-    (the null: what the same predictions score against captions they were not made for)."""
-    scores = [per_clip_accuracy(pred, labels[derangement(len(labels), rng)]) for _ in range(derangements)]
-    return np.nanmean(np.stack(scores), axis=0)  # [N]; nan where no deranged caption defined an attribute
+    (the null: what the same predictions score against captions they were not made for).
+
+    texts [N] (None: all distinct): a draw of another clip with the clip's own caption text (generate.captions=file
+    cycles its lines) is left out; a clip left with no draw gets the mean over every clip whose text differs."""
+    n = len(labels)
+    t = np.asarray(texts if texts is not None else [str(i) for i in range(n)], dtype=object)  # [N]
+    perms = [derangement(n, rng) for _ in range(derangements)]
+    scores = [np.where(t[p] != t, per_clip_accuracy(pred, labels[p]), np.nan) for p in perms]  # R x [N]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns: filled below
+        out = np.nanmean(np.stack(scores), axis=0)  # [N]; nan where no deranged caption defined an attribute
+    for i in np.flatnonzero(np.isnan(out)):
+        others = np.flatnonzero(t != t[i])  # [M] clips of another text
+        if others.size:
+            acc = per_clip_accuracy(np.broadcast_to(pred[i], labels[others].shape), labels[others])  # [M]
+            out[i] = np.nanmean(acc) if not np.isnan(acc).all() else np.nan
+    return out
 
 
 def _attribute_dict(row: np.ndarray) -> dict[str, int | None]:
@@ -260,7 +281,7 @@ def make_report(
     Yg = labels(generated)
     pred = probe.predict(feats(generated))  # [N, A]
     acc_true = per_clip_accuracy(pred, Yg)  # [N]
-    acc_der = _deranged_accuracy(pred, Yg, derangements, rng)  # [N]
+    acc_der = _deranged_accuracy(pred, Yg, derangements, rng, texts=[clip_text(c) for c in generated])  # [N]
     ok = ~np.isnan(acc_true) & ~np.isnan(acc_der)
     diffs = acc_true[ok] - acc_der[ok]  # [n_clips]
     mean_true, lo_true, hi_true = bootstrap_mean_ci(acc_true[ok], n_bootstrap, seed)
@@ -270,7 +291,9 @@ def make_report(
     pred_e = probe.predict(feats(real_eval))  # [M, A]
     acc_e = per_clip_accuracy(pred_e, Ye)  # [M]
     # its own stream: the real clips' null must not depend on how many clips were generated
-    acc_e_der = _deranged_accuracy(pred_e, Ye, derangements, np.random.default_rng(seed + 3))  # [M]
+    acc_e_der = _deranged_accuracy(
+        pred_e, Ye, derangements, np.random.default_rng(seed + 3), texts=[clip_text(c) for c in real_eval]
+    )  # [M]
     ok_e = ~np.isnan(acc_e) & ~np.isnan(acc_e_der)
     frac, lo_frac, hi_frac = fraction_of_ceiling(diffs, acc_e[ok_e] - acc_e_der[ok_e], n_bootstrap, seed + 2)
     gap = float(acc_e[ok_e].mean() - acc_e_der[ok_e].mean())
