@@ -157,6 +157,14 @@ def test_minimum_detectable_effect_math_and_power() -> None:
     assert abs(minimum_detectable_effect(samples[0]) - mde) < 0.25 * mde  # the estimate from one sample
 
 
+def test_fraction_of_ceiling_is_undefined_when_the_ceiling_is_not_above_its_null() -> None:
+    """Real clips whose own-minus-deranged mean is a hair above 0 with an interval across 0 (the probe reads no
+    attribute it can tell apart): the ratio would be 20 with an interval spanning thousands; it is undefined."""
+    gen = np.array([0.0, 0.2] * 20)  # mean 0.1
+    real = np.array([0.3, -0.29] * 20)  # mean 0.005, 95% interval across 0
+    assert all(np.isnan(fraction_of_ceiling(gen, real, n_bootstrap=500, seed=0)))
+
+
 def test_fraction_of_ceiling_math() -> None:
     """mean(gen diffs) / mean(real diffs), with a bootstrap interval around it; undefined without a probe reach."""
     gen = np.array([0.0, 0.2] * 20)  # mean 0.1

@@ -208,14 +208,18 @@ def fraction_of_ceiling(
 
     gen_diffs [N] per generated clip, real_diffs [M] per real eval clip (the same scoring: own captions minus
     deranged captions, so the denominator is ceiling - deranged-on-real-clips). Percentile bootstrap resampling
-    both sets independently (both are samples); resamples whose denominator is <= 0 are left out. NaN when the
-    denominator itself is <= 0 (the probe reads no attribute from real clips: nothing to compare with)."""
+    both sets independently (both are samples). NaN when the denominator's own interval is not above 0 (the probe
+    does not tell real clips' own captions from deranged ones: nothing to compare with; a ratio over a
+    denominator near 0 is unbounded, and dropping the resamples whose denominator is <= 0 would truncate its
+    interval into a falsely narrow one)."""
     g, r = np.asarray(gen_diffs, dtype=np.float64), np.asarray(real_diffs, dtype=np.float64)
     if g.size == 0 or r.size == 0 or r.mean() <= 0:
         return float("nan"), float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     num = g[rng.integers(0, g.size, size=(n_bootstrap, g.size))].mean(axis=1)  # [R]
     den = r[rng.integers(0, r.size, size=(n_bootstrap, r.size))].mean(axis=1)  # [R]
+    if np.quantile(den, (1.0 - level) / 2.0) <= 0:
+        return float("nan"), float("nan"), float("nan")
     ratios = num[den > 0] / den[den > 0]
     if ratios.size == 0:
         return float(g.mean() / r.mean()), float("nan"), float("nan")
@@ -336,7 +340,7 @@ def make_report(
         "fraction_of_ceiling": frac,
         "fraction_of_ceiling_ci95": [lo_frac, hi_frac],
         "mde": mde,
-        "mde_fraction_of_ceiling": mde / gap if gap > 0 else float("nan"),
+        "mde_fraction_of_ceiling": mde / gap if gap > 0 and np.isfinite(frac) else float("nan"),
         "mde_method": MDE_METHOD,
         "derangements": derangements,
         "bootstrap": n_bootstrap,
