@@ -238,3 +238,65 @@ def test_start_crop_prob_anchors_that_share_of_crops_at_the_clip_start(two_sets)
     assert at_start_random < long_clips / 3 and at_start_random < at_start_half < long_clips
     rng = np.random.default_rng(0)
     assert train_crop(0.0, rng) == "random" and rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+
+
+def test_caption_word_dropout_is_seeded_train_only_and_off_at_zero(tmp_path: Path) -> None:
+    """data.caption_word_dropout: each train caption keeps an in-order subset of its words, the same for the same
+    (seed, epoch, index) and another for another seed; 0 gives exactly the batches of a run without the option; the
+    held-out eval's captions are always whole."""
+    from dataclasses import replace
+
+    from adapter_trainer.data.caption_dropout import drop_words
+    from adapter_trainer.evaluation.held_out import HeldOutEval
+
+    def worded(n: int, seed: int, prefix: str) -> list:
+        return [
+            (k, " ".join(f"{prefix}{i}w{j}" for j in range(10)), c)
+            for i, (k, _, c) in enumerate(synthetic_clips(n, seed=seed, prefix=prefix))
+        ]
+
+    root = write_shard_set(
+        tmp_path / "s", {"train": worded(12, 3, "tr"), "eval": worded(4, 4, "ev")}, samples_per_shard=4
+    )
+    sets = _open(root)
+    spec = replace(SPEC, max_seq_len=40, max_caption_tokens=12)
+    tok = _WordTokenizer()
+    index = build_index(sets, "train")
+    reader = ClipReader(index)
+    full = {index.key(i): tok(reader.read(i).caption)["input_ids"] for i in range(len(index))}
+
+    def captions(p: float, seed: int) -> list[list[int]]:
+        ds = TrainBatches(index, tok, replace(spec, caption_word_dropout=p), seed=seed, batch_size=4)
+        out = []
+        for start in range(0, 24, 4):  # two epochs
+            batch = ds[start]
+            for b, key in enumerate(batch.keys):
+                a = int((batch.tokens[b, :, 0] == spec.vocab.audio_start).nonzero()[0])
+                got = batch.tokens[b, 1:a, 0].tolist()  # between BOS and AUDIO_START
+                it = iter(full[key])
+                assert all(t in it for t in got), (got, full[key])  # an in-order subset of the caption's words
+                out.append(got)
+        return out
+
+    base = TrainBatches(index, tok, spec, seed=4, batch_size=4)
+    off = TrainBatches(index, tok, replace(spec, caption_word_dropout=0.0), seed=4, batch_size=4)
+    assert all(torch.equal(base[s].tokens, off[s].tokens) for s in range(0, 24, 4))
+    dropped = captions(0.3, seed=4)
+    assert dropped == captions(0.3, seed=4)  # deterministic per (seed, epoch, index)
+    assert dropped != captions(0.3, seed=5)
+    n_words = sum(map(len, dropped))
+    assert 0.5 * 24 * 10 < n_words < 0.9 * 24 * 10  # ~70% of the 240 words kept
+    assert all(len(c) == 10 for c in captions(0.0, seed=4))
+    # eval: whole captions whatever the setting
+    eval_index = build_index(sets, "eval")
+    held = HeldOutEval(
+        eval_index, tok, replace(spec, caption_word_dropout=0.5), np.zeros((4, 2048)), n_derangements=1, seed=0
+    )
+    eval_reader = ClipReader(eval_index)
+    assert [c.tolist() for c in held.captions] == [
+        tok(eval_reader.read(i).caption)["input_ids"] for i in range(len(eval_index))
+    ]
+    rng = np.random.default_rng(0)
+    assert drop_words("a b c", 0.0, rng) == "a b c"
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state  # p = 0 draws nothing
+    assert drop_words("a b", 0.99, np.random.default_rng(1)) != ""  # never the empty caption (caption dropout's job)

@@ -127,10 +127,13 @@ def test_new_settings_are_validated_and_fingerprinted_only_when_set(models, shar
 
     default = fp()
     assert "data.start_crop_prob" not in default and "caption_cond_rank" not in default["model.mot"]
+    assert "data.caption_word_dropout" not in default
     assert fp("data.start_crop_prob=0.5")["data.start_crop_prob"] == 0.5
+    assert fp("data.caption_word_dropout=0.2")["data.caption_word_dropout"] == 0.2
     assert fp("model.mot.caption_cond_rank=4")["model.mot"]["caption_cond_rank"] == 4
     for bad, match in (
         ("data.start_crop_prob=1.5", "start_crop_prob"),
+        ("data.caption_word_dropout=1.0", "caption_word_dropout"),
         ("model.mot.caption_cond_rank=-1", "caption_cond_rank"),
         ("trainer.early_frame_loss_weight=0", "early_frame_loss_weight"),
     ):

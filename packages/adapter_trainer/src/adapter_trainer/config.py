@@ -58,6 +58,8 @@ class DataConfig:
     # P(a training crop starts at the clip's first frame instead of a random frame): random crops of long clips
     # almost never show a clip's start, where the caption is all the model has (the eval window starts there)
     start_crop_prob: float = 0.0
+    # P(each word of a training caption is left out), training only: against memorising clip-identifying words
+    caption_word_dropout: float = 0.0
 
 
 @dataclass
@@ -309,6 +311,11 @@ def validate_config(cfg: TrainConfig) -> None:
     if not 0.0 <= cfg.data.start_crop_prob <= 1.0:
         raise ConfigError(
             f"data.start_crop_prob={cfg.data.start_crop_prob} must be in [0, 1], e.g. data.start_crop_prob=0.25"
+        )
+    if not 0.0 <= cfg.data.caption_word_dropout < 1.0:
+        raise ConfigError(
+            f"data.caption_word_dropout={cfg.data.caption_word_dropout} must be in [0, 1), "
+            f"e.g. data.caption_word_dropout=0.2"
         )
     if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
         raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")

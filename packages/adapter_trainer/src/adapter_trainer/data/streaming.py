@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from adapter_trainer.data.caption_dropout import drop_caption
+from adapter_trainer.data.caption_dropout import drop_caption, drop_words
 from adapter_trainer.data.shards import Clip, ClipReader, SplitIndex
 from adapter_trainer.data.token_layout import AudioVocab, Batch, Example, collate, encode_example
 
@@ -43,6 +43,7 @@ class ExampleSpec:
     max_caption_tokens: int
     caption_dropout: float = 0.0  # P(train caption -> empty caption), for classifier-free guidance (caption_dropout.py)
     start_crop_prob: float = 0.0  # P(train crop starts at the clip's first frame) instead of a random frame
+    caption_word_dropout: float = 0.0  # P(each word of a train caption is left out), augmentation (caption_dropout.py)
 
 
 def text_of(clip: Clip, text: str) -> str:
@@ -50,9 +51,11 @@ def text_of(clip: Clip, text: str) -> str:
     return clip.caption if text == "caption" else ", ".join(clip.aspects)
 
 
-def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec) -> list[int]:
-    """Caption tokens without BOS (encode_example adds it), truncated to max_caption_tokens."""
-    return list(tokenizer(text_of(clip, spec.text), add_special_tokens=False)["input_ids"])[: spec.max_caption_tokens]
+def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec, text: str | None = None) -> list[int]:
+    """Caption tokens without BOS (encode_example adds it), truncated to max_caption_tokens. `text` replaces the
+    clip's conditioning text (a training caption after word dropout)."""
+    text = text_of(clip, spec.text) if text is None else text
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])[: spec.max_caption_tokens]
 
 
 def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip, crop: Literal["start", "end"] = "start") -> Example:
@@ -161,9 +164,13 @@ class TrainBatches(Dataset):
             epoch, index, i = self.position(n)
             clip = self.reader.read(i)
             rng = np.random.default_rng([self.seed, epoch, index])
-            # caption dropout draws from its own stream (seed, epoch, index, 1): crops stay as without it, resume exact
+            # caption word dropout and caption dropout draw from their own streams (seed, epoch, index, 3) and
+            # (seed, epoch, index, 1): crops stay as without them, resume is exact
+            text = drop_words(
+                text_of(clip, s.text), s.caption_word_dropout, np.random.default_rng([self.seed, epoch, index, 3])
+            )
             caption = drop_caption(
-                caption_ids(self.tokenizer, clip, s),
+                caption_ids(self.tokenizer, clip, s, text),
                 s.caption_dropout,
                 np.random.default_rng([self.seed, epoch, index, 1]),
             )

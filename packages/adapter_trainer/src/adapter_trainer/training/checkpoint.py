@@ -257,7 +257,14 @@ def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module,
     c = cfg
     # Settings added after checkpoints already existed are recorded only when set, so those checkpoints stay resumable.
     mot = {k: v for k, v in mot_fields(c).items() if not (k == "caption_cond_rank" and v == 0)}
-    later = {"data.start_crop_prob": c.data.start_crop_prob} if c.data.start_crop_prob else {}
+    later = {
+        k: v
+        for k, v in (
+            ("data.start_crop_prob", c.data.start_crop_prob),
+            ("data.caption_word_dropout", c.data.caption_word_dropout),
+        )
+        if v
+    }
     fingerprint = {
         **later,
         "model.llm": c.model.llm,

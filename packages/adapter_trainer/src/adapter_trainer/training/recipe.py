@@ -194,6 +194,7 @@ class MoTAdapterRecipe:
             max_caption_tokens=d.max_caption_tokens,
             caption_dropout=d.caption_dropout,
             start_crop_prob=d.start_crop_prob,
+            caption_word_dropout=d.caption_word_dropout,
         )
 
     def _setup_train_data(self) -> None:
