@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -277,15 +279,74 @@ def test_info_path_in_a_zip_or_a_json_file_is_the_metadata(tmp_path: Path) -> No
     assert [t.metadata_file for t in tracks] == ["info.zip:meta/a.json", "b_info.json", "c.json"]
 
 
-@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
-def test_a_sidecar_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Path, value: str) -> None:
-    """Python's json.dump writes NaN by default (e.g. an estimated bpm): one line naming the sidecar, no traceback."""
-    write_track(tmp_path / "egs/a.wav", 2.0)
-    (tmp_path / "egs/a.json").write_text('{"description": "a song", "bpm": ' + value + "}")
-    manifest = write_manifest(tmp_path / "egs/data.jsonl", [audiocraft_line("a.wav", 2.0)])
-    with pytest.raises(PipelineError, match=rf"data.jsonl:1: metadata .*a.json has {value}.*null"):
-        run_pipeline(source_config("audiocraft", manifest, tmp_path / "set", tiny_codec), progress=False)
-    assert not (tmp_path / "set").exists()
+@pytest.mark.parametrize(
+    "sidecar, detail",
+    [
+        ('{"description": "a song", "bpm": NaN}', r"has NaN.*null"),
+        ('{"description": "a song", "bpm": Infinity}', r"has Infinity.*null"),
+        ('{"description": "a song", ', r"is not UTF-8 JSON"),
+        ('["a song"]', r"is not a JSON object"),
+        ("\ufeff" + '{"description": "a song"}', r"is not UTF-8 JSON"),
+    ],
+)
+def test_a_bad_sidecar_is_that_tracks_failure_and_the_others_encode(
+    tmp_path: Path, tiny_codec: Path, sidecar: str, detail: str
+) -> None:
+    """One track's unusable metadata file (NaN from Python's json.dump, a truncated file, a BOM) is that track's
+    final `bad_metadata` failure naming the file and the fix; it used to stop the whole run before anything was
+    encoded."""
+    manifest = make_audiocraft(
+        tmp_path / "src",
+        [{"name": "good.wav", "seconds": 2.0, "sidecar": {"description": "fine"}}, {"name": "bad.wav", "seconds": 2.0}],
+    )
+    (manifest.parent / "bad.json").write_text(sidecar, encoding="utf-8")
+    out = tmp_path / "set"
+    cfg = source_config("audiocraft", manifest, out, tiny_codec, segment=SegmentConfig(seconds=1.0))
+    run_pipeline(cfg, progress=False)
+    got = samples(out)
+    assert sorted(got) == ["good_0", "good_1"]
+    fails = failures(out)
+    assert sorted(fails) == ["bad"]
+    f = fails["bad"]
+    assert f["reason"] == "bad_metadata" and f["retryable"] is False and f["csv_row"] == 2
+    assert re.search(detail, f["detail"]) and "bad.json" in f["detail"], f["detail"]
+
+
+def test_a_fixed_sidecar_heals_on_rerun(tmp_path: Path, tiny_codec: Path) -> None:
+    """The bad_metadata failure's fix ('fix or delete it and rerun the same command') holds: the rerun encodes the
+    track and keeps the others."""
+    manifest = make_audiocraft(
+        tmp_path / "src",
+        [{"name": "good.wav", "seconds": 2.0, "sidecar": {"description": "fine"}}, {"name": "bad.wav", "seconds": 2.0}],
+    )
+    (manifest.parent / "bad.json").write_text('{"description": ', encoding="utf-8")
+    out = tmp_path / "set"
+    cfg = source_config("audiocraft", manifest, out, tiny_codec, segment=SegmentConfig(seconds=1.0))
+    run_pipeline(cfg, progress=False)
+    assert list(failures(out)) == ["bad"]
+    (manifest.parent / "bad.json").write_text('{"description": "now fine"}', encoding="utf-8")
+    run_pipeline(cfg, progress=False)
+    assert sorted(samples(out)) == ["bad_0", "bad_1", "good_0", "good_1"] and failures(out) == {}
+    assert samples(out)["bad_0"]["caption"] == "now fine"
+
+
+def test_an_unreadable_info_path_is_that_tracks_failure(tmp_path: Path, tiny_codec: Path) -> None:
+    """An info_path naming a missing zip member is that track's bad_metadata failure (audiocraft itself would crash)."""
+    egs = tmp_path / "egs"
+    write_track(egs / "a.wav", 2.0)
+    write_track(egs / "b.wav", 2.0, seed=1)
+    (egs / "b.json").write_text(json.dumps({"description": "fine"}))
+    with zipfile.ZipFile(egs / "info.zip", "w") as zf:
+        zf.writestr("meta/other.json", "{}")
+    lines = [audiocraft_line("a.wav", 2.0) | {"info_path": "info.zip:meta/a.json"}, audiocraft_line("b.wav", 2.0)]
+    manifest = write_manifest(egs / "data.jsonl", lines)
+    out = tmp_path / "set"
+    run_pipeline(
+        source_config("audiocraft", manifest, out, tiny_codec, segment=SegmentConfig(seconds=1.0)), progress=False
+    )
+    assert sorted(samples(out)) == ["b_0", "b_1"]
+    f = failures(out)["a"]
+    assert f["reason"] == "bad_metadata" and "info.zip:meta/a.json" in f["detail"], f
 
 
 def test_tracks_all_shorter_than_a_segment_are_refused_naming_the_setting(tmp_path: Path, tiny_codec: Path) -> None:

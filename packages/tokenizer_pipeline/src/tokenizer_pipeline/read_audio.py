@@ -56,6 +56,8 @@ REASONS: dict[str, str] = {
     "encode_error": "the codec raised on this clip",
     "no_caption": "the track's metadata gives no caption (source.caption / source.caption_column / source.template): "
     "add a description or pick another caption setting",
+    "bad_metadata": "the track's own metadata file (sidecar <stem>.json or info_path) is not a readable JSON object: "
+    "fix or delete it and rerun the same command (the fixed track is encoded, the rest kept)",
 }
 # Failures a rerun retries (`retryable: true` in failures.jsonl): their cause is outside the file and can go away.
 # encode_error always (out of memory, a device error); missing_audio once the file exists; needs_ffmpeg once FFmpeg

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .track import NotJsonConstant, SourceError, Track, check_relative, refuse_constant
+from .track import MetadataError, NotJsonConstant, SourceError, Track, check_relative, refuse_constant
 
 FIELDS = ("path", "duration", "sample_rate", "amplitude", "weight", "info_path")  # audiocraft's AudioMeta
 ZIP_SEP = ":"  # audiocraft's PathInZip.INFO_PATH_SEP
@@ -79,11 +79,11 @@ def _load_json_metadata(data: bytes, where: str, origin: str) -> dict[str, Any]:
     try:
         meta = json.loads(data.decode("utf-8"), parse_constant=refuse_constant)
     except NotJsonConstant as e:
-        raise SourceError(f"{where}: metadata {origin} {e}") from e
+        raise MetadataError(f"{where}: metadata {origin} {e}") from e
     except ValueError as e:
-        raise SourceError(f"{where}: metadata {origin} is not UTF-8 JSON ({e}); fix or delete it") from e
+        raise MetadataError(f"{where}: metadata {origin} is not UTF-8 JSON ({e}); fix or delete it") from e
     if not isinstance(meta, dict):
-        raise SourceError(f"{where}: metadata {origin} is not a JSON object")
+        raise MetadataError(f"{where}: metadata {origin} is not a JSON object")
     return meta
 
 
@@ -98,11 +98,11 @@ def read_metadata(base: Path, audio: Path, info_path: str | None, where: str) ->
                 with zipfile.ZipFile(zpath) as zf:
                     data = zf.read(member.lstrip("/") if member.lstrip("/") in zf.namelist() else member)
             except (OSError, KeyError, zipfile.BadZipFile) as e:
-                raise SourceError(f"{where}: cannot read info_path {info_path!r}: {e}") from e
+                raise MetadataError(f"{where}: cannot read info_path {info_path!r}: {e}") from e
             return _load_json_metadata(data, where, info_path), info_path
         path = _resolve(base, info_path, where, "info_path")
         if not path.is_file():
-            raise SourceError(f"{where}: info_path {info_path!r} not found ({path})")
+            raise MetadataError(f"{where}: info_path {info_path!r} not found ({path})")
         return _load_json_metadata(path.read_bytes(), where, str(path)), info_path
     sidecar = audio.with_suffix(".json")
     if not sidecar.is_file():
@@ -134,14 +134,17 @@ def read_audiocraft(manifest: Path) -> list[Track]:
         if key in seen:
             raise SourceError(f"{where}: path {d['path']!r} repeats line {seen[key]}; remove the duplicate line")
         seen[key] = line
-        meta, meta_file = read_metadata(base, audio, d.get("info_path"), where)
+        try:
+            meta, meta_file, meta_error = *read_metadata(base, audio, d.get("info_path"), where), None
+        except MetadataError as e:  # this track's problem: recorded as its failure, the other tracks go on
+            meta, meta_file, meta_error = {}, None, str(e)
         tracks.append(
             Track(
                 line=line, source_path=d["path"], audio_path=audio, source_file=_source_file(base, d["path"], audio),
                 metadata=meta,
                 weight=1.0 if d.get("weight") is None else float(d["weight"]),
                 declared_duration_s=None if d.get("duration") is None else float(d["duration"]),
-                metadata_file=meta_file,
+                metadata_file=meta_file, metadata_error=meta_error,
             )
         )  # fmt: skip
     return tracks

@@ -164,6 +164,10 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
             "caption": caption or "", "aspect_list": tuple(aspects_of(track.metadata, list(src.aspect_fields))),
             "weight": track.weight, "metadata_json": dumps_strict(track.metadata),
         }  # fmt: skip
+        if track.metadata_error is not None:  # its own sidecar / info_path is unusable: no caption to trust
+            items.append(_failure_item(track, tid, split, kind, base, "bad_metadata", track.metadata_error))
+            n_failed += 1
+            continue
         if caption is None and track.audio_path.is_file():  # a missing file is missing_audio (its sidecar is too)
             how = f"template {src.template!r}" if src.caption == "template" else f"field {src.caption_column!r}"
             meta = track.metadata_file or "no metadata file"

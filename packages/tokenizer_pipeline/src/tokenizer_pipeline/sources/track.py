@@ -29,6 +29,12 @@ class Track:
     split: str | None = None  # "train" | "eval" when the source's layout names it; None: chosen by hash
     declared_duration_s: float | None = None  # audiocraft's `duration` (the header wins when they disagree)
     metadata_file: str | None = None  # where the metadata came from (sidecar / info_path / metadata.csv), for messages
+    metadata_error: str | None = None  # why its own metadata file is unusable (MetadataError): a bad_metadata failure
+
+
+class MetadataError(SourceError):
+    """One track's own metadata file (sidecar / info_path) is unusable: that track's `bad_metadata` failure, not the
+    run's end (a manifest or metadata table that cannot be read still stops the run: it is every track's)."""
 
 
 class NotJsonConstant(ValueError):
