@@ -47,6 +47,17 @@ def compose(ov: list[str]) -> TrainConfig:
         return to_train_config(hydra_compose("config", overrides=ov))
 
 
+def run_two_ranks(ov: list[str], out: Path) -> subprocess.CompletedProcess:
+    """`torchrun --nproc_per_node=2` of the real entry point, observed from outside the recipe
+    (tests/trainer/observed_train.py writes out/dump.json and .rank1); a hang fails after 15 minutes."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "tests.trainer.observed_train", str(out / "dump.json"), *ov]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
 def losses(out: Path) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in read_jsonl(out / "metrics.jsonl") if "train/loss" in r}
 
@@ -63,21 +74,7 @@ def setup_runs(tmp_path_factory: pytest.TempPathFactory):
     ref, ref_keys = run_recipe_recording_keys(
         compose(overrides(models, shards, ref_out, GLOBAL_BATCH, "trainer.num_workers=0"))
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    # the real entry point on every rank, observed from outside the recipe (tests/trainer/observed_train.py)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "tests.trainer.observed_train",
-        str(ddp_out / "dump.json"),
-        *overrides(models, shards, ddp_out, GLOBAL_BATCH // 2, "trainer.num_workers=2"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = run_two_ranks(overrides(models, shards, ddp_out, GLOBAL_BATCH // 2, "trainer.num_workers=2"), ddp_out)
     return dict(
         models=models,
         shards=shards,

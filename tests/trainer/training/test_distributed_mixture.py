@@ -4,17 +4,13 @@ the examples of one process across mixture epochs, and the per-set held-out figu
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests import REPO
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 from tests.trainer.helpers import run_recipe_recording_keys
-from tests.trainer.training.test_distributed import compose, overrides
+from tests.trainer.training.test_distributed import compose, overrides, run_two_ranks
 
 GLOBAL_BATCH = 4
 
@@ -32,21 +28,8 @@ def test_two_ranks_see_the_one_process_mixture(tmp_path: Path) -> None:
     ref, ref_keys = run_recipe_recording_keys(
         compose(overrides(models, a, tmp_path / "one", GLOBAL_BATCH, "trainer.num_workers=0", *mix))
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     out = tmp_path / "two"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "tests.trainer.observed_train",
-        str(out / "dump.json"),
-        *overrides(models, a, out, GLOBAL_BATCH // 2, "trainer.num_workers=2", *mix),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    run_two_ranks(overrides(models, a, out, GLOBAL_BATCH // 2, "trainer.num_workers=2", *mix), out)
     r0 = json.loads((out / "dump.json").read_text())
     r1 = json.loads((out / "dump.json.rank1").read_text())
     assert [x + y for x, y in zip(r0["keys_seen"], r1["keys_seen"])] == ref_keys
