@@ -10,12 +10,14 @@ through the graph a second time": codes used to come out of a live codec graph).
     model.builders.build_mot_model    frozen towers + adapter, fp32 master weights (shared with generation)
     data.shards, data.streaming       header-only shard index; DataLoader workers read, crop and collate
     data.mixture                      the example order of a weighted mixture of shard sets
+    training.data_setup               the example spec, order and resumed loader the recipe builds from the config
     training.step                     forward + backward of one accumulation window (target-weighted loss)
     training.optim                    AdamW groups, warmup + cosine LR
     training.device                   device, precision checks, autocast (GradScaler only for fp16 on CUDA)
-    training.checkpoint               exact resume: data position, RNG, optimizer, scheduler; the fingerprint
+    training.checkpoint, resume       exact resume: data position, RNG, optimizer, scheduler; the fingerprint
     training.distributed              torchrun: the one-process example order, trainable gradients summed
     training.metric_logging, plots    metrics.jsonl + TensorBoard, the loss-curve PNG
+    training.final_report             final_metrics.json, the PNGs, the printed learning check and summary
     evaluation.held_out               held-out scoring: true vs deranged captions, the unigram baseline
     evaluation.learning_check         bootstrap intervals, the report and its targets
 
@@ -28,12 +30,10 @@ Raises:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,36 +41,21 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, shard_paths, shard_weights
-from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
+from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, shard_paths
+from adapter_trainer.data.mixture import MixtureOrder
 from adapter_trainer.data.shards import SplitIndex, build_index, open_shard_sets
-from adapter_trainer.data.streaming import (
-    ExampleOrder,
-    ExampleSpec,
-    TrainBatches,
-    default_num_workers,
-    train_loader,
-)
+from adapter_trainer.data.streaming import TrainBatches, default_num_workers
 from adapter_trainer.data.token_layout import Batch
 from adapter_trainer.evaluation.held_out import HeldOutEval, unigram_baseline
-from adapter_trainer.evaluation.learning_check import (
-    EvalReport,
-    check_held_out,
-    learning_check_summary,
-    learning_check_text,
-)
+from adapter_trainer.evaluation.learning_check import EvalReport, check_held_out
 from adapter_trainer.training import checkpoint
+from adapter_trainer.training.data_setup import eval_set_spans, example_spec, resumed_batches, train_order
 from adapter_trainer.training.device import autocast, check_precision, resolve_device
 from adapter_trainer.training.distributed import RankInfo, device_for_rank, init_distributed, teardown_distributed
-from adapter_trainer.training.metric_logging import (
-    FanOutLogger,
-    JsonlLogger,
-    MetricLogger,
-    TensorBoardLogger,
-    finite_or_none,
-)
+from adapter_trainer.training.final_report import final_metrics, write_final_report
+from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
-from adapter_trainer.training.plots import plot_caption_gain_by_frame, plot_loss_curve
+from adapter_trainer.training.resume import resume_run
 from adapter_trainer.training.step import backward_window, batch_facts, check_plain_integer_batch, count_targets
 
 
@@ -183,19 +168,7 @@ class MoTAdapterRecipe:
         t = self.cfg.trainer
         self.model.early_frame_weight = (t.early_frames, t.early_frame_loss_weight)  # the training loss only
         self.bos_id, self.pad_id = built.bos_id, built.pad_id
-        d = self.cfg.data
-        self.spec = ExampleSpec(
-            vocab=self.vocab,
-            pattern=d.pattern,
-            text=d.text,
-            bos_id=self.bos_id,
-            pad_id=self.pad_id,
-            max_seq_len=d.max_seq_len,
-            max_caption_tokens=d.max_caption_tokens,
-            caption_dropout=d.caption_dropout,
-            start_crop_prob=d.start_crop_prob,
-            caption_word_dropout=d.caption_word_dropout,
-        )
+        self.spec = example_spec(self.cfg.data, self.vocab, bos_id=self.bos_id, pad_id=self.pad_id)
 
     def _setup_train_data(self) -> None:
         """This rank's share of the global example order; DataLoader workers read, crop, tokenize and collate."""
@@ -208,29 +181,9 @@ class MoTAdapterRecipe:
             batch_size=t.batch_size,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
-            order=self._train_order(),
+            order=train_order(self.cfg, self.shard_sets, self.train_index),
         )
         self.num_workers = t.num_workers if t.num_workers >= 0 else default_num_workers(self.dist.local_world_size)
-
-    def _train_order(self) -> ExampleOrder | None:
-        """None (concatenation, the order of TrainBatches) unless data.shards gives weights or a set's samples carry
-        different `weight`s (format 3): then a MixtureOrder. Per-sample weights alone keep each set's share of the
-        concatenation (its weight is its clip count)."""
-        d = self.cfg.data
-        spans = split_spans(self.shard_sets, d.train_split, len(self.train_index))
-        per_sample = sample_weights(self.shard_sets, self.train_index, spans, d.train_split)
-        weights = shard_weights(self.cfg)
-        if weights is None and all(w is None for w in per_sample):
-            return None
-        if weights is None:  # a set without train clips (an eval-only set) weighs 0 here
-            return MixtureOrder(self.cfg.trainer.seed, spans, [float(b - a) for a, b in spans], 0, per_sample)
-        for path, (start, stop) in zip(shard_paths(self.cfg), spans):
-            if stop == start:
-                raise ConfigError(
-                    f"data.shards entry {path!r} has no clips in split data.train_split={d.train_split!r}, so a "
-                    f"weighted mixture cannot draw from it; remove it from data.shards or point it at a set with train clips"
-                )
-        return MixtureOrder(self.cfg.trainer.seed, spans, weights, d.mixture_epoch_size, per_sample)
 
     def _setup_eval(self) -> None:
         """The held-out scoring: eval captions (tokenized once), unigram baseline, caption derangements."""
@@ -250,12 +203,7 @@ class MoTAdapterRecipe:
             unigram_logp,
             n_derangements=cfg.trainer.eval_caption_shuffles,
             seed=cfg.trainer.seed,
-            set_spans=[
-                (name, start, stop)
-                for name, (start, stop) in zip(
-                    shard_paths(cfg), split_spans(self.shard_sets, cfg.data.eval_split, len(self.eval_index))
-                )
-            ],
+            set_spans=eval_set_spans(cfg, self.shard_sets, len(self.eval_index)),
         )
 
     def _setup_optimizer(self) -> None:
@@ -275,24 +223,17 @@ class MoTAdapterRecipe:
 
     def _resume(self) -> int:
         """Continue from trainer.resume: adapter weights, optimizer moments, RNG and data position. Returns the step."""
-        ckpt_dir = checkpoint.find_checkpoint(self.cfg.trainer.resume, self.output_dir)
-        ckpt = checkpoint.load_checkpoint(ckpt_dir, device=self.device)
-        checkpoint.check_fingerprint(ckpt.fingerprint, self.fingerprint, ckpt_dir)
-        self.model.load_trainable_state_dict(ckpt.adapter)
-        # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
-        checkpoint.load_optimizer_with_config(
-            self.optimizer, self.scheduler, ckpt.optimizer, ckpt.scheduler, self.schedule
-        )
-        self.optimizer_changes = checkpoint.optimizer_changes(ckpt_dir, asdict(self.cfg.optimizer))
-        for line in self.optimizer_changes:
-            print(f"resume: {line} (applied: the config wins for optimizer settings)")
-        if self.scaler is not None and ckpt.scaler is not None:
-            self.scaler.load_state_dict(ckpt.scaler)
-        checkpoint.restore_rng(ckpt.rng_torch, ckpt.rng)
-        self.progress = ckpt.progress
-        print(
-            f"resumed from {ckpt_dir} at step {self.progress.step} (epoch {self.progress.epoch}, "
-            f"index {self.progress.index})"
+        self.progress, self.optimizer_changes = resume_run(
+            self.cfg.trainer.resume,
+            self.output_dir,
+            device=self.device,
+            fingerprint=self.fingerprint,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            schedule=self.schedule,
+            scaler=self.scaler,
+            optimizer_cfg=self.cfg.optimizer,
         )
         return self.progress.step
 
@@ -313,22 +254,13 @@ class MoTAdapterRecipe:
 
     # ------------------------------------------------------------------------------------------------- data
     def train_batches(self) -> Iterator[Batch]:
-        """This rank's micro-batches from the saved data position to max_steps, built ahead by DataLoader workers.
-
-        The position is the global example number n = epoch * E + index (E: all train clips, or a weighted mixture's
-        epoch size; adapter_trainer/data/streaming.py): the same on
-        every rank, advanced by the GLOBAL micro-batch, so resuming works with another world size too.
-        """
-        start = self.progress.epoch * self.train_data.epoch_size + self.progress.index
-        n_micro = (self.max_steps - self.progress.step) * self.grad_accum
-        return iter(
-            train_loader(
-                self.train_data,
-                start=start,
-                n_micro_batches=n_micro,
-                num_workers=self.num_workers,
-                prefetch_factor=self.cfg.trainer.prefetch_factor,
-            )
+        """This rank's micro-batches from the saved data position to max_steps, built ahead by DataLoader workers."""
+        return resumed_batches(
+            self.train_data,
+            self.progress,
+            n_micro_batches=(self.max_steps - self.progress.step) * self.grad_accum,
+            num_workers=self.num_workers,
+            prefetch_factor=self.cfg.trainer.prefetch_factor,
         )
 
     def next_train_batch(self, batches: Iterator[Batch]) -> Batch:
@@ -481,30 +413,9 @@ class MoTAdapterRecipe:
             ckpt = self.save_checkpoint()
         self.dist.barrier()
         self.logger.close()
-        r = self.last_eval
-        wall = time.perf_counter() - self._t0
-        final = {
-            "step": step,
-            "learning_check": learning_check_summary(r),
-            "eval": r.to_dict(),
-            "progress": asdict(self.progress),
-            "wall_time_s": wall,
-            "checkpoint": str(ckpt),
-        }
-        if not self.dist.is_main:
-            return final
-        (self.output_dir / "final_metrics.json").write_text(
-            json.dumps(finite_or_none(final), indent=2, allow_nan=False) + "\n"
-        )
-        plot_path = plot_loss_curve(self.output_dir / "metrics.jsonl", self.output_dir / "loss_curve.png")
-        plot_caption_gain_by_frame(
-            r.caption_gain_by_frame, r.caption_gain_by_position, step, self.output_dir / "caption_gain_by_frame.png"
-        )
-        print(learning_check_text(r))
-        print(
-            f"summary: {step} steps, {self.progress.tokens_seen:,} tokens, {wall:.1f} s wall, epoch "
-            f"{self.progress.epoch}; wrote {self.output_dir / 'final_metrics.json'}, {plot_path}, {ckpt}"
-        )
+        final = final_metrics(self.last_eval, self.progress, wall_s=time.perf_counter() - self._t0, ckpt=ckpt)
+        if self.dist.is_main:
+            write_final_report(self.output_dir, final, self.last_eval, self.progress)
         return final
 
 
