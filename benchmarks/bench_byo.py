@@ -35,7 +35,7 @@ def build_inputs(work: Path, tracks: int, track_seconds: float) -> tuple[Path, P
     """The stand-in corpus as an audiocraft manifest, and the same audio cut into 10-s files + a MusicCaps CSV."""
     import soundfile as sf
 
-    from tokenizer_pipeline.standin_corpus import build_corpus
+    from tokenizer_pipeline.demo.standin_corpus import build_corpus
 
     build_corpus(MUSICCAPS_CSV, work / "byo", tracks, 0.25, 0, track_seconds, "audiocraft", 44100, 2)
     manifest = work / "byo/data.jsonl"
@@ -64,7 +64,7 @@ def build_inputs(work: Path, tracks: int, track_seconds: float) -> tuple[Path, P
 def case(args: argparse.Namespace) -> dict:
     """One run of the pipeline in this interpreter: --case byo or musiccaps."""
     from tokenizer_pipeline.config import CodecConfig, PipelineConfig, ShardConfig, SourceConfig, SplitConfig
-    from tokenizer_pipeline.run import run_pipeline
+    from tokenizer_pipeline.run.pipeline import run_pipeline
 
     work = Path(args.work)
     common = dict(

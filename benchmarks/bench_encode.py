@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tokenizer_pipeline.encode import CodecEncoder
-from tokenizer_pipeline.read_audio import load_audio
+from tokenizer_pipeline.audio.read_audio import load_audio
+from tokenizer_pipeline.codec.encode import CodecEncoder
 
 
 def time_encode(enc: CodecEncoder, wavs: list[torch.Tensor], batch_size: int) -> tuple[float, list[np.ndarray]]:

@@ -205,8 +205,8 @@ def generation_speed(model, cfg, vocab, rows: int = 16, prompt: int = 66, steps:
 def encoder(codec: Path, corpus: Path, n_clips: int, batch_size: int) -> dict:
     import numpy as np
 
-    from tokenizer_pipeline.encode import CodecEncoder
-    from tokenizer_pipeline.read_audio import load_audio
+    from tokenizer_pipeline.audio.read_audio import load_audio
+    from tokenizer_pipeline.codec.encode import CodecEncoder
 
     files = sorted(corpus.glob("*.wav"))[:n_clips]
     if not files:

@@ -38,8 +38,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    from tokenizer_pipeline.encode import CodecEncoder  # benchmark-only: the trainer never imports the pipeline
-    from tokenizer_pipeline.read_audio import load_audio
+    from tokenizer_pipeline.audio.read_audio import load_audio
+    from tokenizer_pipeline.codec.encode import CodecEncoder  # benchmark-only: the trainer never imports the pipeline
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         warmup = 2

@@ -90,7 +90,7 @@ def small_codec(out: Path) -> Path:
 
 def batch_size(args: argparse.Namespace) -> int:
     """`--batch-size` as the pipeline resolves it (`auto` -> the table entry for `--device`)."""
-    from tokenizer_pipeline.encode import resolve_batch_size
+    from tokenizer_pipeline.codec.encode import resolve_batch_size
 
     return resolve_batch_size(args.batch_size, torch.device(args.device).type)
 
@@ -109,8 +109,8 @@ def _pipeline_cfg(csv_path: Path, audio: Path, out: Path, codec: str, args: argp
 
 
 def case_encoder_bound(args: argparse.Namespace, work: Path) -> dict:
-    from tokenizer_pipeline.encode import CodecEncoder
-    from tokenizer_pipeline.read_audio import load_audio
+    from tokenizer_pipeline.audio.read_audio import load_audio
+    from tokenizer_pipeline.codec.encode import CodecEncoder
 
     torch.set_num_threads(args.threads)
     csv_path, audio = subset_csv(Path(args.corpus), work, args.clips)
@@ -127,7 +127,7 @@ def case_encoder_bound(args: argparse.Namespace, work: Path) -> dict:
 
 
 def case_pipeline(args: argparse.Namespace, work: Path) -> dict:
-    from tokenizer_pipeline.run import run_pipeline
+    from tokenizer_pipeline.run.pipeline import run_pipeline
 
     csv_path, audio = subset_csv(Path(args.corpus), work, args.clips)
     t0 = time.perf_counter()
@@ -181,7 +181,7 @@ def case_first_version(args: argparse.Namespace, work: Path) -> dict:
 
 
 def case_rss(args: argparse.Namespace, work: Path) -> dict:
-    from tokenizer_pipeline.run import run_pipeline
+    from tokenizer_pipeline.run.pipeline import run_pipeline
 
     codec = small_codec(work / "codec")
     # 1-s clips: what grows with the number of clips is per-clip bookkeeping, not audio (bounded per batch)
@@ -203,8 +203,8 @@ def case_rss(args: argparse.Namespace, work: Path) -> dict:
 def case_zero_cost(args: argparse.Namespace, work: Path) -> dict:
     """The decode ceiling: the encoder returns zeros instantly; everything else (find, hash, decode,
     resample, batching, tar writing, manifest) is the real pipeline."""
-    import tokenizer_pipeline.run as run
-    from tokenizer_pipeline.encode import CodecEncoder
+    import tokenizer_pipeline.run.pipeline as run
+    from tokenizer_pipeline.codec.encode import CodecEncoder
 
     class ZeroCostEncoder(CodecEncoder):
         def encode_batch(self, wavs):  # each [N] -> zeros [T, K]

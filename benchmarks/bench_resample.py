@@ -1,4 +1,4 @@
-"""Resampler choice for read_audio (the figures behind `read_audio.SOXR_QUALITY`): soxr vs torchaudio.
+"""Resampler choice for audio/read_audio (the figures behind `read_audio.SOXR_QUALITY`): soxr vs torchaudio.
 
 Per method, resampling 10-s mono clips 44.1 -> 32 kHz: level of a 17 kHz tone (which folds to 15 kHz)
 relative to a 1 kHz tone, passband gain at 14 kHz, milliseconds per clip; then peak RSS of one

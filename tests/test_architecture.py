@@ -1,18 +1,28 @@
-"""The import rules docs/architecture.md promises, checked on the source (ast, nothing imported):
+"""The import rules docs/architecture.md promises, checked on the source (ast, nothing imported).
 
-- the two packages never import each other (the shard format is their only interface);
-- adapter_trainer's rooms import one way (ALLOWED below): data/ imports no other room, model/ and evaluation/
-  only data/; nothing but `__main__` imports the training recipe (statically: the package's lazy `recipe_main`
-  export is by name); generation/ imports no training code but the library modules it shares with the recipe
-  (device, checkpoint); demo/ is imported by no other room;
-- the bottom of the top level (errors, conf_dir, config) imports no room, and each room imports only the
-  top-level modules listed in TOP_ALLOWED (never `__main__` or a command module);
-- the top-level command modules only forward to the room that holds the code.
+Both packages:
+- they never import each other (the shard format is their only interface);
+- each is cut into rooms (subpackages) that import one way (`RULES[pkg].allowed`); the bottom of the top level
+  (errors, config, ...) imports no room, and a room imports only that bottom of the top level;
+- the top-level command modules (`python -m <pkg>.<command>`) only forward to the room that holds the code.
+
+adapter_trainer: data/ imports no other room, model/ and evaluation/ only data/; nothing but `__main__` imports the
+training recipe (statically: the package's lazy `recipe_main` export is by name); generation/ imports no training code
+but the library modules it shares with the recipe (device, checkpoint); demo/ is imported by no other room.
+
+tokenizer_pipeline: shards/ (the contract) imports no room, audio/ (reading files) only shards/; sources/ never imports the
+encoder (codec/); run/ is the only room that imports codec/ and sources/ together; demo/ is imported by nothing but
+its command modules; no module is over `MAX_PIPELINE_LINES` lines.
+
+Every rule is a function returning its violations, so the tests below also run it on mutated copies of the source
+(`test_a_rule_broken_in_a_copy_is_caught`): a rule that cannot fail would pass vacuously.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -21,19 +31,95 @@ from tests import REPO
 
 SRC = {pkg: REPO / "packages" / pkg / "src" / pkg for pkg in ("tokenizer_pipeline", "adapter_trainer")}
 TRAINER = SRC["adapter_trainer"]
-ROOMS = ("model", "data", "training", "generation", "evaluation", "demo")
-COMMANDS = ("generate", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics")
+MAX_PIPELINE_LINES = 500
 
 
-def module_name(path: Path, pkg: str) -> str:
-    rel = path.relative_to(SRC[pkg]).with_suffix("")
+@dataclass(frozen=True)
+class Rules:
+    """One package's house: its rooms, who may import whom, and its bottom and command modules."""
+
+    rooms: tuple[str, ...]
+    allowed: dict[str, set[str]]  # room -> rooms it may import from (besides itself and the top level)
+    bottom: dict[str, set[str]]  # bottom top-level module -> top-level modules of the package it may import
+    top_allowed: dict[str, set[str]]  # room -> top-level modules it may import (never __main__ or a command)
+    commands: tuple[str, ...]  # top-level command modules: one `from <pkg>.<room>.<module> import main`, no code
+    demo_users: set[str] = field(default_factory=set)  # the only modules outside demo/ that may import it
+
+
+PIPELINE_BOTTOM = {"tokenizer_pipeline.errors", "tokenizer_pipeline.conf_dir", "tokenizer_pipeline.config"}
+RULES = {
+    "adapter_trainer": Rules(
+        rooms=("model", "data", "training", "generation", "evaluation", "demo"),
+        allowed={
+            "model": {"data"},  # the token layout: vocab and ignore index
+            "data": set(),
+            "training": {"model", "data", "evaluation"},
+            "generation": {"model", "data", "training"},  # training.device / training.checkpoint only (checked below)
+            "evaluation": {"data"},
+            "demo": {"model"},
+        },
+        bottom={
+            "adapter_trainer.errors": set(),
+            "adapter_trainer.conf_dir": set(),
+            "adapter_trainer.config": {"adapter_trainer.errors"},
+        },
+        top_allowed={
+            "data": {"adapter_trainer.errors"},
+            "model": {"adapter_trainer.config", "adapter_trainer.errors"},
+            "evaluation": {"adapter_trainer.errors"},
+            "demo": {"adapter_trainer.config", "adapter_trainer.errors"},
+            "training": {"adapter_trainer.config", "adapter_trainer.errors"},
+            "generation": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.conf_dir"},
+        },
+        commands=("generate", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics"),
+        demo_users={
+            "adapter_trainer.demo_models",
+            "adapter_trainer.listen_page",
+            "adapter_trainer.listen_check",
+            "adapter_trainer.demo",
+        },
+    ),
+    "tokenizer_pipeline": Rules(
+        rooms=("sources", "audio", "codec", "shards", "run", "fetch", "demo"),
+        allowed={
+            "shards": set(),  # the contract: keys, records, the tar writer, verify
+            "audio": {"shards"},  # reading audio files; a clip's failure speaks the contract's reasons
+            "codec": {"audio", "shards"},  # decode reads shard sets; embeddings read wavs
+            "sources": {"audio", "shards"},  # headers for planning, the key rule; never the encoder
+            "run": {"sources", "audio", "codec", "shards"},
+            "fetch": {"sources", "audio", "shards"},  # the CSV rows, the ffmpeg cut
+            "demo": {"audio"},
+        },
+        bottom={
+            "tokenizer_pipeline.errors": set(),
+            "tokenizer_pipeline.conf_dir": set(),
+            "tokenizer_pipeline.config": set(),
+            "tokenizer_pipeline.dir_lock": {"tokenizer_pipeline.errors"},
+        },
+        top_allowed={
+            "shards": PIPELINE_BOTTOM,
+            "audio": PIPELINE_BOTTOM,
+            "codec": PIPELINE_BOTTOM,
+            "sources": PIPELINE_BOTTOM,
+            "run": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
+            "fetch": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
+            "demo": PIPELINE_BOTTOM,
+        },
+        commands=("download", "decode", "verify", "codec_embeddings", "standin_corpus", "demo_codec"),
+        demo_users={"tokenizer_pipeline.standin_corpus", "tokenizer_pipeline.demo_codec"},
+    ),
+}
+
+
+def module_name(path: Path, pkg: str, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = [pkg, *rel.parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path, pkg: str) -> set[str]:
+def imports_of(path: Path, pkg: str, root: Path) -> set[str]:
     """Absolute names of every module `path` imports (relative imports resolved; function-level imports too)."""
-    here = module_name(path, pkg).split(".")
+    here = module_name(path, pkg, root).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -47,14 +133,16 @@ def imports_of(path: Path, pkg: str) -> set[str]:
     return found
 
 
-def modules(pkg: str) -> dict[str, set[str]]:
-    return {module_name(p, pkg): imports_of(p, pkg) for p in sorted(SRC[pkg].rglob("*.py"))}
+def modules(pkg: str, root: Path | None = None) -> dict[str, set[str]]:
+    root = root or SRC[pkg]
+    return {module_name(p, pkg, root): imports_of(p, pkg, root) for p in sorted(root.rglob("*.py"))}
 
 
 def room_of(name: str) -> str:
-    """`adapter_trainer.<room>[.module[.name]]` -> room; anything else of the package -> "top"."""
+    """`<pkg>.<room>[.module[.name]]` -> room; anything else of the package -> "top"."""
     parts = name.split(".")
-    return parts[1] if len(parts) >= 2 and parts[1] in ROOMS else "top"
+    rooms = RULES[parts[0]].rooms if parts[0] in RULES else ()
+    return parts[1] if len(parts) >= 2 and parts[1] in rooms else "top"
 
 
 def top_module(name: str) -> str:
@@ -62,84 +150,167 @@ def top_module(name: str) -> str:
     return ".".join(name.split(".")[:2])
 
 
+def own(pkg: str, imp: str) -> bool:
+    return imp.split(".")[0] == pkg
+
+
+# ------------------------------------------------------------------------------------------------- rules
+
+
+def cross_package_imports(pkg: str, mods: dict[str, set[str]]) -> list[str]:
+    other = next(p for p in SRC if p != pkg)
+    return [f"{m} -> {i}" for m, imps in mods.items() for i in sorted(imps) if own(other, i)]
+
+
+def room_violations(pkg: str, mods: dict[str, set[str]]) -> list[str]:
+    rules = RULES[pkg]
+    bad = []
+    for mod, imps in mods.items():
+        room = room_of(mod)
+        if room == "top":
+            continue
+        for imp in sorted(imps):
+            if not own(pkg, imp) or room_of(imp) in ("top", room):
+                continue
+            if room_of(imp) not in rules.allowed[room]:
+                bad.append(f"{mod} -> {imp}")
+    return bad
+
+
+def bottom_violations(pkg: str, mods: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, allowed in RULES[pkg].bottom.items():
+        used = {top_module(i) for i in mods[mod] if own(pkg, i)} - {pkg}
+        bad += [f"{mod} -> {u}" for u in sorted(used - allowed)]
+    return bad
+
+
+def top_level_violations(pkg: str, mods: dict[str, set[str]]) -> list[str]:
+    """A room imports only the top-level modules its rules list (never __main__, cli or a command module)."""
+    rules = RULES[pkg]
+    bad = []
+    for mod, imps in mods.items():
+        room = room_of(mod)
+        if room == "top":
+            continue
+        for imp in sorted(imps):
+            is_top = own(pkg, imp) and room_of(imp) == "top" and imp != pkg
+            if is_top and top_module(imp) not in rules.top_allowed[room]:
+                bad.append(f"{mod} -> {imp}")
+    return bad
+
+
+def demo_importers(pkg: str, mods: dict[str, set[str]]) -> list[str]:
+    """Modules outside demo/ that import it, other than its command modules."""
+    users = RULES[pkg].demo_users
+    return [
+        f"{m} -> {i}"
+        for m, imps in mods.items()
+        if room_of(m) != "demo" and m not in users
+        for i in sorted(imps)
+        if own(pkg, i) and room_of(i) == "demo"
+    ]
+
+
+def command_problems(pkg: str, command: str, root: Path | None = None) -> list[str]:
+    """A command module holds one `from <pkg>.<room>.<module> import main` and no code of its own."""
+    path = (root or SRC[pkg]) / f"{command}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    problems = []
+    ok_import = (
+        len(imports) == 1
+        and isinstance(imports[0], ast.ImportFrom)
+        and imports[0].level == 0
+        and room_of(imports[0].module or "") in RULES[pkg].rooms
+        and [a.name for a in imports[0].names] == ["main"]
+    )
+    if not ok_import:
+        problems.append(f"{path.name}: not a single `from {pkg}.<room>.<module> import main`")
+    if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body):
+        problems.append(f"{path.name} should hold no code of its own")
+    return problems
+
+
+def sources_import_the_encoder(mods: dict[str, set[str]]) -> list[str]:
+    """sources/ plans what to encode from files and metadata alone: no codec room, no model library."""
+    banned = ("tokenizer_pipeline.codec", "transformers", "encodec")
+    return [
+        f"{m} -> {i}"
+        for m, imps in mods.items()
+        if room_of(m) == "sources"
+        for i in sorted(imps)
+        if any(i == b or i.startswith(b + ".") for b in banned)
+    ]
+
+
+def long_modules(root: Path) -> list[str]:
+    lengths = {
+        p.relative_to(root).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in root.rglob("*.py")
+    }
+    return [f"{name}: {n} lines" for name, n in sorted(lengths.items()) if n > MAX_PIPELINE_LINES]
+
+
+# ------------------------------------------------------------------------------------------------- tests
+
+
 def test_the_import_scanner_sees_imports() -> None:
     """Guards the rules below against a scanner that finds nothing (they would pass vacuously)."""
     mods = modules("adapter_trainer")
     assert "adapter_trainer.training.recipe" in mods["adapter_trainer.__main__"]
     assert "adapter_trainer.model.builders" in mods["adapter_trainer.training.recipe"]
-    assert "tokenizer_pipeline.errors" in modules("tokenizer_pipeline")["tokenizer_pipeline.cli"]  # relative import
+    pipe = modules("tokenizer_pipeline")
+    assert "tokenizer_pipeline.errors" in pipe["tokenizer_pipeline.cli"]  # relative import
+    assert "tokenizer_pipeline.codec.encode" in pipe["tokenizer_pipeline.run.pipeline"]  # `..codec.encode`
+    assert "tokenizer_pipeline.sources.musiccaps" in pipe["tokenizer_pipeline.run.planning"]
 
 
-@pytest.mark.parametrize(
-    "pkg, other", [("tokenizer_pipeline", "adapter_trainer"), ("adapter_trainer", "tokenizer_pipeline")]
-)
-def test_the_packages_never_import_each_other(pkg: str, other: str) -> None:
-    bad = {m: sorted(i for i in imps if i.split(".")[0] == other) for m, imps in modules(pkg).items()}
-    assert not {m: v for m, v in bad.items() if v}
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_the_packages_never_import_each_other(pkg: str) -> None:
+    assert cross_package_imports(pkg, modules(pkg)) == []
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_every_room_exists_and_says_what_it_is(pkg: str) -> None:
+    """Each room is a package whose docstring opens with one line naming its concern; no module sits outside a room."""
+    for room in RULES[pkg].rooms:
+        init = SRC[pkg] / room / "__init__.py"
+        assert init.is_file(), f"{init} missing"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        first = doc.splitlines()[0] if doc else ""
+        assert 20 <= len(first) <= 120 and first.endswith((".", ":")), f"{init}: one line first says the room's concern"
+    dirs = {p.parent.relative_to(SRC[pkg]).parts[0] for p in SRC[pkg].rglob("*.py") if p.parent != SRC[pkg]}
+    assert dirs <= set(RULES[pkg].rooms) | {"conf"}, sorted(dirs - set(RULES[pkg].rooms))
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_rooms_import_one_way(pkg: str) -> None:
+    assert room_violations(pkg, modules(pkg)) == []
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_bottom_modules_import_no_room(pkg: str) -> None:
+    assert bottom_violations(pkg, modules(pkg)) == []
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_rooms_import_only_the_bottom_of_the_top_level(pkg: str) -> None:
+    assert top_level_violations(pkg, modules(pkg)) == []
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_the_demo_room_is_imported_by_nothing_but_its_commands(pkg: str) -> None:
+    assert demo_importers(pkg, modules(pkg)) == []
+
+
+@pytest.mark.parametrize("pkg, command", [(p, c) for p in sorted(SRC) for c in RULES[p].commands])
+def test_command_modules_only_forward_to_a_room(pkg: str, command: str) -> None:
+    assert command_problems(pkg, command) == []
 
 
 def test_nothing_but_main_imports_the_recipe() -> None:
     users = sorted(m for m, imps in modules("adapter_trainer").items() if "adapter_trainer.training.recipe" in imps)
     assert users == ["adapter_trainer.__main__"]
-
-
-ALLOWED = {  # room -> rooms it may import from (besides itself and the top level)
-    "model": {"data"},  # the token layout: vocab and ignore index
-    "data": set(),
-    "training": {"model", "data", "evaluation"},
-    "generation": {"model", "data", "training"},  # training.device / training.checkpoint only (checked below)
-    "evaluation": {"data"},
-    "demo": {"model"},
-}
-
-
-def test_rooms_import_one_way() -> None:
-    bad = []
-    for mod, imps in modules("adapter_trainer").items():
-        room = room_of(mod)
-        if room == "top":
-            continue
-        for imp in imps:
-            if imp.split(".")[0] != "adapter_trainer" or room_of(imp) in ("top", room):
-                continue
-            if room_of(imp) not in ALLOWED[room]:
-                bad.append(f"{mod} -> {imp}")
-    assert not bad
-
-
-BOTTOM = {  # top-level modules every room may use, and what they themselves may import from the package
-    "adapter_trainer.errors": set(),
-    "adapter_trainer.conf_dir": set(),
-    "adapter_trainer.config": {"adapter_trainer.errors"},
-}
-TOP_ALLOWED = {  # room -> top-level modules it may import (never __main__ or a command module)
-    "data": {"adapter_trainer.errors"},
-    "model": {"adapter_trainer.config", "adapter_trainer.errors"},
-    "evaluation": {"adapter_trainer.errors"},
-    "demo": {"adapter_trainer.config", "adapter_trainer.errors"},
-    "training": {"adapter_trainer.config", "adapter_trainer.errors"},
-    "generation": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.conf_dir"},
-}
-
-
-def test_bottom_modules_import_no_room() -> None:
-    mods = modules("adapter_trainer")
-    for mod, allowed in BOTTOM.items():
-        own = {top_module(i) for i in mods[mod] if i.split(".")[0] == "adapter_trainer"}
-        assert own <= allowed, (mod, sorted(own - allowed))
-
-
-def test_rooms_import_only_the_bottom_of_the_top_level() -> None:
-    bad = []
-    for mod, imps in modules("adapter_trainer").items():
-        room = room_of(mod)
-        if room == "top":
-            continue
-        for imp in imps:
-            is_top = imp.split(".")[0] == "adapter_trainer" and room_of(imp) == "top" and imp != "adapter_trainer"
-            if is_top and top_module(imp) not in TOP_ALLOWED[room]:
-                bad.append(f"{mod} -> {imp}")
-    assert not bad
 
 
 def test_generation_uses_only_the_shared_training_library() -> None:
@@ -154,12 +325,69 @@ def test_generation_uses_only_the_shared_training_library() -> None:
     assert not bad
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_command_modules_only_forward_to_a_room(command: str) -> None:
-    path = TRAINER / f"{command}.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert len(imports) == 1 and isinstance(imports[0], ast.ImportFrom)
-    assert room_of(imports[0].module) in ROOMS and [a.name for a in imports[0].names] == ["main"]
-    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-    assert not defs, f"{path.name} should hold no code of its own"
+def test_pipeline_sources_never_import_the_encoder() -> None:
+    assert sources_import_the_encoder(modules("tokenizer_pipeline")) == []
+
+
+def test_no_pipeline_module_is_over_the_limit() -> None:
+    assert long_modules(SRC["tokenizer_pipeline"]) == []
+
+
+def test_the_pipeline_cli_is_the_only_top_level_user_of_the_run_room() -> None:
+    """The run room is the stage's recipe: `cli` (and so `__main__`) drives it; no other room or command does."""
+    users = sorted(
+        m
+        for m, imps in modules("tokenizer_pipeline").items()
+        if room_of(m) != "run" and any(room_of(i) == "run" for i in imps if own("tokenizer_pipeline", i))
+    )
+    assert users == ["tokenizer_pipeline.cli"]
+
+
+# ------------------------------------------------------------------------------- the rules catch breakage
+
+# (package, file relative to its src dir, line appended, the check that must now report it)
+MUTATIONS = [
+    ("tokenizer_pipeline", "sources/plan.py", "from ..codec.encode import CodecEncoder", "sources_encoder"),
+    ("tokenizer_pipeline", "sources/plan.py", "import transformers", "sources_encoder"),
+    ("tokenizer_pipeline", "sources/plan.py", "from ..run.ranks import RankInfo", "rooms"),
+    ("tokenizer_pipeline", "shards/verify.py", "from ..sources.musiccaps import ClipRow", "rooms"),
+    ("tokenizer_pipeline", "audio/read_audio.py", "from ..codec.encode import resolve_device", "rooms"),
+    ("tokenizer_pipeline", "run/loader.py", "from ..demo.demo_codec import main", "demo"),
+    ("tokenizer_pipeline", "codec/decode.py", "from ..demo import standin_render", "demo"),
+    ("tokenizer_pipeline", "config.py", "from .audio.read_audio import load_audio", "bottom"),
+    ("tokenizer_pipeline", "errors.py", "from .shards import manifest", "bottom"),
+    ("tokenizer_pipeline", "sources/musiccaps.py", "from ..cli import main", "top"),
+    ("tokenizer_pipeline", "shards/keys.py", "import adapter_trainer.errors", "cross"),
+    ("tokenizer_pipeline", "verify.py", "def helper():\n    return 1", "command:verify"),
+    ("tokenizer_pipeline", "decode.py", "import sys", "command:decode"),
+    ("tokenizer_pipeline", "run/finish.py", "\n" * MAX_PIPELINE_LINES, "length"),
+    ("adapter_trainer", "data/streaming.py", "from ..model import builders", "rooms"),
+    ("adapter_trainer", "model/mot.py", "from ..demo import models", "demo"),
+    ("adapter_trainer", "data/shards.py", "import tokenizer_pipeline.errors", "cross"),
+]
+
+
+def _violations(pkg: str, root: Path, check: str) -> list[str]:
+    mods = modules(pkg, root)
+    if check.startswith("command:"):
+        return command_problems(pkg, check.split(":", 1)[1], root)
+    return {
+        "rooms": lambda: room_violations(pkg, mods),
+        "demo": lambda: demo_importers(pkg, mods),
+        "bottom": lambda: bottom_violations(pkg, mods),
+        "top": lambda: top_level_violations(pkg, mods),
+        "cross": lambda: cross_package_imports(pkg, mods),
+        "sources_encoder": lambda: sources_import_the_encoder(mods),
+        "length": lambda: long_modules(root),
+    }[check]()
+
+
+@pytest.mark.parametrize("pkg, rel, line, check", MUTATIONS, ids=[f"{m[1]}:{m[3]}" for m in MUTATIONS])
+def test_a_rule_broken_in_a_copy_is_caught(tmp_path: Path, pkg: str, rel: str, line: str, check: str) -> None:
+    """Each rule passes on the real source (above) and reports a copy of it with the rule broken."""
+    root = tmp_path / pkg
+    shutil.copytree(SRC[pkg], root, ignore=shutil.ignore_patterns("__pycache__"))
+    assert _violations(pkg, root, check) == [], "the unmutated copy must pass"
+    target = root / rel
+    target.write_text(target.read_text(encoding="utf-8") + "\n" + line + "\n", encoding="utf-8")
+    assert _violations(pkg, root, check), f"{check} did not catch: {rel} + {line!r}"

@@ -12,8 +12,8 @@ import pytest
 import webdataset as wds
 
 from adapter_trainer.data import sample_keys as trainer_rule
-from tokenizer_pipeline import keys as pipeline_rule
-from tokenizer_pipeline.write_shards import TAR_GROUP, TAR_MODE, TAR_MTIME, TAR_USER
+from tokenizer_pipeline.shards import keys as pipeline_rule
+from tokenizer_pipeline.shards.write_shards import TAR_GROUP, TAR_MODE, TAR_MTIME, TAR_USER
 
 KEYS = [
     "-0Gj8-vB1q4", "a", "A_b-9", "x" * 89, "x" * 90, "x" * 91, "x" * 100, "x" * 300, "", ".", "..", "a.b", "a/b",

@@ -16,7 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from tests.pipeline.helpers import MUSICCAPS_CSV
-from tokenizer_pipeline.ffmpeg_binary import find_ffmpeg
+from tokenizer_pipeline.audio.ffmpeg_binary import find_ffmpeg
 
 CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "m4a": "audio/mp4", "webm": "audio/webm", "ogg": "audio/ogg"}
 

@@ -65,7 +65,7 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
     else:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
-    # a new YAML must be added to a test (download.yaml: test_download.py)
+    # a new YAML must be added to a test (download.yaml: fetch/test_download.py)
     assert yamls == [
         "download.yaml", "preset/demo.yaml", "shards.yaml", "source/audiocraft.yaml", "source/audiofolder.yaml",
         "source/musiccaps.yaml",

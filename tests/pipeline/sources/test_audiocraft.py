@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tokenizer_pipeline.run as run
+import tokenizer_pipeline.run.pipeline as run
 from tests.pipeline.sources.helpers import (
     audiocraft_line,
     failures,
@@ -22,11 +22,12 @@ from tests.pipeline.sources.helpers import (
     write_manifest,
     write_track,
 )
+from tokenizer_pipeline.codec.decode import main as decode_main
 from tokenizer_pipeline.config import SegmentConfig, SourceConfig, SplitConfig
-from tokenizer_pipeline.decode import main as decode_main
-from tokenizer_pipeline.run import run_pipeline
-from tokenizer_pipeline.verify import verify
-from tokenizer_pipeline.write_shards import PipelineError
+from tokenizer_pipeline.errors import PipelineError
+from tokenizer_pipeline.run.pipeline import run_pipeline
+from tokenizer_pipeline.shards.verify import verify
+from tokenizer_pipeline.shards.write_shards import sha256_file
 
 SIDECAR = {
     "title": "", "artist": "", "key": "C Major", "bpm": 120, "genre": "Rock", "moods": ["happy", "bright"],
@@ -73,7 +74,7 @@ def test_tracks_become_segments_with_their_sidecar_captions(built: tuple[Path, P
     assert a1["source_file"] == "a.wav" and a1["csv_row"] == 1
     m = json.loads((out / "manifest.json").read_text())
     assert m["format_version"] == 3
-    assert m["source"]["kind"] == "audiocraft" and m["source"]["sha256"] == run.sha256_file(manifest)
+    assert m["source"]["kind"] == "audiocraft" and m["source"]["sha256"] == sha256_file(manifest)
     assert m["segmentation"] == {
         "seconds": 10.0, "hop_seconds": 10.0, "min_seconds": 8.0, "n_tracks": 4, "n_segments_planned": 5,
         "n_dropped_short": 1, "n_track_failures": 2,
@@ -137,7 +138,7 @@ def test_template_captions_drop_missing_fields_with_their_labels(tmp_path: Path,
 
 
 def test_no_track_leaks_across_splits_and_the_split_is_the_track_hash(tmp_path: Path, tiny_codec: Path) -> None:
-    from tokenizer_pipeline.splits import is_eval
+    from tokenizer_pipeline.sources.splits import is_eval
 
     tracks = [{"name": f"t{i}.wav", "seconds": 3.0, "sidecar": {"description": f"song {i}"}, "channels": 1,
                "sr": 16000} for i in range(12)]  # fmt: skip

@@ -10,11 +10,12 @@ import pytest
 
 from tests.pipeline.sources.helpers import failures, make_audiofolder, samples, source_config
 from tokenizer_pipeline.config import SegmentConfig, SourceConfig, SplitConfig
-from tokenizer_pipeline.run import run_pipeline, sha256_file
+from tokenizer_pipeline.errors import PipelineError
+from tokenizer_pipeline.run.pipeline import run_pipeline
+from tokenizer_pipeline.shards.verify import verify
+from tokenizer_pipeline.shards.write_shards import sha256_file
 from tokenizer_pipeline.sources.audiofolder import read_audiofolder
 from tokenizer_pipeline.sources.captions import caption_of
-from tokenizer_pipeline.verify import verify
-from tokenizer_pipeline.write_shards import PipelineError
 
 
 def _rows() -> list[dict]:

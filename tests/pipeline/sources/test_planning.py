@@ -9,11 +9,11 @@ import pytest
 
 from tokenizer_pipeline.config import SegmentConfig
 from tokenizer_pipeline.errors import ConfigError
-from tokenizer_pipeline.keys import MAX_KEY_LEN, key_problem
-from tokenizer_pipeline.segmenting import Segmentation, plan_windows
+from tokenizer_pipeline.shards.keys import MAX_KEY_LEN, key_problem
 from tokenizer_pipeline.sources.captions import aspects_of, caption_of, fill_template
+from tokenizer_pipeline.sources.segmenting import Segmentation, plan_windows
+from tokenizer_pipeline.sources.splits import is_eval, track_unit
 from tokenizer_pipeline.sources.track_ids import MAX_TRACK_ID_LEN, track_ids
-from tokenizer_pipeline.splits import is_eval, track_unit
 
 SR = 44100
 

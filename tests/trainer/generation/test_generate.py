@@ -64,7 +64,7 @@ def gen_cfg(models, shards, run_dir: Path, *extra: str) -> GenerateRunConfig:
 
 
 def test_generate_writes_a_verified_reproducible_set(models, shards, run_dir: Path, tmp_path: Path) -> None:
-    from tokenizer_pipeline.verify import verify
+    from tokenizer_pipeline.shards.verify import verify
 
     stats = run_generate(gen_cfg(models, shards, run_dir, f"generate.out_dir={tmp_path / 'a'}"))
     assert stats["clips"] == 3 and stats["positions_per_s"] > 0

@@ -29,7 +29,7 @@ def codec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def source_manifest(codec_dir: Path) -> dict:
-    from tokenizer_pipeline.encode import hash_weight_files
+    from tokenizer_pipeline.codec.encode import hash_weight_files
 
     return {
         "format": "musiccaps-encodec-shards",
@@ -77,7 +77,7 @@ def write(out: Path, codec_dir: Path, **kw) -> Path:
 
 
 def test_generated_set_passes_verify_and_the_trainer_reader(codec: Path, tmp_path: Path) -> None:
-    from tokenizer_pipeline.verify import verify
+    from tokenizer_pipeline.shards.verify import verify
 
     root = write(tmp_path / "gen", codec)
     problems, summary = verify(root)
@@ -166,7 +166,7 @@ def test_decode_writes_32khz_wavs_equal_to_the_codec_decoder(codec: Path, tmp_pa
 
 
 def test_decode_refuses_a_codec_whose_hash_differs_naming_both(codec: Path, tmp_path: Path) -> None:
-    from tokenizer_pipeline.encode import hash_weight_files
+    from tokenizer_pipeline.codec.encode import hash_weight_files
 
     other = make_tiny_codec(tmp_path / "other", seed=1)
     root = write(tmp_path / "gen", codec)

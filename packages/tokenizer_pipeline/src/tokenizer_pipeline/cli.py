@@ -1,4 +1,4 @@
-"""`python -m tokenizer_pipeline [hydra overrides]`: Hydra parsing only; the run itself is `run.py`.
+"""`python -m tokenizer_pipeline [hydra overrides]`: Hydra parsing only; the run itself is the `run` room.
 
 Configs: conf/tokenizer_pipeline/shards.yaml over the `PipelineConfig` schema (config.py).
 `--explain` prints how to point it at audio. Under `torchrun --nproc_per_node=N -m tokenizer_pipeline`
@@ -24,7 +24,7 @@ from omegaconf.errors import MissingMandatoryValue
 from .conf_dir import find_conf_dir
 from .config import CodecConfig, PipelineConfig, ShardConfig, SplitConfig
 from .errors import USER_ERROR_EXIT, UserError
-from .run import EXPLAIN, RunResult, run_pipeline
+from .run.pipeline import EXPLAIN, RunResult, run_pipeline
 
 __all__ = [
     "CodecConfig",

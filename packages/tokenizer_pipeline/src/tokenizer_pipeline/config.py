@@ -1,6 +1,6 @@
 """The stage-1 config schema: typed dataclasses that Hydra composes `conf/tokenizer_pipeline/*.yaml` onto.
 
-`cli.py` registers `PipelineConfig` in Hydra's ConfigStore; `run.py` takes it, typed, and nothing else.
+`cli.py` registers `PipelineConfig` in Hydra's ConfigStore; `run.pipeline` takes it, typed, and nothing else.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from .read_audio import DURATION_TOLERANCE_S
+# Default tolerance between a file's duration and its CSV window. yt-dlp/ffmpeg cuts land on packet
+# boundaries and lossy codecs add encoder delay/padding (mp3: ~26-50 ms, AAC: ~21 ms); 0.5 s accepts
+# those and still rejects a truncated or uncut file.
+DURATION_TOLERANCE_S = 0.5
 
 
 @dataclass
@@ -33,7 +36,7 @@ class SplitConfig:
     train_name: str = "train"
     eval_name: str = "eval"
     # audiocraft / audiofolder without split folders: this fraction of TRACKS goes to eval_name, chosen by a stable
-    # hash of the track id (splits.py), so every segment of a track lands in one split. MusicCaps ignores it.
+    # hash of the track id (sources/splits.py), so every segment of a track lands in one split. MusicCaps ignores it.
     eval_fraction: float = 0.1
 
 

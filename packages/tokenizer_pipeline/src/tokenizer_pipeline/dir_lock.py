@@ -1,6 +1,6 @@
 """An exclusive, non-waiting lock on an output directory, so two runs never write one directory at once.
 
-`make shards` (run.py, `<out_dir>/.lock`) and `make audio` (download.py, `<out_dir>/.download.lock`)
+`make shards` (run/, `<out_dir>/.lock`) and `make audio` (fetch/, `<out_dir>/.download.lock`)
 take it before they write anything; the second run is refused at once with one line that says what to do.
 The lock is an OS file lock (`filelock`), released when its holder exits, even on kill -9.
 """

@@ -3,9 +3,9 @@
 Every command (`python -m tokenizer_pipeline`, `.download`, `.decode`) catches `UserError` and prints its message
 (which names the file/value and the fix) without a traceback, exit status `USER_ERROR_EXIT` (2, argparse's status
 for a refused command line); exit 1 means the run itself ended badly (nothing encoded, too many failures, nothing
-fetched). Subclasses: `ConfigError` and `InputNotFoundError` here, `musiccaps.CsvError`, `write_shards.PipelineError`,
-`download.DownloadConfigError`, `decode.DecodeError`. Per-clip problems are never `UserError`: they are
-`read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
+fetched). Subclasses: `ConfigError`, `InputNotFoundError` and `PipelineError` here, `sources.musiccaps.CsvError`,
+`fetch.download.DownloadConfigError`, `codec.decode.DecodeError`. Per-clip problems are never `UserError`: they are
+`audio.read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
 in its own errors.py.
 """
 
@@ -24,3 +24,7 @@ class InputNotFoundError(UserError, FileNotFoundError):
 
 class ConfigError(UserError, ValueError):
     """A config value that cannot work (unknown option, missing codec, unusable split column)."""
+
+
+class PipelineError(UserError, RuntimeError):
+    """A problem with the inputs or the output directory that the user must fix; the message says how."""

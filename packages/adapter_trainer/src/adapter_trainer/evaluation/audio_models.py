@@ -8,7 +8,7 @@
 
 Models load with `from_pretrained(..., local_files_only=True)` from a local directory or the local Hugging Face
 cache: nothing is downloaded. Wavs are read with soundfile, averaged to mono and resampled with soxr (the
-pipeline's resampler; read_audio.py there says why).
+pipeline's resampler; audio/read_audio.py there says why).
 """
 
 from __future__ import annotations

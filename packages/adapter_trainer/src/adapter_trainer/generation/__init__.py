@@ -1,3 +1,5 @@
-"""The generation room: `python -m adapter_trainer.generate` (`generate`, schema in `config`), KV-cached sampling
-with classifier-free guidance (`sampling`) and generated codes written as a contract shard set
-(`generated_shards`), which `tokenizer_pipeline.decode` turns into audio in its own process."""
+"""The generation room: codes sampled from a trained adapter, written as a contract shard set.
+
+`python -m adapter_trainer.generate` (`generate`, schema in `config`), KV-cached sampling with classifier-free guidance
+(`sampling`) and generated codes written as a contract shard set (`generated_shards`), which
+`tokenizer_pipeline.decode` turns into audio in its own process."""

@@ -19,14 +19,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..audio.read_audio import ClipFailure, audio_header
 from ..config import PipelineConfig
-from ..manifest import dumps_strict
-from ..read_audio import ClipFailure, audio_header
-from ..segmenting import Segmentation, plan_windows
-from ..splits import check_eval_fraction, is_eval
+from ..shards.manifest import dumps_strict
 from .audiocraft import read_audiocraft
 from .audiofolder import read_audiofolder
 from .captions import aspects_of, caption_of, check_caption_mode
+from .segmenting import Segmentation, plan_windows
+from .splits import check_eval_fraction, is_eval
 from .track import SourceError, Track
 from .track_ids import sanitised, track_ids
 
@@ -80,7 +80,7 @@ class SourceInfo:
 
 def metadata_sha256(files: list[Path], root: Path) -> str:
     """sha256 of one file; for several, of the lines '<sha256>  <relative path>' (sha256sum's format), sorted."""
-    from ..write_shards import sha256_file
+    from ..shards.write_shards import sha256_file
 
     if len(files) == 1:
         return sha256_file(files[0])

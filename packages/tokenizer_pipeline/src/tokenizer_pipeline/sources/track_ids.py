@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections import Counter
 
-from ..keys import MAX_KEY_LEN
+from ..shards.keys import MAX_KEY_LEN
 
 MAX_SEGMENT_DIGITS = 9  # '_' + up to 999,999,999 segments
 MAX_TRACK_ID_LEN = MAX_KEY_LEN - 1 - MAX_SEGMENT_DIGITS  # 80

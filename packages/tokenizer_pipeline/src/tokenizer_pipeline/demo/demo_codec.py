@@ -1,0 +1,253 @@
+"""Embedded offline default, step 2: a demo codec with the real `facebook/encodec_32khz` architecture.
+
+The real weights cannot be downloaded offline, so this builds the same `EncodecModel` (same config, same
+code path, same `from_pretrained` loading) with seeded random weights, and then *fits* its residual
+vector quantizer: a random-init EncodecModel has all-zero codebooks, so every code would be 0. We run the
+random encoder on stand-in corpus clips, k-means the latents for codebook 1 (2048 centroids), k-means the
+residuals for codebook 2, and so on for the 4 codebooks. The result tokenises audio into
+non-degenerate, audio-dependent codes; its decoder is untrained, so decoded audio is meaningless.
+
+    python -m tokenizer_pipeline.demo_codec --corpus build/demo/corpus --out build/demo/codec \\
+        --n-clips 40 [--seed 0]
+
+Output (`--out`): `config.json` + `model.safetensors` (EncodecModel.save_pretrained),
+`preprocessor_config.json` (EncodecFeatureExtractor), `DEMO_CODEC.md`. Load it like the real one:
+`EncodecModel.from_pretrained(out)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from transformers import EncodecConfig, EncodecFeatureExtractor, EncodecModel
+
+from tokenizer_pipeline.audio.read_audio import load_audio
+from tokenizer_pipeline.errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
+
+SAMPLING_RATE = 32_000
+KMEANS_MAX_ITER = 20  # Lloyd iterations per codebook; more = tighter codebooks, slower build
+DEMO_NOTE = """# Demo codec (stand-in, NOT a real codec)
+
+This directory holds an `EncodecModel` with the exact `facebook/encodec_32khz` architecture
+(32 kHz mono, 50 frames/s, 4 codebooks x 2048 codes at 2.2 kbps, `normalize=False`), built offline by
+`python -m tokenizer_pipeline.demo_codec`:
+
+- encoder/decoder weights: seeded random initialisation (seed {seed}), never trained;
+- RVQ codebooks: fitted by k-means on the random encoder's latents of {n_clips} stand-in corpus clips
+  (`{corpus}`), one residual level at a time, so codes are spread over the codebooks and depend on the audio.
+
+Use it only to exercise the pipeline end to end. Codes from it are not comparable to real EnCodec codes,
+and decoding them gives noise: decode quality is meaningless. For real data use `facebook/encodec_32khz`.
+
+Fit summary over the fitting clips (frames: {n_frames}):
+
+| codebook | distinct codes | entropy (nats) | max (ln 2048) |
+| --- | --- | --- | --- |
+{table}
+"""
+
+
+def encodec_32khz_config() -> EncodecConfig:
+    """The config transformers' convert_encodec_checkpoint_to_pytorch.py builds for `encodec_32khz`.
+
+    That script starts from `EncodecConfig()` and overrides upsampling_ratios, target_bandwidths,
+    num_filters, sampling_rate, codebook_size, use_causal_conv, normalize, use_conv_shortcut; the other
+    values below are EncodecConfig's defaults, spelled out so a library default change cannot move them.
+    """
+    return EncodecConfig(
+        target_bandwidths=[2.2],
+        sampling_rate=SAMPLING_RATE,
+        audio_channels=1,
+        normalize=False,
+        chunk_length_s=None,
+        overlap=None,
+        hidden_size=128,
+        num_filters=64,
+        num_residual_layers=1,
+        upsampling_ratios=[8, 5, 4, 4],  # hop 640 samples -> 50 frames/s
+        norm_type="weight_norm",
+        kernel_size=7,
+        last_kernel_size=7,
+        residual_kernel_size=3,
+        dilation_growth_rate=2,
+        use_causal_conv=False,
+        pad_mode="reflect",
+        compress=2,
+        num_lstm_layers=2,
+        trim_right_ratio=1.0,
+        codebook_size=2048,
+        use_conv_shortcut=False,
+    )
+
+
+def build_random_model(seed: int) -> EncodecModel:
+    """Seeded random-init EncodecModel (all-zero codebooks until `fit_codebooks`)."""
+    torch.manual_seed(seed)
+    model = EncodecModel(encodec_32khz_config()).eval()
+    assert model.config.frame_rate == 50 and model.config.num_quantizers == 4, (
+        f"encodec_32khz must give 50 frames/s x 4 codebooks, got {model.config.frame_rate} x "
+        f"{model.config.num_quantizers}"
+    )
+    return model
+
+
+def corpus_files(corpus: Path, n_clips: int) -> list[Path]:
+    """The first n_clips `*.wav` of the corpus directory, sorted by name."""
+    if not corpus.is_dir():
+        raise InputNotFoundError(f"stand-in corpus directory not found: {corpus}; run `make corpus` first")
+    files = sorted(corpus.glob("*.wav"))
+    if not files:
+        raise InputNotFoundError(f"no .wav files in {corpus}; run `make corpus` first")
+    if n_clips < 1:
+        raise ConfigError(f"--n-clips must be >= 1, got {n_clips}")
+    return files[:n_clips]
+
+
+@torch.inference_mode()
+def encode_latents(model: EncodecModel, files: list[Path]) -> list[torch.Tensor]:
+    """Encoder latents per file, each [T, D] float32 (T = 50 per second, D = hidden_size)."""
+    out = []
+    for f in files:
+        wav = load_audio(f, SAMPLING_RATE)  # [N]
+        emb = model.encoder(wav.view(1, 1, -1))  # [N] -> [1, 1, N] -> [1, D, T]
+        out.append(emb[0].T.contiguous())  # [1, D, T] -> [T, D]
+    return out
+
+
+def fit_codebooks(model: EncodecModel, latents: np.ndarray, seed: int, max_iter: int = KMEANS_MAX_ITER) -> None:
+    """Residual k-means: codebook i is fitted on what codebooks 0..i-1 leave. latents: [N, D] float32."""
+    n_q, size = model.config.num_quantizers, model.config.codebook_size
+    if latents.shape[0] < size:
+        raise ConfigError(f"{latents.shape[0]} latent frames cannot fit {size} centroids; use more clips (--n-clips)")
+    residual = latents.astype(np.float32)  # [N, D]
+    for i, layer in enumerate(model.quantizer.layers[:n_q]):
+        # init on `size` distinct random frames: sklearn's k-means++ costs minutes for 2048 centroids on 2 cores
+        rng = np.random.default_rng(seed + i)
+        init = residual[np.sort(rng.choice(residual.shape[0], size=size, replace=False))]  # [C, D]
+        km = KMeans(n_clusters=size, init=init, n_init=1, max_iter=max_iter, random_state=seed + i, algorithm="lloyd")
+        km.fit(residual)
+        embed = torch.from_numpy(km.cluster_centers_.astype(np.float32))  # [C, D]
+        cb = layer.codebook
+        counts = torch.from_numpy(np.bincount(km.labels_, minlength=size).astype(np.float32))  # [C]
+        with torch.no_grad():
+            cb.embed.copy_(embed)
+            cb.embed_avg.copy_(embed * counts[:, None])  # EMA state consistent with embed = embed_avg / size
+            cb.cluster_size.copy_(counts)
+            cb.inited.fill_(1.0)
+        # the quantizer's own assignment (not km.labels_) so the residual matches what encode() does
+        idx = cb.quantize(torch.from_numpy(residual))  # [N]
+        residual = residual - embed[idx].numpy()  # [N, D]
+
+
+def code_stats(codes: np.ndarray, codebook_size: int) -> list[tuple[int, float]]:
+    """(distinct codes, entropy in nats) per codebook. codes: [N, K]."""
+    stats = []
+    for k in range(codes.shape[1]):
+        p = np.bincount(codes[:, k], minlength=codebook_size) / codes.shape[0]  # [C]
+        p = p[p > 0]
+        stats.append((int(p.size), float(-(p * np.log(p)).sum())))
+    return stats
+
+
+@torch.inference_mode()
+def quantize_latents(model: EncodecModel, latents: list[torch.Tensor]) -> np.ndarray:
+    """RVQ codes of cached latents, [sum T, K] int64 (same path as model.encode after the encoder)."""
+    codes = [model.quantizer.encode(z.T[None], model.config.target_bandwidths[0]) for z in latents]  # [K, 1, T]
+    return np.concatenate([c[:, 0].T.numpy() for c in codes])  # [K, 1, T] -> [T, K] -> [sum T, K]
+
+
+@torch.inference_mode()
+def encode_file(model: EncodecModel, path: Path) -> torch.Tensor:
+    """Full `model.encode` of one file, the way the pipeline calls it. Returns [K, T] codes."""
+    wav = load_audio(path, SAMPLING_RATE)  # [N]
+    enc = model.encode(wav.view(1, 1, -1), bandwidth=model.config.target_bandwidths[0])
+    if any(s is not None for s in enc.audio_scales):
+        raise RuntimeError("demo codec must have normalize=False (audio_scales None); got scales")
+    return enc.audio_codes[0, 0]  # [chunks=1, B=1, K, T] -> [K, T]
+
+
+def fit_demo_codec(
+    files: list[Path], seed: int = 0, max_iter: int = KMEANS_MAX_ITER
+) -> tuple[EncodecModel, list[torch.Tensor]]:
+    """Seeded random EncodecModel with RVQ codebooks fitted on `files`. Returns (model, latents n x [T, D])."""
+    model = build_random_model(seed)
+    latents = encode_latents(model, files)  # n x [T, D]
+    fit_codebooks(model, torch.cat(latents).numpy(), seed, max_iter)  # [sum T, D]
+    return model, latents
+
+
+def save_demo_codec(model: EncodecModel, out: Path) -> None:
+    """save_pretrained the model and the encodec_32khz feature extractor into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    EncodecFeatureExtractor(
+        feature_size=1, sampling_rate=SAMPLING_RATE, padding_value=0.0, chunk_length_s=None, overlap=None
+    ).save_pretrained(out)
+
+
+def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> dict:
+    """Build, fit, save, reload and summarise the demo codec. Returns the summary dict."""
+    files = corpus_files(corpus, n_clips)
+    t0 = time.perf_counter()
+    model, latents = fit_demo_codec(files, seed, max_iter)
+    t_fit = time.perf_counter() - t0
+    mem_codes = quantize_latents(model, latents)  # [N, K]
+    save_demo_codec(model, out)
+
+    # Load back the way users load facebook/encodec_32khz, and check it tokenises identically.
+    loaded = EncodecModel.from_pretrained(out).eval()
+    if loaded.config.normalize or loaded.config.num_quantizers != 4 or loaded.config.frame_rate != 50:
+        raise RuntimeError(f"reloaded codec config is not encodec_32khz-like: {loaded.config}")
+    codes = quantize_latents(loaded, latents)  # [N, K]
+    if not np.array_equal(codes, mem_codes):
+        raise RuntimeError(f"codes from EncodecModel.from_pretrained({out}) differ from the in-memory model")
+    full = encode_file(loaded, files[0]).T.numpy()  # [K, T] -> [T, K]
+    if not np.array_equal(full, mem_codes[: full.shape[0]]):
+        raise RuntimeError(f"loaded model.encode({files[0].name}) differs from the fitted codes")
+
+    stats = code_stats(codes, loaded.config.codebook_size)
+    table = "\n".join(
+        f"| {k} | {d} | {h:.3f} | {math.log(loaded.config.codebook_size):.3f} |" for k, (d, h) in enumerate(stats)
+    )
+    (out / "DEMO_CODEC.md").write_text(
+        DEMO_NOTE.format(seed=seed, n_clips=len(files), corpus=corpus.name, n_frames=codes.shape[0], table=table),
+        encoding="utf-8",
+    )
+    return {"n_clips": len(files), "n_frames": int(codes.shape[0]), "stats": stats, "fit_s": t_fit}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.demo_codec", description=__doc__.split("\n")[0])
+    p.add_argument("--corpus", type=Path, required=True, help="stand-in corpus directory (make corpus)")
+    p.add_argument("--out", type=Path, required=True, help="output model directory")
+    p.add_argument(
+        "--n-clips", type=int, default=40, help="clips whose latents fit the codebooks (~1.5 s each on 2 CPU cores)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="weight init and k-means seed")
+    p.add_argument("--max-iter", type=int, default=KMEANS_MAX_ITER, help="k-means iterations per codebook")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        s = build_demo_codec(args.corpus, args.out, args.n_clips, args.seed, args.max_iter)
+    except UserError as e:  # no corpus yet, or too few clips for the codebooks: the message names the fix
+        print(f"tokenizer_pipeline.demo_codec: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    print(
+        f"demo codec -> {args.out}: {s['n_clips']} clips, {s['n_frames']} frames; encode + k-means "
+        f"{s['fit_s']:.1f} s, total {time.perf_counter() - t0:.1f} s"
+    )
+    print(f"reloaded with EncodecModel.from_pretrained({args.out}); codes over the fitting clips:")
+    for k, (d, h) in enumerate(s["stats"]):
+        print(f"  codebook {k}: {d:4d} distinct codes, entropy {h:.3f} nats (max {math.log(2048):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Embedded offline default, step 1: a synthetic stand-in for MusicCaps audio, rendered from the captions.
+
+MusicCaps ships metadata only; its audio lives on YouTube and cannot be fetched offline. This module picks
+a deterministic subset of the real CSV rows and renders, for each row, a 10-s clip whose sound is a fixed
+function of the row's `aspect_list` keywords (plus a melody seeded from the ytid), so that a downstream
+model has something caption-dependent to learn. It is NOT music from MusicCaps.
+
+    python -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \\
+        --out build/demo/corpus --n-clips 320 [--eval-fraction 0.25] [--seed 0]
+        [--layout audiocraft|audiofolder --duration-s 30 --sample-rate 44100 --channels 2]   (standin_layouts.py)
+
+Output (`--out`):
+    {ytid}.wav              44.1 kHz, 16-bit PCM, mono, 10 s (like a yt-dlp download of the window)
+    musiccaps-subset.csv    the selected rows, original header, columns and values verbatim, CSV order
+    corpus.json             per clip: the attributes the renderer derived and the keywords that set them
+
+The rest of the stand-in corpus: `standin_attributes` (aspect keywords -> `ClipAttributes`, the keyword
+table; the word lists in `standin_keywords`), `standin_render` (the synthesis: timbres, melody, drums, noise)
+and `standin_layouts` (`--layout audiocraft|audiofolder`). This module reads the CSV, selects the rows and
+writes the corpus; it is the command's entry point (`main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import re
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import soundfile as sf
+
+from ..errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
+from .standin_attributes import derive_attributes, parse_aspects
+from .standin_layouts import LAYOUTS, LayoutWriter
+from .standin_render import DURATION_S, SAMPLE_RATE, render_clip, to_pcm16
+
+LAYOUT_DURATION_S = 30.0  # --layout audiocraft|audiofolder: full-length tracks, cut into segments by the pipeline
+SUBSET_CSV = "musiccaps-subset.csv"
+CORPUS_JSON = "corpus.json"
+STANDIN_NOTE = (
+    "Synthetic stand-in audio: MusicCaps publishes captions and YouTube ids but no audio, and this offline "
+    "demo cannot download any. Each clip here is rendered by tokenizer_pipeline.standin_corpus from the "
+    "row's aspect_list keywords (instrument family -> timbre, tempo words -> note rate, mood -> scale, "
+    "quality words -> noise and band-limiting, percussion words -> a drum grid, register words -> octave) "
+    "with a melody seeded from the ytid. The captions are real MusicCaps text; the audio is not the "
+    "recording they describe, and nothing learned from it says anything about real music."
+)
+
+
+# ---- subset selection + CLI ----
+def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
+    """(header, rows, 1-based start line of each row)."""
+    if not path.is_file():
+        raise InputNotFoundError(
+            f"MusicCaps CSV not found: {path} (the repo ships it at data/musiccaps/musiccaps-public.csv)"
+        )
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header = list(reader.fieldnames or [])
+        missing = {"ytid", "aspect_list", "is_audioset_eval"} - set(header)
+        if missing:
+            raise ConfigError(f"{path}: missing column(s) {sorted(missing)}; expected the MusicCaps header {header}")
+        rows, lines = [], []
+        prev_end = reader.line_num  # 1 after the header
+        for row in reader:
+            rows.append(row)
+            lines.append(prev_end + 1)
+            prev_end = reader.line_num
+    return header, rows, lines
+
+
+def select_rows(rows: list[dict[str, str]], n_clips: int, eval_fraction: float, seed: int) -> list[int]:
+    """Indices (CSV order) of n_clips rows: round(n*eval_fraction) eval rows, the rest train, by seeded hash."""
+    if n_clips < 1:
+        raise ConfigError(f"--n-clips must be >= 1, got {n_clips}")
+    if not 0.0 <= eval_fraction <= 1.0:
+        raise ConfigError(f"--eval-fraction must be in [0, 1], got {eval_fraction}")
+    n_eval = int(round(n_clips * eval_fraction))
+    picked: list[int] = []
+    for flag, want in (("True", n_eval), ("False", n_clips - n_eval)):
+        pool = [i for i, r in enumerate(rows) if r["is_audioset_eval"] == flag]
+        if want > len(pool):
+            raise ConfigError(
+                f"asked for {want} rows with is_audioset_eval={flag} but the CSV has {len(pool)}; "
+                f"lower --n-clips or change --eval-fraction"
+            )
+        pool.sort(key=lambda i: hashlib.sha256(f"{seed}:{rows[i]['ytid']}".encode()).hexdigest())
+        picked.extend(pool[:want])
+    return sorted(picked)
+
+
+def build_corpus(
+    csv_path: Path, out: Path, n_clips: int, eval_fraction: float = 0.25, seed: int = 0, duration_s: float = DURATION_S,
+    layout: str = "musiccaps", sample_rate: int = SAMPLE_RATE, channels: int = 1,
+) -> dict:  # fmt: skip
+    """Select rows, render and write every clip, the subset CSV and corpus.json. Returns the corpus.json dict.
+
+    `layout` other than musiccaps writes the clips as full-length tracks in that layout (standin_layouts.py).
+    """
+    if duration_s <= 0:
+        raise ConfigError(f"--duration-s must be > 0, got {duration_s}")
+    if layout not in LAYOUTS or sample_rate < 8000 or channels not in (1, 2):
+        raise ConfigError(f"--layout {layout} (one of {LAYOUTS}), --sample-rate {sample_rate} (>= 8000) and "
+                          f"--channels {channels} (1 or 2): a value is out of range")  # fmt: skip
+    if layout == "musiccaps" and (sample_rate != SAMPLE_RATE or channels != 1):
+        raise ConfigError("--sample-rate and --channels apply to --layout audiocraft|audiofolder only")
+    header, rows, lines = _read_csv(csv_path)
+    idx = select_rows(rows, n_clips, eval_fraction, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    layout_writer = None if layout == "musiccaps" else LayoutWriter(layout, out, sample_rate, channels, duration_s)
+    clips = []
+    for i in idx:
+        row = rows[i]
+        ytid = row["ytid"]
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", ytid):
+            raise ConfigError(f"{csv_path}:{lines[i]}: ytid {ytid!r} is not a YouTube id; cannot name {ytid}.wav")
+        attrs = derive_attributes(parse_aspects(row["aspect_list"]))
+        audio = render_clip(attrs, ytid, seed, duration_s)  # [duration_s * SAMPLE_RATE]
+        split = "eval" if row["is_audioset_eval"] == "True" else "train"
+        if layout_writer is not None:
+            aspects = parse_aspects(row["aspect_list"])
+            file = layout_writer.add(row, aspects, asdict(attrs), audio, SAMPLE_RATE, split)
+        else:
+            tmp = out / f".{ytid}.wav.tmp"
+            sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
+            tmp.replace(out / f"{ytid}.wav")
+            file = f"{ytid}.wav"
+        clips.append(
+            {
+                "ytid": ytid,
+                "file": file,
+                "split": split,
+                "source_csv_row": lines[i],
+                **asdict(attrs),
+            }
+        )
+    with (out / SUBSET_CSV).open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows[i] for i in idx)
+    corpus = {
+        "note": STANDIN_NOTE,
+        "generator": "tokenizer_pipeline.standin_corpus",
+        "source_csv": csv_path.name,
+        "subset_csv": SUBSET_CSV,
+        "sample_rate": sample_rate,
+        "duration_s": duration_s,
+        "seed": seed,
+        "n_clips": len(clips),
+        "n_train": sum(c["split"] == "train" for c in clips),
+        "n_eval": sum(c["split"] == "eval" for c in clips),
+        "clips": clips,
+    }
+    if layout_writer is not None:
+        corpus |= {"layout": layout, "channels": channels, "layout_files": layout_writer.close()}
+    (out / CORPUS_JSON).write_text(json.dumps(corpus, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return corpus
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.standin_corpus", description=__doc__.split("\n")[0])
+    p.add_argument("--csv", type=Path, required=True, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
+    p.add_argument("--out", type=Path, required=True, help="output directory (wavs, subset CSV, corpus.json)")
+    p.add_argument(
+        "--n-clips",
+        type=int,
+        default=320,
+        help="rows to render; more = slower encode, but the demo's caption check needs the variety",
+    )
+    p.add_argument("--eval-fraction", type=float, default=0.25, help="share of rows with is_audioset_eval=True")
+    p.add_argument("--seed", type=int, default=0, help="row selection and per-clip randomness")
+    p.add_argument(
+        "--duration-s", type=float, default=None, help="clip length; default 10 s (MusicCaps), 30 s for other layouts"
+    )
+    p.add_argument(
+        "--layout", choices=LAYOUTS, default="musiccaps",
+        help="musiccaps: {ytid}.wav + subset CSV; audiocraft: data.jsonl + sidecars; audiofolder: train/ test/ + metadata.csv",
+    )  # fmt: skip
+    p.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="tracks' rate (audiocraft/audiofolder)")
+    p.add_argument("--channels", type=int, default=None, help="1 or 2; default 1 (musiccaps), 2 for other layouts")
+    args = p.parse_args(argv)
+    full = args.layout != "musiccaps"
+    duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
+    channels = args.channels if args.channels is not None else (2 if full else 1)
+    t0 = time.perf_counter()
+    try:
+        corpus = build_corpus(
+            args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, duration, args.layout, args.sample_rate,
+            channels,
+        )  # fmt: skip
+    except UserError as e:  # a missing CSV or a value that cannot work: the message names the fix
+        print(f"tokenizer_pipeline.standin_corpus: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    fams: dict[str, int] = {}
+    for c in corpus["clips"]:
+        fams[c["family"]] = fams.get(c["family"], 0) + 1
+    print(
+        f"stand-in corpus: {corpus['n_clips']} clips ({corpus['n_train']} train, {corpus['n_eval']} eval) "
+        f"-> {args.out} in {time.perf_counter() - t0:.1f} s; families {dict(sorted(fams.items()))}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Getting MusicCaps audio: each CSV row's window from YouTube (yt-dlp), cut sample-exact to flac."""

@@ -1,0 +1,103 @@
+"""The end of a run (rank 0): failures.jsonl, manifest.json (written last) and the summary with the exit status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..audio.read_audio import FFMPEG_FIX
+from ..config import PipelineConfig
+from ..shards.manifest import CodecInfo, Manifest, SplitSummary, write_failures_jsonl, write_text_atomic
+from ..shards.write_shards import ShardPlan
+from .progress import ProgressStore, ShardRecord
+
+
+@dataclass(frozen=True)
+class RunResult:
+    manifest: Manifest
+    out_dir: Path
+    exit_code: int  # 0 ok; 1 nothing encoded or too many failures
+    message: str
+
+
+def write_manifest(
+    cfg: PipelineConfig, plans: list[ShardPlan], store: ProgressStore, codec_info: CodecInfo, source: dict,
+    segmentation: dict | None, resolved: dict, n_rows: int,
+) -> RunResult:  # fmt: skip
+    out_dir = store.out_dir
+    records: list[ShardRecord] = []
+    for plan in plans:
+        rec = store.completed(plan)
+        if rec is None:
+            raise RuntimeError(f"{out_dir / plan.relpath}: no valid shard after all ranks finished; rerun to redo it")
+        records.append(rec)
+    split_names = [cfg.split.train_name, cfg.split.eval_name]
+    store.remove_stale(plans, split_names)  # a split that now has fewer shards (your own audio: a track got shorter)
+    splits = {}
+    for split in split_names:
+        recs = [r for r, p in zip(records, plans) if p.split == split]
+        splits[split] = SplitSummary(
+            shards=[r.entry for r in recs],
+            n_samples=sum(r.entry.n_samples for r in recs),
+            audio_seconds=round(sum(r.audio_seconds for r in recs), 6),
+            n_frames=sum(r.n_frames for r in recs),
+        )
+    failures = sorted((f for r in records for f in r.failures), key=lambda f: f.csv_row)
+    encoded = sum(s.n_samples for s in splits.values())
+    manifest = Manifest(
+        codec=codec_info,
+        splits=splits,
+        totals={
+            "rows": n_rows,
+            "encoded": encoded,
+            "failed": len(failures),
+            "audio_seconds": round(sum(s.audio_seconds for s in splits.values()), 6),
+            "n_frames": sum(s.n_frames for s in splits.values()),
+        },
+        failures=failures,
+        source=source,
+        config=resolved,
+        segmentation=segmentation,
+    )
+    assert manifest.totals["encoded"] + manifest.totals["failed"] == n_rows
+    write_failures_jsonl(out_dir / "failures.jsonl", failures)
+    write_text_atomic(out_dir / "manifest.json", manifest.to_json())
+
+    # summary and exit status
+    lines = [f"shard set: {out_dir} ({sum(len(s.shards) for s in splits.values())} shards)"]
+    for name, s in splits.items():
+        n_failed = sum(f.split == name for f in failures)
+        lines.append(
+            f"  {name}: {s.n_samples} encoded, {n_failed} failed, {s.audio_seconds / 3600:.3f} h audio, {s.n_frames} frames"
+        )
+    n_ffmpeg = sum(f.reason == "needs_ffmpeg" for f in failures)
+    if n_ffmpeg:
+        lines.append(
+            f"  {n_ffmpeg} clips need FFmpeg, which is not available here: {FFMPEG_FIX}; "
+            "then rerun the same command (no overwrite) to encode just those"
+        )
+    n_retry = sum(f.retryable for f in failures)
+    if n_retry:
+        lines.append(
+            f"  {n_retry} failures are retryable (retryable: true in failures.jsonl: missing audio, FFmpeg, encode "
+            "errors, out of memory); rerun the same command to retry them"
+        )
+    code, msg = 0, "ok"
+    frac = len(failures) / max(n_rows, 1)
+    if encoded == 0:
+        code, msg = (
+            1,
+            f"nothing could be encoded: {len(failures)} of {n_rows} rows failed, see {out_dir / 'failures.jsonl'}",
+        )
+    elif frac > cfg.max_failure_fraction:
+        code, msg = (
+            1,
+            (
+                f"{len(failures)} of {n_rows} rows failed ({frac:.0%} > max_failure_fraction={cfg.max_failure_fraction}); "
+                f"see {out_dir / 'failures.jsonl'}. The shards and manifest that were written stay in {out_dir}."
+            ),
+        )
+    elif failures:
+        msg = f"ok with {len(failures)} failed rows listed in {out_dir / 'failures.jsonl'}"
+    lines.append(msg)
+    return RunResult(manifest=manifest, out_dir=out_dir, exit_code=code, message="\n".join(lines))

@@ -1,0 +1,295 @@
+"""The stage-1 run: MusicCaps CSV + audio (or another source) -> EnCodec code shards + manifest, on 1 or N ranks.
+
+`run_pipeline` reads top to bottom, each step a call into this room:
+  1. join the torchrun group when there is one (ranks.py: gloo on CPU, nccl with one GPU per rank); check the
+     configuration, plan every item and shard (planning.py: the CSV rows, or the segments of
+     source=audiocraft|audiofolder), load the codec. Anything a user must fix stops every rank here, before any
+     encoding, as a `PipelineError` whose message names the fix
+  2. rank 0 locks `out_dir` and prepares `.progress/` (progress.py: a different config is refused unless overwrite)
+  3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or whose audio
+     appeared or changed (progress.why_redo): DataLoader worker processes decode + resample (loader.py) while this
+     process encodes batches of equal-length clips and writes each tar (encode_shards.py); one bad clip is one
+     `FailureRecord`
+  4. all ranks done; rank 0 writes failures.jsonl and manifest.json (last) from the `.progress/` records (finish.py)
+
+The set is byte-identical for any worker count and any number of ranks (same per-process `threads`):
+a clip's shard and its batch companions depend only on the plan, never on timing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import filelock
+import torch
+from tqdm import tqdm
+
+from ..codec.encode import CodecEncoder, resolve_batch_size
+from ..config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
+from ..dir_lock import lock_dir
+from ..errors import PipelineError
+from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
+from ..shards.write_shards import ShardPlan, plan_shards
+from ..sources import SourceInfo
+from .encode_shards import encode_shard
+from .finish import RunResult, write_manifest
+from .loader import decoded_clips
+from .planning import PlanItem, load_plan, source_sha256
+from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, source_change_words, why_redo
+from .ranks import RankInfo, agree, join_ranks
+from .segment_items import segmentation_summary, source_summary
+
+__all__ = ["EXPLAIN", "RunResult", "run_pipeline"]
+
+EXPLAIN = """\
+tokenizer_pipeline needs audio: set audio_dir (nothing is downloaded at run time).
+
+Real MusicCaps audio
+  One file per CSV row named {ytid}.<ext> (wav, flac, mp3, ogg, m4a, opus, webm), already cut to the
+  row's [start_s, end_s] window. `make audio OUT=/path/to/musiccaps_audio` downloads them that way
+  (python -m tokenizer_pipeline.download out_dir=...; yt-dlp + an ffmpeg program). Then:
+      make shards DATA=/path/to/musiccaps_audio [OUT=build/shards]
+      python -m tokenizer_pipeline audio_dir=/path/to/musiccaps_audio out_dir=build/shards
+  Full-length source audio instead of 10-s cuts: add crop_to_window=true.
+  Missing/unreadable clips are recorded in <out_dir>/failures.jsonl, not fatal; rerun the same
+  command after fetching or fixing audio: only the shards whose audio changed are redone.
+  N GPUs: torchrun --nproc_per_node=N -m tokenizer_pipeline audio_dir=... out_dir=...
+
+Your own audio instead (full-length tracks, cut into 10-s segments; README, "Your own audio")
+      python -m tokenizer_pipeline source=audiocraft source.manifest=egs/mine/data.jsonl out_dir=build/mine
+      python -m tokenizer_pipeline source=audiofolder source.dir=/path/to/folder out_dir=build/mine
+
+Offline stand-in (no downloads): a synthetic corpus + a small demo codec
+      make demo-shards        (= make corpus codec, then python -m tokenizer_pipeline +preset=demo)
+      make demo               (also trains the adapter on those shards)
+"""
+
+
+def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
+    """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
+    set and its codec are copied side by side); None for a hub id."""
+    p = Path(name_or_path).expanduser()
+    if not p.is_dir():
+        return None
+    return Path(os.path.relpath(p.resolve(), out_dir.resolve())).as_posix()
+
+
+def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
+    try:
+        return CodecEncoder(
+            cfg.codec.name_or_path, device=cfg.codec.device, dtype=cfg.codec.dtype,
+            bandwidth_kbps=cfg.codec.bandwidth_kbps, pad_batches=cfg.codec.pad_batches,
+        )  # fmt: skip
+    except (OSError, ValueError) as e:
+        raise PipelineError(f"codec {cfg.codec.name_or_path!r}: {e}") from e
+
+
+def check_config(cfg: PipelineConfig) -> None:
+    """Values no run can use; PipelineError names the key and the allowed range."""
+    if cfg.source.kind == "musiccaps" and not (cfg.audio_dir and Path(cfg.audio_dir).is_dir()):
+        raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
+    try:
+        resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
+    except ValueError as e:  # ConfigError
+        raise PipelineError(str(e)) from e
+    for key, value, low in (("workers", cfg.workers, 0), ("prefetch", cfg.prefetch, 1),
+                            ("threads", cfg.threads, 1)):  # fmt: skip
+        if value is not None and value < low:
+            raise PipelineError(f"{key}={value} must be >= {low}")
+
+
+def default_workers(ranks: RankInfo) -> int:
+    """CPU cores this process may use, shared among the ranks on this node (at least 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // ranks.local_world_size)
+
+
+def lock_out_dir(out_dir: Path) -> filelock.BaseFileLock:
+    """An exclusive lock on `out_dir/.lock` so two runs cannot write one shard set (released on exit)."""
+    return lock_dir(out_dir, LOCK_FILE, "tokenizer_pipeline run", PipelineError)
+
+
+def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
+    """Run stage 1 end to end (one process, or this rank of a torchrun job).
+
+    Raises:
+        PipelineError: a configuration problem (codec, out_dir, CSV, lock) found before anything is encoded.
+    """
+    threads_before = torch.get_num_threads()  # cfg.threads is this run's setting, not the caller's process-wide one
+    try:
+        return _run_pipeline(cfg, progress)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
+    # 1. ranks, configuration, plan and codec: problems stop every rank here
+    ranks = join_ranks(cfg.codec.device)
+    items, source_info, plans, encoder = _setup_plan_and_codec(cfg, ranks)
+    # auto -> this device's number; from here on (and in the manifest's config) the batch size is that int
+    cfg = replace(
+        cfg, codec=replace(cfg.codec, batch_size=resolve_batch_size(cfg.codec.batch_size, encoder.device_type))
+    )
+    threads = torch.get_num_threads()  # a recorded setting: codes are reproducible only with the same count
+    codec_info = _codec_info(cfg, encoder, threads)
+    csv_sha = source_sha256(cfg, source_info)
+    resolved = {k: v for k, v in asdict(cfg).items() if k not in OUTPUT_NEUTRAL_KEYS} | {"threads": threads}
+    fingerprint = _fingerprint(codec_info, encoder, csv_sha, resolved, source_info)
+
+    # 2. rank 0 locks out_dir and prepares .progress/ (a different config is refused unless overwrite)
+    store = ProgressStore(Path(cfg.out_dir))
+    lock = _setup_out_dir(cfg, ranks, store, fingerprint, source_info)
+    try:
+        # 3. this rank's shards that need work (new, damaged, or inputs changed), encoded in plan order
+        todo = [p for p in ranks.owned(plans) if why_redo(store, p, cfg) is not None]
+        workers = default_workers(ranks) if cfg.workers is None else cfg.workers
+        audio_s, elapsed = _encode_shards(cfg, ranks, todo, store, encoder, workers, progress)
+
+        # 4. all ranks done; rank 0 assembles failures.jsonl and the manifest from every shard's record
+        audio_s = _sum_over_ranks(ranks, audio_s)
+        result = None
+        if ranks.is_main:
+            result = write_manifest(
+                cfg, plans, store, codec_info, source_summary(cfg, source_info, csv_sha),
+                segmentation_summary(source_info), resolved, len(items),
+            )  # fmt: skip
+            result = _with_speed_line(result, elapsed, audio_s, len(todo), ranks)
+        return _share_result(ranks, result)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _setup_plan_and_codec(
+    cfg: PipelineConfig, ranks: RankInfo
+) -> tuple[list[PlanItem], SourceInfo | None, list[ShardPlan], CodecEncoder]:
+    """Check the config, plan items and shards, load the codec; a PipelineError on any rank stops every rank."""
+    error, items, source_info, plans, encoder = None, [], None, [], None
+    try:
+        check_config(cfg)
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        items, source_info = load_plan(cfg)
+        plans = plan_shards(items, [cfg.split.train_name, cfg.split.eval_name], cfg.shard.max_samples)
+        encoder = load_encoder(cfg)
+    except PipelineError as e:
+        error = str(e)
+    agree(ranks, error)
+    assert encoder is not None
+    return items, source_info, plans, encoder
+
+
+def _codec_info(cfg: PipelineConfig, encoder: CodecEncoder, threads: int) -> CodecInfo:
+    """The manifest's record of the codec that made the codes (and the settings its floats depend on)."""
+    return CodecInfo(
+        name_or_path=cfg.codec.name_or_path,
+        model_class=type(encoder.model).__name__,
+        sampling_rate=encoder.sampling_rate,
+        frame_rate=encoder.frame_rate,
+        n_codebooks=encoder.n_codebooks,
+        codebook_size=encoder.codebook_size,
+        bandwidth_kbps=encoder.bandwidth_kbps,
+        weights_sha256=encoder.weights_sha256,
+        dtype=encoder.dtype,
+        library_versions=library_versions(),
+        device=encoder.device_type,
+        num_threads=threads,
+        config=encoder.config_identity,
+        path_from_set=codec_path_from_set(cfg.codec.name_or_path, Path(cfg.out_dir)),
+    )
+
+
+def _fingerprint(
+    codec_info: CodecInfo, encoder: CodecEncoder, csv_sha: str, resolved: dict, source_info: SourceInfo | None
+) -> dict:
+    """What must match for a rerun to resume `out_dir` (`.progress/config.json`)."""
+    fingerprint = {
+        "format_version": FORMAT_VERSION,
+        "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
+        "device": encoder.device.type,
+        "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
+        "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
+    }
+    return musiccaps_fingerprint(fingerprint) if source_info is None else fingerprint
+
+
+def _setup_out_dir(
+    cfg: PipelineConfig, ranks: RankInfo, store: ProgressStore, fingerprint: dict, source_info: SourceInfo | None
+) -> filelock.BaseFileLock | None:
+    """Rank 0 locks out_dir and prepares `.progress/`; a refusal on rank 0 stops every rank. Returns rank 0's lock."""
+    lock, error = None, None
+    if ranks.is_main:
+        try:
+            lock = lock_out_dir(store.out_dir)
+            split_names = [cfg.split.train_name, cfg.split.eval_name]
+            store.prepare(fingerprint, split_names, cfg.overwrite, source_change_words(source_info))
+        except PipelineError as e:
+            error = str(e)
+            if lock is not None:
+                lock.release()
+    agree(ranks, error)
+    return lock
+
+
+def _encode_shards(
+    cfg: PipelineConfig, ranks: RankInfo, todo: list[ShardPlan], store: ProgressStore, encoder: CodecEncoder,
+    workers: int, progress: bool,
+) -> tuple[float, float]:  # fmt: skip
+    """Decode (worker processes) and encode (this process) the shards in `todo`, saving each one's record.
+
+    Returns (audio seconds encoded, elapsed seconds)."""
+    t0 = time.monotonic()
+    audio_s = 0.0
+    todo_rows = [r for p in todo for r in p.rows]
+    clips = decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)
+    desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.is_distributed else "encode"
+    with tqdm(
+        total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True
+    ) as bar:
+        for plan in todo:
+            rec = encode_shard(plan, clips, encoder, cfg, store.out_dir)
+            store.save(plan, rec)
+            audio_s += rec.audio_seconds
+            bar.update(len(plan.rows))
+            bar.set_postfix_str(f"{audio_s / max(time.monotonic() - t0, 1e-9):.1f} audio-s/s")
+    return audio_s, time.monotonic() - t0
+
+
+def _sum_over_ranks(ranks: RankInfo, audio_s: float) -> float:
+    if not ranks.is_distributed:
+        return audio_s
+    import torch.distributed as dist
+
+    rates: list[float] = [0.0] * ranks.world_size
+    dist.all_gather_object(rates, audio_s)
+    return sum(rates)
+
+
+def _with_speed_line(result: RunResult, elapsed: float, audio_s: float, n_redone: int, ranks: RankInfo) -> RunResult:
+    """The summary with this run's speed inserted above its last (status) line."""
+    lines = result.message.splitlines()
+    lines.insert(
+        -1,
+        f"  {elapsed:.1f} s, {audio_s / max(elapsed, 1e-9):.1f} audio-s/s this run "
+        f"({n_redone} shards redone on rank 0, {ranks.world_size} rank(s); skipped shards excluded)",
+    )
+    return RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))
+
+
+def _share_result(ranks: RankInfo, result: RunResult | None) -> RunResult:
+    """Rank 0's result on every rank; then the ranks leave the process group together."""
+    if ranks.is_distributed:
+        import torch.distributed as dist
+
+        box = [result]
+        dist.broadcast_object_list(box, src=0)
+        result = box[0]
+        # No rank tears the group down while another still receives rank 0's result: without this barrier a
+        # finished job sometimes aborted on exit ("terminate called without an active exception", about 1 in 30).
+        dist.barrier()
+        dist.destroy_process_group()
+    assert result is not None
+    return result

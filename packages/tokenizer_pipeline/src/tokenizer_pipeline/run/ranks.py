@@ -1,0 +1,76 @@
+"""Where this process sits in a torchrun job, and how the ranks agree to stop together on a user error."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from ..errors import PipelineError
+from ..shards.write_shards import ShardPlan
+
+# A rank that finished its shards waits at the final barrier for the slowest rank (and rank 0 for the
+# others while it hashes a large set): long enough for a full MusicCaps pass on one slow GPU.
+DIST_TIMEOUT = timedelta(hours=12)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in a torchrun job (a single process is rank 0 of 1); adapter_trainer names it alike."""
+
+    rank: int
+    world_size: int
+    local_rank: int  # GPU index on this node
+    local_world_size: int  # ranks on this node (they share its CPU cores)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes the manifest and prints the summary."""
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    def owned(self, plans: list[ShardPlan]) -> list[ShardPlan]:
+        """A contiguous, deterministic range of the plan: rank r gets plans[n*r//W : n*(r+1)//W]."""
+        n = len(plans)
+        return plans[n * self.rank // self.world_size : n * (self.rank + 1) // self.world_size]
+
+
+def join_ranks(codec_device: str) -> RankInfo:
+    """Read torchrun's environment; with WORLD_SIZE > 1 join the process group (nccl on GPUs, else gloo)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return RankInfo(0, 1, 0, 1)
+    import torch.distributed as dist
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    on_gpu = codec_device in ("auto", "cuda") and torch.cuda.is_available()
+    if on_gpu:
+        torch.cuda.set_device(local_rank)  # codec.device "cuda"/"auto" then means cuda:LOCAL_RANK
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if on_gpu else "gloo", timeout=DIST_TIMEOUT)
+    return RankInfo(dist.get_rank(), dist.get_world_size(), local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
+def agree(ranks: RankInfo, error: str | None) -> None:
+    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier).
+
+    Under torchrun the ranks then leave the process group together (a barrier, then destroy it): a rank that
+    exited with the group still up aborted ("terminate called without an active exception", SIGABRT in
+    torchrun's report) instead of exiting 2 with the one `error:` line.
+    """
+    if ranks.is_distributed:
+        import torch.distributed as dist
+
+        errors: list[str | None] = [None] * ranks.world_size
+        dist.all_gather_object(errors, error)
+        error = next((e for e in errors if e), None)
+        if error:
+            dist.barrier()
+            dist.destroy_process_group()
+    if error:
+        raise PipelineError(error)
