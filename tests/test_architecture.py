@@ -4,7 +4,9 @@ Both packages:
 - they never import each other (the shard format is their only interface);
 - each is cut into rooms (subpackages) that import one way (`RULES[pkg].allowed`); the bottom of the top level
   (errors, config, ...) imports no room, and a room imports only that bottom of the top level;
-- the top-level command modules (`python -m <pkg>.<command>`) only forward to the room that holds the code.
+- the top-level command modules (`python -m <pkg>.<command>`) only forward to the room that holds the code, and
+  keep its exit status (`raise SystemExit(main())`; `main()` only where main returns None);
+- the top level holds nothing else but the bottom and the package's entry (`__init__`, `__main__`, `cli`).
 
 adapter_trainer: data/ imports no other room, model/ and evaluation/ only data/; nothing but `__main__` imports the
 training recipe (statically: the package's lazy `recipe_main` export is by name); generation/ imports no training code
@@ -43,6 +45,7 @@ class Rules:
     bottom: dict[str, set[str]]  # bottom top-level module -> top-level modules of the package it may import
     top_allowed: dict[str, set[str]]  # room -> top-level modules it may import (never __main__ or a command)
     commands: tuple[str, ...]  # top-level command modules: one `from <pkg>.<room>.<module> import main`, no code
+    entry: tuple[str, ...]  # the other top-level modules (package, `python -m <pkg>`, its Hydra parsing)
     demo_users: set[str] = field(default_factory=set)  # the only modules outside demo/ that may import it
 
 
@@ -72,6 +75,7 @@ RULES = {
             "generation": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.conf_dir"},
         },
         commands=("generate", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics"),
+        entry=("__init__", "__main__"),
         demo_users={
             "adapter_trainer.demo_models",
             "adapter_trainer.listen_page",
@@ -106,6 +110,7 @@ RULES = {
             "demo": PIPELINE_BOTTOM,
         },
         commands=("download", "decode", "verify", "codec_embeddings", "standin_corpus", "demo_codec"),
+        entry=("__init__", "__main__", "cli"),
         demo_users={"tokenizer_pipeline.standin_corpus", "tokenizer_pipeline.demo_codec"},
     ),
 }
@@ -229,7 +234,41 @@ def command_problems(pkg: str, command: str, root: Path | None = None) -> list[s
         problems.append(f"{path.name}: not a single `from {pkg}.<room>.<module> import main`")
     if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body):
         problems.append(f"{path.name} should hold no code of its own")
+    body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+    rest = [n for n in body if n not in imports]
+    if len(rest) != 1 or not _is_main_guard(rest[0]):
+        problems.append(f'{path.name}: besides the import, only `if __name__ == "__main__":` at module level')
+    elif ok_import:
+        call = ast.unparse(rest[0].body[0]) if len(rest[0].body) == 1 else ""
+        returns_none = _main_returns_none(root or SRC[pkg], pkg, imports[0].module or "")
+        if not (call == "raise SystemExit(main())" or (call == "main()" and returns_none)):
+            problems.append(
+                f"{path.name}: the guard must be `raise SystemExit(main())` (or `main()` where main returns None), "
+                f"so `python -m` exits with main's status; found {call or 'no single statement'!r}"
+            )
     return problems
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and not node.orelse and ast.unparse(node.test) == "__name__ == '__main__'"
+
+
+def _main_returns_none(root: Path, pkg: str, module: str) -> bool:
+    """Whether `<module>.main` is annotated `-> None` (a Hydra main: it raises SystemExit itself for a status)."""
+    path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    if not path.is_file():
+        return False
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            return isinstance(node.returns, ast.Constant) and node.returns.value is None
+    return False
+
+
+def modules_outside_rooms(pkg: str, root: Path | None = None) -> list[str]:
+    """Top-level modules that are neither the bottom, a command, nor the package's entry: code belongs in a room."""
+    rules = RULES[pkg]
+    known = {m.split(".")[-1] for m in rules.bottom} | set(rules.commands) | set(rules.entry)
+    return [p.name for p in sorted((root or SRC[pkg]).glob("*.py")) if p.stem not in known]
 
 
 def sources_import_the_encoder(mods: dict[str, set[str]]) -> list[str]:
@@ -281,6 +320,11 @@ def test_every_room_exists_and_says_what_it_is(pkg: str) -> None:
         assert 20 <= len(first) <= 120 and first.endswith((".", ":")), f"{init}: one line first says the room's concern"
     dirs = {p.parent.relative_to(SRC[pkg]).parts[0] for p in SRC[pkg].rglob("*.py") if p.parent != SRC[pkg]}
     assert dirs <= set(RULES[pkg].rooms) | {"conf"}, sorted(dirs - set(RULES[pkg].rooms))
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
+def test_no_module_sits_outside_a_room_but_the_top_level_s_own(pkg: str) -> None:
+    assert modules_outside_rooms(pkg) == []
 
 
 @pytest.mark.parametrize("pkg", sorted(SRC))
@@ -364,6 +408,10 @@ MUTATIONS = [
     ("adapter_trainer", "data/streaming.py", "from ..model import builders", "rooms"),
     ("adapter_trainer", "model/mot.py", "from ..demo import models", "demo"),
     ("adapter_trainer", "data/shards.py", "import tokenizer_pipeline.errors", "cross"),
+    ("tokenizer_pipeline", "verify.py", "print('work at import time')", "command:verify"),
+    ("adapter_trainer", "probe.py", "TIMEOUT_S = 30", "command:probe"),
+    ("tokenizer_pipeline", "shortcut.py", "from .codec.encode import CodecEncoder", "outside_rooms"),
+    ("adapter_trainer", "helpers.py", "from .model import builders", "outside_rooms"),
 ]
 
 
@@ -379,6 +427,7 @@ def _violations(pkg: str, root: Path, check: str) -> list[str]:
         "cross": lambda: cross_package_imports(pkg, mods),
         "sources_encoder": lambda: sources_import_the_encoder(mods),
         "length": lambda: long_modules(root),
+        "outside_rooms": lambda: modules_outside_rooms(pkg, root),
     }[check]()
 
 
@@ -389,5 +438,38 @@ def test_a_rule_broken_in_a_copy_is_caught(tmp_path: Path, pkg: str, rel: str, l
     shutil.copytree(SRC[pkg], root, ignore=shutil.ignore_patterns("__pycache__"))
     assert _violations(pkg, root, check) == [], "the unmutated copy must pass"
     target = root / rel
-    target.write_text(target.read_text(encoding="utf-8") + "\n" + line + "\n", encoding="utf-8")
+    before = target.read_text(encoding="utf-8") if target.exists() else ""  # a new file: a module added
+    target.write_text(before + "\n" + line + "\n", encoding="utf-8")
     assert _violations(pkg, root, check), f"{check} did not catch: {rel} + {line!r}"
+
+
+def _forwarded_module(pkg: str, command: str) -> str:
+    tree = ast.parse((SRC[pkg] / f"{command}.py").read_text(encoding="utf-8"))
+    return next(n.module or "" for n in tree.body if isinstance(n, ast.ImportFrom))
+
+
+# commands whose room `main` returns an exit status (argparse mains): `main()` alone would drop it
+STATUS_COMMANDS = [
+    (p, c) for p in sorted(SRC) for c in RULES[p].commands if not _main_returns_none(SRC[p], p, _forwarded_module(p, c))
+]
+GUARD_CASES = [(p, c, "main()") for p, c in STATUS_COMMANDS] + [
+    (p, c, g) for p in sorted(SRC) for c in RULES[p].commands for g in ("pass", None)
+]
+
+
+@pytest.mark.parametrize("pkg, command, guard", GUARD_CASES, ids=[f"{c}:{g}" for _, c, g in GUARD_CASES])
+def test_a_command_that_loses_main_s_exit_status_is_caught(
+    tmp_path: Path, pkg: str, command: str, guard: str | None
+) -> None:
+    """`python -m <pkg>.<command>` must exit with main's status: `main()` alone exits 0 whatever an argparse main
+    returns (1 for problems found, 2 for a user error), and a module without the guard, or whose guard does not
+    call main, does nothing at all."""
+    assert len(STATUS_COMMANDS) >= 8  # the argparse commands of both packages (a scanner that finds none is wrong)
+    root = tmp_path / pkg
+    shutil.copytree(SRC[pkg], root, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / f"{command}.py"
+    text = target.read_text(encoding="utf-8")
+    tail = text[text.index('if __name__ == "__main__":') :]
+    new_tail = "" if guard is None else f'if __name__ == "__main__":\n    {guard}\n'
+    target.write_text(text.replace(tail, new_tail), encoding="utf-8")
+    assert command_problems(pkg, command, root), f"{command}.py with guard {guard!r} was not reported"

@@ -172,7 +172,7 @@ def test_errors_name_the_fix(tmp_path: Path) -> None:
 def test_layouts_are_read_by_their_sources(tmp_path: Path, layout: str) -> None:
     """--layout writes full-length stereo tracks that source=<layout> reads: every clip, its caption, its split."""
     from tokenizer_pipeline.config import PipelineConfig, SegmentConfig, SourceConfig
-    from tokenizer_pipeline.sources import plan_items
+    from tokenizer_pipeline.sources.plan import plan_items
 
     corpus = build_corpus(CSV, tmp_path / "c", n_clips=4, duration_s=3.0, layout=layout, sample_rate=44100, channels=2)
     captions = {r["ytid"]: r["caption"] for r in csv.DictReader((tmp_path / "c" / SUBSET_CSV).open(encoding="utf-8"))}

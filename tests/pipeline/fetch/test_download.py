@@ -328,6 +328,17 @@ def test_cli_exits_non_zero_only_when_nothing_was_fetched(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["audio", "m", "subset.csv"]  # no outputs/ or .hydra litter
 
 
+def test_the_download_command_imports_no_torch(tmp_path: Path) -> None:
+    """`make audio` reads the CSV and runs yt-dlp and the ffmpeg program: starting it loads neither torch nor the
+    audio decoder (seconds of import time per run), although it shares the `sources` room with the run's planning."""
+    code = (
+        "import sys, tokenizer_pipeline.download; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout[:300]
+
+
 def test_download_yaml_composes_to_the_schema() -> None:
     from hydra.errors import ConfigCompositionException
 

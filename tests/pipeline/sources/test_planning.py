@@ -98,7 +98,7 @@ def test_a_track_keeps_its_split_when_a_colliding_track_is_added(tmp_path: Path)
     """'a b.wav' added next to 'a_b.flac' turns both ids into hashed ones; the old track must not change split
     (found by review: with eval_fraction=0.1, 'a_b.flac' moved from train to eval, a held-out leak)."""
     from tests.pipeline.sources.helpers import make_audiocraft, source_config
-    from tokenizer_pipeline.sources import plan_items
+    from tokenizer_pipeline.sources.plan import plan_items
 
     meta = {"description": "x"}
     before = make_audiocraft(tmp_path / "one", [{"name": "a_b.flac", "seconds": 0.5, "sidecar": meta}])

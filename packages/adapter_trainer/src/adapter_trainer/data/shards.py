@@ -53,7 +53,7 @@ class ShardFormatError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One tar of a split, as the manifest lists it (tokenizer_pipeline.manifest.ShardEntry has the same fields)."""
+    """One tar of a split, as the manifest lists it (tokenizer_pipeline.shards.manifest.ShardEntry has the same fields)."""
 
     path: str  # relative to the shard-set directory, e.g. "train/shard-000000.tar" (the manifest's value)
     n_samples: int  # samples (clips) in the tar

@@ -12,7 +12,7 @@ from ..codec.encode import CodecEncoder
 from ..config import PipelineConfig
 from ..shards.manifest import FailureRecord, SampleRecord, SegmentSampleRecord
 from ..shards.write_shards import ShardPlan, ShardTarWriter
-from ..sources import SegmentItem
+from ..sources.plan import SegmentItem
 from .loader import DecodedClip, clip_failure
 from .planning import PlanItem
 from .progress import ShardRecord

@@ -18,7 +18,7 @@ from ..audio.read_audio import ClipFailure, load_audio
 from ..config import PipelineConfig
 from ..shards.manifest import FailureRecord
 from ..shards.write_shards import sha256_file
-from ..sources import SegmentItem
+from ..sources.plan import SegmentItem
 from .planning import PlanItem
 from .segment_items import decode_segment, segment_failure
 

@@ -33,7 +33,7 @@ from ..dir_lock import lock_dir
 from ..errors import PipelineError
 from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
 from ..shards.write_shards import ShardPlan, plan_shards
-from ..sources import SourceInfo
+from ..sources.plan import SourceInfo
 from .encode_shards import encode_shard
 from .finish import RunResult, write_manifest
 from .loader import decoded_clips

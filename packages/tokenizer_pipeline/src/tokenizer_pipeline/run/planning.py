@@ -8,8 +8,9 @@ from pathlib import Path
 from ..config import PipelineConfig
 from ..errors import ConfigError, PipelineError
 from ..shards.write_shards import sha256_file
-from ..sources import SegmentItem, SourceError, SourceInfo, plan_items
 from ..sources.musiccaps import ClipRow, CsvRowError, check_ytids, read_musiccaps_csv
+from ..sources.plan import SegmentItem, SourceInfo, plan_items
+from ..sources.track import SourceError
 
 # A planned unit of work: a MusicCaps CSV row (one clip), or a segment (or track-level failure) of another source.
 PlanItem = ClipRow | SegmentItem

@@ -24,7 +24,7 @@ from ..config import PipelineConfig
 from ..errors import PipelineError
 from ..shards.manifest import FailureRecord, ShardEntry, dumps_strict, failure_from_dict, write_text_atomic
 from ..shards.write_shards import ShardPlan, sha256_file
-from ..sources import SourceInfo
+from ..sources.plan import SourceInfo
 from .loader import find_audio
 from .segment_items import why_redo_segments
 

@@ -17,7 +17,7 @@ from ..audio.read_audio import ClipFailure, load_audio
 from ..config import PipelineConfig
 from ..shards.manifest import FailureRecord, SegmentSampleRecord
 from ..shards.write_shards import ShardPlan, sha256_file
-from ..sources import SegmentItem, SourceInfo
+from ..sources.plan import SegmentItem, SourceInfo
 
 if TYPE_CHECKING:  # progress.py calls why_redo_segments: a runtime import would be a cycle
     from .progress import ShardRecord

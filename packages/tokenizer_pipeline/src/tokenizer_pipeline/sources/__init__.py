@@ -8,8 +8,3 @@ segmenting.py / splits.py        a track's segment windows from its header; its 
 plan.py                          Tracks -> `SegmentItem`s, the unit the run room plans shards with, decodes, encodes
                                  and records
 """
-
-from .plan import SegmentItem, SourceInfo, plan_items
-from .track import SourceError
-
-__all__ = ["SegmentItem", "SourceError", "SourceInfo", "plan_items"]
