@@ -26,7 +26,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the repository root: the tests' media server and media writer
 
 from tests.pipeline.media_server import MediaServer, write_csv_rows, write_media  # noqa: E402
-from tokenizer_pipeline.fetch.download import DownloadConfig, run_download  # noqa: E402
+from tokenizer_pipeline.fetch.config import DownloadConfig  # noqa: E402
+from tokenizer_pipeline.fetch.download import run_download  # noqa: E402
 
 
 def bytes_per_clip(

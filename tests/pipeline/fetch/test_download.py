@@ -20,12 +20,8 @@ from tests.pipeline.helpers import pipeline_config
 from tests.pipeline.media_server import MediaServer, music_like, write_csv_rows, write_media, write_signal
 from tokenizer_pipeline.audio import read_audio
 from tokenizer_pipeline.cli import run_pipeline
-from tokenizer_pipeline.fetch.download import (
-    DownloadConfig,
-    DownloadConfigError,
-    config_from_overrides,
-    run_download,
-)
+from tokenizer_pipeline.fetch.config import DownloadConfig, DownloadConfigError
+from tokenizer_pipeline.fetch.download import config_from_overrides, run_download
 from tokenizer_pipeline.fetch.youtube import classify, ydl_params
 
 SR = 44100

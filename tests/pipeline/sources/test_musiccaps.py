@@ -157,7 +157,8 @@ def test_split_names_must_be_plain_names(name: str) -> None:
 @pytest.mark.parametrize("window", ["-30,-20", "nan,10", "30,inf"])
 def test_make_audio_refuses_the_same_windows_before_fetching(tmp_path: Path, window: str) -> None:
     """`make audio` parses the CSV with the same reader: a negative start used to crash it with a traceback."""
-    from tokenizer_pipeline.fetch.download import DownloadConfig, run_download
+    from tokenizer_pipeline.fetch.config import DownloadConfig
+    from tokenizer_pipeline.fetch.download import run_download
 
     p = tmp_path / "w.csv"
     p.write_text(HEADER + f'abcdefghijk,{window},"/m/1","[\'a\']",cap,4,False,True\n', encoding="utf-8")

@@ -4,7 +4,7 @@ Every command (`python -m tokenizer_pipeline`, `.download`, `.decode`) catches `
 (which names the file/value and the fix) without a traceback, exit status `USER_ERROR_EXIT` (2, argparse's status
 for a refused command line); exit 1 means the run itself ended badly (nothing encoded, too many failures, nothing
 fetched). Subclasses: `ConfigError`, `InputNotFoundError` and `PipelineError` here, `sources.musiccaps.CsvError`,
-`fetch.download.DownloadConfigError`, `codec.decode.DecodeError`. Per-clip problems are never `UserError`: they are
+`fetch.config.DownloadConfigError`, `codec.decode.DecodeError`. Per-clip problems are never `UserError`: they are
 `audio.read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
 in its own errors.py.
 """

@@ -12,16 +12,13 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import soundfile as sf
 
 from ..audio.ffmpeg_binary import FFmpegError, cut_to_flac, probe, section_first_sample
 from ..sources.musiccaps import ClipRow
+from .config import DownloadConfig
 from .youtube import TRANSIENT, VIDEO_REASONS, ClipError, Workers, download_source
-
-if TYPE_CHECKING:
-    from .download import DownloadConfig
 
 PARTIAL_DIR = ".partial"  # yt-dlp's downloads in progress (resumable `.part` files) and uncut sources
 SHORT_TOLERANCE_S = 0.01  # a cut shorter than the window by more than this is a `short_source` failure

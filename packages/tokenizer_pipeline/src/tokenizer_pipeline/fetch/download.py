@@ -15,9 +15,9 @@ Reads top to bottom: parse CSV -> lock out_dir (`.download.lock`, as `make shard
 skip rows whose flac exists -> worker threads fetch the rest (each retries transient errors with
 backoff) -> `download_failures.jsonl` + `download_summary.json` -> summary.
 Failures never stop the run; it exits non-zero only when nothing at all could be fetched.
-Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema below.
+Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema (`config.py`).
 
-This module is the run over the CSV rows (config, checks, lock, worker pool, failures and summary files,
+This module is the run over the CSV rows (checks, lock, worker pool, failures and summary files,
 the Hydra `main`); one row's clip is `clip.py`, yt-dlp itself and its error classes are `youtube.py`.
 """
 
@@ -29,13 +29,11 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import hydra
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from tqdm import tqdm
 
@@ -46,41 +44,12 @@ from ..errors import USER_ERROR_EXIT, UserError
 from ..shards.manifest import write_text_atomic
 from ..sources.musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 from .clip import PARTIAL_DIR, SECTION_MIN_LEAD_IN_S, ClipResult, DownloadFailure, fetch_clip
+from .config import DownloadConfig, DownloadConfigError
 from .youtube import Workers
 
 FAILURES_FILE = "download_failures.jsonl"
 SUMMARY_FILE = "download_summary.json"
 LOCK_FILE = ".download.lock"  # held while a run writes out_dir (a second run into it is refused)
-
-
-@dataclass
-class DownloadConfig:
-    csv: str = "data/musiccaps/musiccaps-public.csv"  # MusicCaps metadata (relative to the launch directory)
-    out_dir: str = MISSING  # required: <out_dir>/<ytid>.flac, later `make shards DATA=<out_dir>`
-    url_template: str = "https://www.youtube.com/watch?v={ytid}"  # video URL of a row; {ytid} is replaced
-    format: str = "bestaudio/best"  # yt-dlp format selector; audio only keeps downloads small
-    workers: int = 4  # parallel downloads; more is faster until YouTube throttles (HTTP 429)
-    retries: int = 3  # extra attempts per clip after a transient error (network, 5xx, 429)
-    backoff_s: float = 5.0  # wait before retry k: backoff_s * 2**(k-1), +-25% jitter
-    limit: int | None = None  # first N CSV rows only (null = all); for quick tries
-    cookies_file: str | None = None  # Netscape cookies.txt for yt-dlp (videos that ask to sign in)
-    rate_limit: str | None = (
-        None  # per-worker rate of whole-stream downloads, yt-dlp syntax ("2M" = 2 MB/s; sections ignore it)
-    )
-    proxy: str | None = None  # e.g. socks5://127.0.0.1:1080; null = direct
-    socket_timeout_s: float = 30.0  # yt-dlp's network timeout per request
-    http_retries: int = 3  # yt-dlp's own retries inside one attempt (it resumes the partial file)
-    keep_source: bool = False  # true: keep each downloaded file (whole stream or section) in <out_dir>/source/
-    sections: bool = True  # fetch only the window (+ margin) where the container allows; false: whole streams
-    section_margin_s: float = 1.0  # seconds fetched either side of a window (at least half is the decoder's lead-in)
-    yt_dlp_params: dict[str, Any] = field(default_factory=dict)  # any other YoutubeDL params, passed as is
-
-
-ConfigStore.instance().store(name="download_schema", node=DownloadConfig)
-
-
-class DownloadConfigError(UserError, ValueError):
-    """A problem to fix before anything is downloaded (bad option, bad CSV row); the message says the fix."""
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,12 @@ import re
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tqdm import tqdm
 
 from ..audio.ffmpeg_binary import find_ffmpeg
-
-if TYPE_CHECKING:
-    from .download import DownloadConfig
+from .config import DownloadConfig
 
 # Reason classes, in match order (first match wins). Only TRANSIENT ones are retried within a run;
 # a rerun retries every failed row.

@@ -24,9 +24,9 @@ from ..config import PipelineConfig
 from ..errors import PipelineError
 from ..shards.manifest import FailureRecord, ShardEntry, dumps_strict, failure_from_dict, write_text_atomic
 from ..shards.write_shards import ShardPlan, sha256_file
-from ..sources.plan import SourceInfo
+from ..sources.plan import SegmentItem, SourceInfo
 from .loader import find_audio
-from .segment_items import why_redo_segments
+from .segment_items import segment_identity, sha256_cached
 
 PROGRESS_DIR = ".progress"
 FINGERPRINT_FILE = "config.json"
@@ -197,12 +197,12 @@ def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str 
         return "new or damaged"
     if set(rec.inputs) != {row.ytid for row in plan.rows}:
         return "its planned samples changed (a track's segments or failure changed)"
-    if cfg.source.kind != "musiccaps":
-        return why_redo_segments(rec, plan)
-    audio_dir = Path(cfg.audio_dir or "")
     for f in rec.failures:
         if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):  # those two: only once the cause went
             return f"{f.ytid} failed with a retryable {f.reason}"
+    if cfg.source.kind != "musiccaps":
+        return _why_redo_segments(rec, plan)
+    audio_dir = Path(cfg.audio_dir or "")
     ffmpeg_failed = {f.ytid for f in rec.failures if f.reason == "needs_ffmpeg"}
     for row in plan.rows:
         try:
@@ -214,6 +214,28 @@ def why_redo(store: ProgressStore, plan: ShardPlan, cfg: PipelineConfig) -> str 
             return f"audio of {row.ytid} appeared or changed"
         if row.ytid in ffmpeg_failed and ffmpeg_available():
             return f"{row.ytid} needed FFmpeg, which is now installed"
+    return None
+
+
+def _why_redo_segments(rec: ShardRecord, plan: ShardPlan) -> str | None:
+    """why_redo for segments, after the checks both sources share: a segment whose audio bytes or metadata changed.
+    (A track that appeared, vanished or changed length changes the plan's keys, which why_redo checks first.)"""
+    hashes: dict[str, str | None] = {}
+    for item in plan.rows:
+        assert isinstance(item, SegmentItem)
+        old = rec.inputs[item.ytid]
+        if item.failure is not None:  # planned failures: only their metadata can change without changing the plan
+            if old[2:] != [item.input_digest]:
+                return f"metadata of {item.ytid} changed"
+            continue
+        if item.audio_path not in hashes:
+            p = Path(item.audio_path)
+            hashes[item.audio_path] = sha256_cached(p) if p.is_file() else None
+        sha = hashes[item.audio_path]
+        if sha is None:  # deleted after encoding: the sample stays, as for MusicCaps
+            continue
+        if old != segment_identity(item, item.source_file, sha):
+            return f"audio or metadata of {item.ytid} appeared or changed"
     return None
 
 

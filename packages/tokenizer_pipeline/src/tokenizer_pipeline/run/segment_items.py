@@ -1,5 +1,5 @@
 """How a run handles a `sources.SegmentItem` (a segment of your own audio, or a track that failed while planning):
-decode its window, record its failure or sample, judge on resume whether its shard must be redone, and summarise the
+decode its window, record its failure or sample, its resume identity, and summarise the
 source for the manifest. The run's loader, encoder and redo rule call these where a MusicCaps `ClipRow` takes its own
 path; MusicCaps never comes here.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,11 +15,8 @@ import torch
 from ..audio.read_audio import ClipFailure, load_audio
 from ..config import PipelineConfig
 from ..shards.manifest import FailureRecord, SegmentSampleRecord
-from ..shards.write_shards import ShardPlan, sha256_file
+from ..shards.write_shards import sha256_file
 from ..sources.plan import SegmentItem, SourceInfo
-
-if TYPE_CHECKING:  # progress.py calls why_redo_segments: a runtime import would be a cycle
-    from .progress import ShardRecord
 
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 
@@ -100,31 +96,6 @@ def segment_identity(item: SegmentItem, source_file: str | None, sha: str | None
     """What a shard's record remembers of a segment's inputs: [file, sha256, digest of caption + metadata], so a changed
     audio file, sidecar or metadata row redoes the shard."""
     return [source_file, sha, item.input_digest]
-
-
-def why_redo_segments(rec: ShardRecord, plan: ShardPlan) -> str | None:
-    """progress.why_redo for segments: a retryable failure, or a segment whose audio bytes or metadata changed. (A track
-    that appeared, vanished or changed length changes the plan's keys, which progress.why_redo checks first.)"""
-    for f in rec.failures:
-        if f.retryable and f.reason not in ("missing_audio", "needs_ffmpeg"):
-            return f"{f.ytid} failed with a retryable {f.reason}"
-    hashes: dict[str, str | None] = {}
-    for item in plan.rows:
-        assert isinstance(item, SegmentItem)
-        old = rec.inputs[item.ytid]
-        if item.failure is not None:  # planned failures: only their metadata can change without changing the plan
-            if old[2:] != [item.input_digest]:
-                return f"metadata of {item.ytid} changed"
-            continue
-        if item.audio_path not in hashes:
-            p = Path(item.audio_path)
-            hashes[item.audio_path] = sha256_cached(p) if p.is_file() else None
-        sha = hashes[item.audio_path]
-        if sha is None:  # deleted after encoding: the sample stays, as for MusicCaps
-            continue
-        if old != segment_identity(item, item.source_file, sha):
-            return f"audio or metadata of {item.ytid} appeared or changed"
-    return None
 
 
 def source_summary(cfg: PipelineConfig, info: SourceInfo | None, sha: str) -> dict:
