@@ -42,7 +42,7 @@ def test_audiocraft_tracks_and_musiccaps_train_as_a_weighted_mixture(models, tmp
               "min_seconds=0.5", *common])  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
 
-    tracks = [{"name": f"album/track{i}.wav", "seconds": TRACK_S, "sidecar": s} for i, s in enumerate(SIDECARS)]
+    tracks = [{"name": f"album/piece{i}.wav", "seconds": TRACK_S, "sidecar": s} for i, s in enumerate(SIDECARS)]
     manifest = make_audiocraft(tmp_path / "mine", tracks)
     byo = tmp_path / "own_set"
     # eval_fraction 0.5 so both splits hold a track with 3 tracks (the split is by a hash of the track id)

@@ -127,7 +127,8 @@ def test_clip_failure_interface() -> None:
     oom = ClipFailure.from_exception("decode_error", "a.wav", MemoryError("cannot allocate"))
     assert oom.retryable is True and pickle.loads(pickle.dumps(oom)).retryable is True
     assert {"missing_audio", "needs_ffmpeg", "decode_error", "duration_mismatch", "too_short", "resample_error",
-            "encode_error", "no_caption", "bad_metadata"} == set(REASONS)  # fmt: skip
+            "encode_error", "no_caption", "bad_metadata", "bad_path", "duplicate_audio", "short_track",
+            "short_tail"} == set(REASONS)  # fmt: skip
     assert ClipFailure("no_caption", "a.wav", "no description").retryable is False  # redone when the metadata changes
 
 

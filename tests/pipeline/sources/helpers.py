@@ -49,15 +49,16 @@ def write_manifest(path: Path, lines: list[dict], gz: bool = False) -> Path:
 
 def make_audiocraft(root: Path, tracks: list[dict], gz: bool = False) -> Path:
     """tracks: {"name", "seconds", optional "sidecar" (dict), "weight", "sr", "channels", "declared"}; returns the
-    manifest (root/egs/data.jsonl[.gz]) with paths relative to it (the audio next to it)."""
+    manifest (root/egs/data.jsonl[.gz]) naming the audio next to it by absolute paths, as audiocraft's writer does
+    when given an absolute folder."""
     egs = root / "egs"
     lines = []
     for i, t in enumerate(tracks):
-        rel = t["name"]
-        write_track(egs / rel, t["seconds"], t.get("sr", 44100), t.get("channels", 2), seed=i)
+        audio = (egs / t["name"]).absolute()
+        write_track(audio, t["seconds"], t.get("sr", 44100), t.get("channels", 2), seed=i)
         if t.get("sidecar") is not None:
-            (egs / rel).with_suffix(".json").write_text(json.dumps(t["sidecar"]))
-        lines.append(audiocraft_line(rel, t.get("declared", t["seconds"]), t.get("sr", 44100), t.get("weight")))
+            audio.with_suffix(".json").write_text(json.dumps(t["sidecar"]))
+        lines.append(audiocraft_line(str(audio), t.get("declared", t["seconds"]), t.get("sr", 44100), t.get("weight")))
     return write_manifest(egs / ("data.jsonl.gz" if gz else "data.jsonl"), lines, gz)
 
 

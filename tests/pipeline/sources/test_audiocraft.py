@@ -28,6 +28,7 @@ from tokenizer_pipeline.errors import PipelineError
 from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify
 from tokenizer_pipeline.shards.write_shards import sha256_file
+from tokenizer_pipeline.sources.audiocraft import MUSIC_INFO_FIELDS
 
 SIDECAR = {
     "title": "", "artist": "", "key": "C Major", "bpm": 120, "genre": "Rock", "moods": ["happy", "bright"],
@@ -63,13 +64,14 @@ def test_tracks_become_segments_with_their_sidecar_captions(built: tuple[Path, P
     assert (a1["start_s"], a1["end_s"], a1["segment_start_s"], a1["segment_end_s"]) == (10.0, 20.0, 10.0, 20.0)
     assert a1["duration_s"] == pytest.approx(10.0, abs=1e-9) and a1["n_frames"] == 500  # 10 s x 50 Hz
     assert a1["weight"] == 2.5 and got["b_c_0"]["weight"] == 1.0  # null weight -> 1.0
-    assert a1["metadata"] == SIDECAR  # verbatim
+    assert a1["metadata"] == {k: v for k, v in SIDECAR.items() if k in MUSIC_INFO_FIELDS}  # verbatim, MusicInfo only
+    assert "sample_rate" not in a1["metadata"] and "file_extension" not in a1["metadata"]
     assert a1["aspect_list"] == ["guitar", "drums", "rock", "happy", "bright"]  # keywords, genre, moods, (instrument)
     assert (a1["source_kind"], a1["track_id"], a1["segment_index"], a1["source_path"]) == (
         "audiocraft",
         "a",
         1,
-        "a.wav",
+        str(manifest.parent / "a.wav"),
     )
     assert a1["source_file"] == "a.wav" and a1["csv_row"] == 1
     m = json.loads((out / "manifest.json").read_text())
@@ -77,14 +79,14 @@ def test_tracks_become_segments_with_their_sidecar_captions(built: tuple[Path, P
     assert m["source"]["kind"] == "audiocraft" and m["source"]["sha256"] == sha256_file(manifest)
     assert m["segmentation"] == {
         "seconds": 10.0, "hop_seconds": 10.0, "min_seconds": 8.0, "n_tracks": 4, "n_segments_planned": 5,
-        "n_dropped_short": 1, "n_track_failures": 2,
+        "n_dropped_short": 1, "n_dropped_short_tracks": 0, "n_dropped_tails": 1, "n_track_failures": 2,
     }  # fmt: skip
 
 
 def test_a_track_without_caption_is_a_no_caption_failure(built: tuple[Path, Path]) -> None:
     _, out = built
     f = failures(out)
-    assert {k: v["reason"] for k, v in f.items()} == {"d": "no_caption", "e": "no_caption"}
+    assert {k: v["reason"] for k, v in f.items()} == {"d": "no_caption", "e": "no_caption", "b_c_2": "short_tail"}
     assert not f["d"]["retryable"] and "d.wav" in f["d"]["detail"] and f["d"]["csv_row"] == 3
 
 
@@ -106,7 +108,7 @@ def test_a_segment_encodes_like_the_same_window_cut_to_its_own_file(built: tuple
     sf.write(tmp_path / "src/cut.wav", data[10 * sr : 20 * sr], sr, subtype="PCM_16") if (
         tmp_path / "src"
     ).mkdir() is None else None
-    cut = write_manifest(tmp_path / "src/data.jsonl", [audiocraft_line("cut.wav", 10.0)])
+    cut = write_manifest(tmp_path / "src/data.jsonl", [audiocraft_line(str(tmp_path / "src/cut.wav"), 10.0)])
     (tmp_path / "src/cut.json").write_text(json.dumps({"description": "x"}))
     run_pipeline(source_config("audiocraft", cut, tmp_path / "set", tiny_codec, split=SplitConfig(eval_fraction=0.0)),
                  progress=False)  # fmt: skip
@@ -162,8 +164,8 @@ def test_gzipped_manifest_gives_the_same_samples(tmp_path: Path, tiny_codec: Pat
     assert manifest.name == "data.jsonl.gz"
     cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec, split=SplitConfig(eval_fraction=0.0))
     assert run_pipeline(cfg, progress=False).exit_code == 0
-    assert {k: v | {"source_sha256": None} for k, v in samples(tmp_path / "set").items()} == {
-        k: v | {"source_sha256": None} for k, v in samples(out).items()
+    assert {k: v | {"source_sha256": None, "source_path": None} for k, v in samples(tmp_path / "set").items()} == {
+        k: v | {"source_sha256": None, "source_path": None} for k, v in samples(out).items()
     }  # fmt: skip
 
 
@@ -211,13 +213,21 @@ def test_resume_after_an_interruption_matches_a_fresh_run(tmp_path: Path, tiny_c
     assert calls == ["train/shard-000001.tar", "train/shard-000002.tar"]  # a_2 + b_c_0, b_c_1 + d (failure)
 
 
-def test_relative_paths_may_not_leave_the_manifest_folder(tmp_path: Path, tiny_codec: Path) -> None:
+def test_relative_paths_resolve_against_the_launch_directory_as_audiocraft_does(
+    tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """audiocraft 1.3.0 resolves a relative `path` against the directory it is launched from (audio_dataset.
+    _resolve_audio_meta -> dora.git_save.to_absolute_path: `Path(os.getcwd()) / path`; without dora, open() does the
+    same), '..' included: never against the manifest's folder."""
     write_track(tmp_path / "outside.wav", 2.0)
+    (tmp_path / "outside.json").write_text(json.dumps({"description": "up one"}))
     manifest = write_manifest(tmp_path / "egs/data.jsonl", [audiocraft_line("../outside.wav", 2.0)])
-    cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec)
-    with pytest.raises(PipelineError, match=r"data.jsonl:1: path '\.\./outside.wav' contains '\.\.'"):
-        run_pipeline(cfg, progress=False)
-    assert not (tmp_path / "set").exists()  # refused before anything was written
+    monkeypatch.chdir(tmp_path / "egs")  # '../outside.wav' from here is tmp_path/outside.wav
+    cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec, segment=SegmentConfig(seconds=1.0))
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    got = samples(tmp_path / "set")
+    assert sorted(got) == ["outside_0", "outside_1"] and got["outside_0"]["caption"] == "up one"
+    assert got["outside_0"]["source_path"] == "../outside.wav"
 
 
 def test_absolute_paths_are_read_as_audiocraft_writes_them(tmp_path: Path, tiny_codec: Path) -> None:
@@ -227,7 +237,8 @@ def test_absolute_paths_are_read_as_audiocraft_writes_them(tmp_path: Path, tiny_
     cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec, split=SplitConfig(eval_fraction=0.0))
     assert run_pipeline(cfg, progress=False).exit_code == 0
     ((key, s),) = samples(tmp_path / "set").items()
-    assert s["source_path"] == str(audio.resolve()) and s["caption"] == "abs" and key.endswith("music_x_y_0")
+    assert s["source_path"] == str(audio.resolve()) and s["caption"] == "abs" and key == "x_y_0"  # the common root
+    assert s["source_file"] == "x y.wav"
 
 
 @pytest.mark.parametrize(
@@ -261,23 +272,22 @@ def test_a_missing_audio_file_is_a_retryable_track_failure_healed_on_rerun(tmp_p
     assert snapshot(tmp_path / "set") == fresh
 
 
-def test_info_path_in_a_zip_or_a_json_file_is_the_metadata(tmp_path: Path) -> None:
-    """audiocraft's info_path ("<zip>:<member>", its PathInZip) wins over the sidecar; a plain .json path works too."""
-    import zipfile
-
+def test_info_path_is_never_read_the_sidecar_is_as_in_audiocraft(tmp_path: Path) -> None:
+    """audiocraft's MusicDataset reads `Path(meta.path).with_suffix('.json')` and never `info_path` (music_dataset.py,
+    MusicDataset.__getitem__); a plain JSON info_path (here a creds.json) must not leak into any shard."""
     from tokenizer_pipeline.sources.audiocraft import read_audiocraft
 
-    for name in ("a.wav", "b.wav", "c.wav"):
+    for name in ("a.wav", "b.wav"):
         write_track(tmp_path / name, 0.1)
-        (tmp_path / name).with_suffix(".json").write_text(json.dumps({"description": "sidecar"}))
+        (tmp_path / name).with_suffix(".json").write_text(json.dumps({"description": "sidecar", "token": "s3cret"}))
+    (tmp_path / "creds.json").write_text(json.dumps({"description": "leak", "aws_secret": "s3cret"}))
     with zipfile.ZipFile(tmp_path / "info.zip", "w") as zf:
         zf.writestr("meta/a.json", json.dumps({"description": "from the zip"}))
-    (tmp_path / "b_info.json").write_text(json.dumps({"description": "from a file"}))
-    lines = [audiocraft_line("a.wav", 0.1) | {"info_path": "info.zip:meta/a.json"},
-             audiocraft_line("b.wav", 0.1) | {"info_path": "b_info.json"}, audiocraft_line("c.wav", 0.1)]  # fmt: skip
+    lines = [audiocraft_line(str(tmp_path / "a.wav"), 0.1) | {"info_path": f"{tmp_path}/info.zip:meta/a.json"},
+             audiocraft_line(str(tmp_path / "b.wav"), 0.1) | {"info_path": str(tmp_path / "creds.json")}]  # fmt: skip
     tracks = read_audiocraft(write_manifest(tmp_path / "data.jsonl", lines))
-    assert [t.metadata["description"] for t in tracks] == ["from the zip", "from a file", "sidecar"]
-    assert [t.metadata_file for t in tracks] == ["info.zip:meta/a.json", "b_info.json", "c.json"]
+    assert [t.metadata for t in tracks] == [{"description": "sidecar"}] * 2  # MusicInfo fields only: no "token"
+    assert [t.metadata_file for t in tracks] == ["a.json", "b.json"]
 
 
 @pytest.mark.parametrize(
@@ -331,25 +341,6 @@ def test_a_fixed_sidecar_heals_on_rerun(tmp_path: Path, tiny_codec: Path) -> Non
     assert samples(out)["bad_0"]["caption"] == "now fine"
 
 
-def test_an_unreadable_info_path_is_that_tracks_failure(tmp_path: Path, tiny_codec: Path) -> None:
-    """An info_path naming a missing zip member is that track's bad_metadata failure (audiocraft itself would crash)."""
-    egs = tmp_path / "egs"
-    write_track(egs / "a.wav", 2.0)
-    write_track(egs / "b.wav", 2.0, seed=1)
-    (egs / "b.json").write_text(json.dumps({"description": "fine"}))
-    with zipfile.ZipFile(egs / "info.zip", "w") as zf:
-        zf.writestr("meta/other.json", "{}")
-    lines = [audiocraft_line("a.wav", 2.0) | {"info_path": "info.zip:meta/a.json"}, audiocraft_line("b.wav", 2.0)]
-    manifest = write_manifest(egs / "data.jsonl", lines)
-    out = tmp_path / "set"
-    run_pipeline(
-        source_config("audiocraft", manifest, out, tiny_codec, segment=SegmentConfig(seconds=1.0)), progress=False
-    )
-    assert sorted(samples(out)) == ["b_0", "b_1"]
-    f = failures(out)["a"]
-    assert f["reason"] == "bad_metadata" and "info.zip:meta/a.json" in f["detail"], f
-
-
 def test_tracks_all_shorter_than_a_segment_are_refused_naming_the_setting(tmp_path: Path, tiny_codec: Path) -> None:
     """5-s loops with the default 10-s segments: every track is dropped short. That used to end with 'nothing could be
     encoded: 0 of 0 rows failed, see failures.jsonl' (an empty file) and exit 1; now one line before out_dir exists."""
@@ -363,25 +354,27 @@ def test_tracks_all_shorter_than_a_segment_are_refused_naming_the_setting(tmp_pa
     assert not (tmp_path / "set").exists()
 
 
-def test_audiocraft_example_paths_relative_to_the_launch_dir_fail_as_missing_audio_with_a_hint(
+def test_audiocraft_example_paths_relative_to_the_launch_dir_are_read_from_there(
     tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """audiocraft's own egs/example/data.jsonl names 'dataset/example/x.mp3', relative to the directory audiocraft is
-    launched from. Here relative paths resolve against the manifest's folder, so the file is missing: that must be a
-    retryable missing_audio failure saying what to do, not a final no_caption (the sidecar of a missing file is missing
-    too), which is what review found."""
+    launched from: launched from there, every track is read (the issue: 6 of 6 were reported missing). Launched from
+    elsewhere the file is a retryable missing_audio failure that says where it was looked for and what to do."""
     write_track(tmp_path / "dataset/example/electro_1.wav", 2.0)
     (tmp_path / "dataset/example/electro_1.json").write_text(json.dumps({"description": "electro"}))
-    manifest = write_manifest(
-        tmp_path / "egs/example/data.jsonl", [audiocraft_line("dataset/example/electro_1.wav", 2.0)]
-    )
+    write_manifest(tmp_path / "egs/example/data.jsonl", [audiocraft_line("dataset/example/electro_1.wav", 2.0)])
     monkeypatch.chdir(tmp_path)
-    cfg = source_config("audiocraft", Path("egs/example/data.jsonl"), tmp_path / "set", tiny_codec)
+    cfg = source_config("audiocraft", Path("egs/example/data.jsonl"), tmp_path / "set", tiny_codec,
+                        segment=SegmentConfig(seconds=1.0))  # fmt: skip
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    assert sorted(samples(tmp_path / "set")) == ["electro-1_0", "electro-1_1"]
+    monkeypatch.chdir(tmp_path / "egs")
+    cfg = source_config("audiocraft", tmp_path / "egs/example/data.jsonl", tmp_path / "other", tiny_codec,
+                        segment=SegmentConfig(seconds=1.0))  # fmt: skip
     run_pipeline(cfg, progress=False)
-    (f,) = failures(tmp_path / "set").values()
+    (f,) = failures(tmp_path / "other").values()
     assert f["reason"] == "missing_audio" and f["retryable"], f
-    assert "relative to the directory you launch from" in f["detail"] and "absolute" in f["detail"], f["detail"]
-    assert manifest.is_file()
+    assert "directory you launch from" in f["detail"] and str(tmp_path / "egs") in f["detail"], f["detail"]
 
 
 def test_a_track_re_exported_shorter_leaves_no_stale_shard(tmp_path: Path, tiny_codec: Path) -> None:
@@ -408,17 +401,19 @@ def test_a_track_re_exported_shorter_leaves_no_stale_shard(tmp_path: Path, tiny_
     )
 
 
-def test_one_file_named_absolute_and_relative_is_a_repeated_path(
+def test_one_file_named_absolute_and_relative_is_that_lines_duplicate_failure(
     tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A manifest concatenated from two (one with absolute paths) names a file twice: refused as the repeated line it
-    is, not as a repeated 'ytid' of a hashed key (what review found)."""
+    """A manifest concatenated from two (one with absolute paths) names a file twice: the first line is encoded, the
+    repeat is its own duplicate_audio failure naming line 1 (it used to stop the whole run)."""
     write_track(tmp_path / "egs/a.wav", 2.0)
     (tmp_path / "egs/a.json").write_text(json.dumps({"description": "x"}))
-    lines = [audiocraft_line("a.wav", 2.0), audiocraft_line(str(tmp_path / "egs/a.wav"), 2.0)]
+    lines = [audiocraft_line("egs/a.wav", 2.0), audiocraft_line(str(tmp_path / "egs/a.wav"), 2.0)]
     write_manifest(tmp_path / "egs/data.jsonl", lines)
     monkeypatch.chdir(tmp_path)  # source.manifest=egs/data.jsonl, relative, as typed on the command line
-    with pytest.raises(PipelineError, match=r"data.jsonl:2: path '.*a.wav' repeats line 1"):
-        cfg = source_config("audiocraft", Path("egs/data.jsonl"), tmp_path / "set", tiny_codec,
-                            segment=SegmentConfig(seconds=1.0))  # fmt: skip
-        run_pipeline(cfg, progress=False)
+    cfg = source_config("audiocraft", Path("egs/data.jsonl"), tmp_path / "set", tiny_codec,
+                        segment=SegmentConfig(seconds=1.0))  # fmt: skip
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    assert sorted(samples(tmp_path / "set")) == ["a_0", "a_1"]
+    (f,) = failures(tmp_path / "set").values()
+    assert f["reason"] == "duplicate_audio" and f["csv_row"] == 2 and "line 1" in f["detail"], f

@@ -4,6 +4,7 @@ and the rows and captions we read checked against `datasets.load_dataset("audiof
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,9 @@ def test_metadata_file_to_shards(tmp_path: Path, tiny_codec: Path, fmt: str) -> 
         and got["songs_b_b_0"]["csv_row"] == {"csv": 3, "jsonl": 2}[fmt]
     )  # its line
     assert got["songs_b_b_0"]["source_path"] == "songs/b b.wav" and got["a_0"]["source_kind"] == "audiofolder"
-    assert {k: f["reason"] for k, f in failures(tmp_path / "set").items()} == {"c": "no_caption"}
+    assert {k: f["reason"] for k, f in failures(tmp_path / "set").items()} == {
+        "c": "no_caption", "a_2": "short_tail", "songs_b_b_1": "short_tail"
+    }  # fmt: skip
     m = json.loads((tmp_path / "set/manifest.json").read_text())
     assert m["source"]["sha256"] == sha256_file(root / f"metadata.{fmt}")
     assert m["source"]["metadata_files"] == [f"metadata.{fmt}"] and m["segmentation"]["n_dropped_short"] == 2
@@ -156,12 +159,20 @@ def test_template_captions_from_audiofolder_columns(tmp_path: Path, tiny_codec: 
     assert samples(tmp_path / "set")["a_0"]["caption"] == "lofi beat genre: hip hop. bpm: 85"
 
 
-def test_a_jsonl_row_with_nan_is_refused_naming_it(tmp_path: Path, tiny_codec: Path) -> None:
-    make_audiofolder(tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}]}, fmt="jsonl")
-    (tmp_path / "mine/metadata.jsonl").write_text('{"file_name": "a.wav", "caption": "x", "bpm": NaN}\n')
-    with pytest.raises(PipelineError, match=r"metadata.jsonl:1: .*NaN.*null"):
-        run_pipeline(source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec), progress=False)
-    assert not (tmp_path / "set").exists()
+def test_a_jsonl_row_with_nan_is_its_tracks_failure_naming_it(tmp_path: Path, tiny_codec: Path) -> None:
+    """NaN is not JSON: the row's track is a bad_metadata failure naming the line and the fix; the others are encoded
+    (it used to stop the whole run)."""
+    make_audiofolder(tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}, {"file_name": "b.wav"}]})
+    (tmp_path / "mine/metadata.jsonl").write_text(
+        '{"file_name": "a.wav", "caption": "x", "bpm": NaN}\n{"file_name": "b.wav", "caption": "y"}\n'
+    )
+    (tmp_path / "mine/metadata.csv").unlink()
+    cfg = source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec, segment=SegmentConfig(seconds=3),
+                        split=SplitConfig(eval_fraction=0.0), max_failure_fraction=1.0)  # fmt: skip
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    assert list(samples(tmp_path / "set")) == ["b_0"]
+    bad = failures(tmp_path / "set")["a"]
+    assert bad["reason"] == "bad_metadata" and re.search(r"metadata.jsonl:1: .*NaN.*null", bad["detail"])
 
 
 def test_a_changed_metadata_file_is_refused_naming_it_and_nothing_is_lost(tmp_path: Path, tiny_codec: Path) -> None:

@@ -46,6 +46,9 @@ class SourceConfig:
 
     kind: str = "musiccaps"  # musiccaps (csv + audio_dir) | audiocraft (manifest) | audiofolder (dir)
     manifest: str | None = None  # audiocraft: egs/<name>/data.jsonl or .jsonl.gz
+    # audiocraft: the folder track ids are relative to (null = the deepest folder holding every track), so a moved
+    # dataset keeps its keys and splits; pin it when you will add tracks outside today's common folder
+    root: str | None = None
     dir: str | None = None  # audiofolder: audio files + metadata.csv / metadata.jsonl (optional split folders)
     caption: str = "field"  # field: the caption_column's text | template: `template` filled from the metadata
     caption_column: str = "description"  # audiocraft: description; audiofolder: caption (falls back to text)

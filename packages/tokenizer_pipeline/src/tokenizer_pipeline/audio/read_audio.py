@@ -60,6 +60,12 @@ REASONS: dict[str, str] = {
     "add a description or pick another caption setting",
     "bad_metadata": "the track's own metadata file (sidecar <stem>.json or info_path) is not a readable JSON object: "
     "fix or delete it and rerun the same command (the fixed track is encoded, the rest kept)",
+    "bad_path": "your own audio: the file name is not UTF-8 (audiocraft writes such bytes as \\udcXX): rename the file",
+    "duplicate_audio": "your own audio: the same audio (path or bytes) as an earlier track, which is encoded: remove one",
+    "short_track": "your own audio: the whole track is shorter than segment.min_seconds: no segment (not counted "
+    "toward max_failure_fraction)",
+    "short_tail": "your own audio: the last segment is shorter than segment.min_seconds and was dropped (not counted "
+    "toward max_failure_fraction)",
 }
 
 

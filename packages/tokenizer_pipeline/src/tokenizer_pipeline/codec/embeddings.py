@@ -10,7 +10,7 @@ codec's config has `normalize`, as EncodecModel does). Every frame is one embedd
 - `<out without .npy>.json`: the codec, its sampling and frame rates, D, and each clip's key and frame count.
 
 `python -m adapter_trainer.audio_metrics --embeddings-generated G.npy --embeddings-reference R.npy` turns two of
-them into `fad_encodec`. This is the pipeline's side because only the pipeline builds a codec; the trainer reads
+them into `fad_codec_latents`. This is the pipeline's side because only the pipeline builds a codec; the trainer reads
 the .npy files only.
 """
 

@@ -2,8 +2,8 @@
 
     --layout audiocraft    <out>/audio/<ytid>.wav + <out>/audio/<ytid>.json (audiocraft's MusicInfo sidecar:
                            description = the MusicCaps caption, keywords = its aspect_list, bpm, key, instrument, ...)
-                           + <out>/data.jsonl (audiocraft's AudioMeta lines; paths relative to the manifest, which
-                           audiocraft's own writer would make absolute). No split: the pipeline hashes tracks.
+                           + <out>/data.jsonl (audiocraft's AudioMeta lines with absolute paths, as its own writer
+                           gives them for an absolute folder). No split: the pipeline hashes tracks.
     --layout audiofolder   <out>/train/ and <out>/test/ (split by the row's is_audioset_eval), each with its wavs
                            and a metadata.csv (file_name, caption, aspect_list, ytid): a Hugging Face audiofolder.
 Tracks are full length (`--duration-s`, 30 s by default here), at `--sample-rate` with `--channels` (stereo: the right
@@ -65,7 +65,7 @@ class LayoutWriter:
         if self.layout == "audiocraft":
             meta = sidecar(row, aspects, attrs, self.duration_s, self.sample_rate)
             path.with_suffix(".json").write_text(json.dumps(meta, allow_nan=False) + "\n", encoding="utf-8")
-            line = {"path": rel, "duration": self.duration_s, "sample_rate": self.sample_rate, "amplitude": None,
+            line = {"path": str(path.absolute()), "duration": self.duration_s, "sample_rate": self.sample_rate, "amplitude": None,
                     "weight": None, "info_path": None}  # fmt: skip
             self.lines.append(json.dumps(line, allow_nan=False))
         else:

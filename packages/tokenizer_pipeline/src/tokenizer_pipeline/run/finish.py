@@ -7,9 +7,18 @@ from pathlib import Path
 
 from ..audio.read_audio import FFMPEG_FIX
 from ..config import PipelineConfig
-from ..shards.manifest import CodecInfo, Manifest, SplitSummary, write_failures_jsonl, write_text_atomic
+from ..shards.manifest import (
+    CodecInfo,
+    FailureRecord,
+    Manifest,
+    SplitSummary,
+    write_failures_jsonl,
+    write_text_atomic,
+)
 from ..shards.write_shards import ShardPlan
 from .progress import ProgressStore, ShardRecord
+
+DROPPED_REASONS = ("short_track", "short_tail")  # your own audio's dropped short tracks / tails (sources/plan.py)
 
 
 @dataclass(frozen=True)
@@ -22,9 +31,13 @@ class RunResult:
 
 def write_manifest(
     cfg: PipelineConfig, plans: list[ShardPlan], store: ProgressStore, codec_info: CodecInfo, source: dict,
-    segmentation: dict | None, resolved: dict, n_rows: int,
+    segmentation: dict | None, resolved: dict, n_rows: int, dropped: list[FailureRecord] | None = None,
 ) -> RunResult:  # fmt: skip
+    """`dropped`: your own audio's short tracks and tails (short_track / short_tail): failures.jsonl lines and rows
+    like any failure, but not counted toward max_failure_fraction (a tail shorter than min_seconds is by design)."""
     out_dir = store.out_dir
+    dropped = list(dropped or [])
+    n_rows += len(dropped)
     records: list[ShardRecord] = []
     for plan in plans:
         rec = store.completed(plan)
@@ -42,7 +55,7 @@ def write_manifest(
             audio_seconds=round(sum(r.audio_seconds for r in recs), 6),
             n_frames=sum(r.n_frames for r in recs),
         )
-    failures = sorted((f for r in records for f in r.failures), key=lambda f: f.csv_row)
+    failures = sorted([*(f for r in records for f in r.failures), *dropped], key=lambda f: f.csv_row)
     encoded = sum(s.n_samples for s in splits.values())
     manifest = Manifest(
         codec=codec_info,
@@ -66,9 +79,15 @@ def write_manifest(
     # summary and exit status
     lines = [f"shard set: {out_dir} ({sum(len(s.shards) for s in splits.values())} shards)"]
     for name, s in splits.items():
-        n_failed = sum(f.split == name for f in failures)
+        n_failed = sum(f.split == name for f in failures if f.reason not in DROPPED_REASONS)
         lines.append(
             f"  {name}: {s.n_samples} encoded, {n_failed} failed, {s.audio_seconds / 3600:.3f} h audio, {s.n_frames} frames"
+        )
+    n_short, n_tails = (sum(f.reason == r for f in dropped) for r in DROPPED_REASONS)
+    if dropped:
+        lines.append(
+            f"  dropped as shorter than segment.min_seconds: {n_short} whole tracks (short_track), {n_tails} last "
+            "segments (short_tail); each is a line of failures.jsonl, none counts toward max_failure_fraction"
         )
     n_ffmpeg = sum(f.reason == "needs_ffmpeg" for f in failures)
     if n_ffmpeg:
@@ -83,7 +102,8 @@ def write_manifest(
             "errors, out of memory); rerun the same command to retry them"
         )
     code, msg = 0, "ok"
-    frac = len(failures) / max(n_rows, 1)
+    n_real = len(failures) - len(dropped)  # failures that count: a dropped short track or tail is planned, not failed
+    frac = n_real / max(n_rows - len(dropped), 1)
     if encoded == 0:
         code, msg = (
             1,
@@ -93,11 +113,12 @@ def write_manifest(
         code, msg = (
             1,
             (
-                f"{len(failures)} of {n_rows} rows failed ({frac:.0%} > max_failure_fraction={cfg.max_failure_fraction}); "
+                f"{n_real} of {n_rows - len(dropped)} rows failed ({frac:.0%} > max_failure_fraction="
+                f"{cfg.max_failure_fraction}); "
                 f"see {out_dir / 'failures.jsonl'}. The shards and manifest that were written stay in {out_dir}."
             ),
         )
-    elif failures:
-        msg = f"ok with {len(failures)} failed rows listed in {out_dir / 'failures.jsonl'}"
+    elif n_real:
+        msg = f"ok with {n_real} failed rows listed in {out_dir / 'failures.jsonl'}"
     lines.append(msg)
     return RunResult(manifest=manifest, out_dir=out_dir, exit_code=code, message="\n".join(lines))

@@ -30,10 +30,11 @@ from tqdm import tqdm
 from ..codec.encode import CodecEncoder, resolve_batch_size
 from ..config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from ..dir_lock import lock_dir
-from ..errors import PipelineError
+from ..errors import ConfigError, PipelineError
 from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
 from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
+from ..sources.splits import check_split_names
 from .encode_shards import encode_shard
 from .finish import RunResult, write_manifest
 from .loader import decoded_clips
@@ -88,7 +89,12 @@ def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
 
 
 def check_config(cfg: PipelineConfig) -> None:
-    """Values no run can use; PipelineError names the key and the allowed range."""
+    """Values no run can use; PipelineError names the key and the allowed range. Runs before anything is read or
+    written, for every source (split names become directories of out_dir)."""
+    try:
+        check_split_names(cfg.split.train_name, cfg.split.eval_name)
+    except ConfigError as e:
+        raise PipelineError(str(e)) from e
     if cfg.source.kind == "musiccaps" and not (cfg.audio_dir and Path(cfg.audio_dir).is_dir()):
         raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
     try:
@@ -155,6 +161,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
             result = write_manifest(
                 cfg, plans, store, codec_info, source_summary(cfg, source_info, csv_sha),
                 segmentation_summary(source_info), resolved, len(items),
+                dropped=[] if source_info is None else source_info.dropped,
             )  # fmt: skip
             result = _with_speed_line(result, elapsed, audio_s, len(todo), ranks)
         return _share_result(ranks, result)
@@ -213,6 +220,9 @@ def _fingerprint(
         "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
     }
+    if source_info is not None and source_info.root is not None:  # the id root used, whether set or found
+        fingerprint["config"] = fingerprint["config"] | {"source": fingerprint["config"]["source"] | {"root": None}}
+        fingerprint["source_root"] = source_info.root
     return musiccaps_fingerprint(fingerprint) if source_info is None else fingerprint
 
 

@@ -256,4 +256,10 @@ def source_change_words(info: SourceInfo | None) -> dict[str, str] | None:
     if info is None:
         return None
     what = {"audiocraft": "audiocraft manifest", "audiofolder": "audiofolder metadata file(s) in"}[info.kind]
-    return {"csv_sha256": f"the {what} {info.path} changed since these shards were written"}
+    words = {"csv_sha256": f"the {what} {info.path} changed since these shards were written"}
+    if info.root is not None:
+        words["source_root"] = (
+            f"the folder track ids are relative to is now {info.root}, which changes every id: pass source.root=<the "
+            "root in manifest.json's source.root or .progress/config.json's source_root> to keep the old ids"
+        )
+    return words

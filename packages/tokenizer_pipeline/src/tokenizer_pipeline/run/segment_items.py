@@ -104,9 +104,10 @@ def source_summary(cfg: PipelineConfig, info: SourceInfo | None, sha: str) -> di
         return {"kind": "musiccaps", "csv": str(cfg.csv), "csv_sha256": sha, "sha256": sha,
                 "audio_dir": str(cfg.audio_dir)}  # fmt: skip
     where = {"audiocraft": "manifest", "audiofolder": "dir"}[info.kind]
+    root = {} if info.root is None else {"root": info.root}  # audiocraft: the folder the track ids are relative to
     return {
         "kind": info.kind, where: info.path, "sha256": sha, "metadata_files": info.metadata_files,
-        "n_tracks": info.n_tracks, "n_duration_disagreements": info.n_duration_disagreements,
+        "n_tracks": info.n_tracks, "n_duration_disagreements": info.n_duration_disagreements, **root,
     }  # fmt: skip
 
 
@@ -118,5 +119,6 @@ def segmentation_summary(info: SourceInfo | None) -> dict | None:
     return {
         "seconds": seg.seconds, "hop_seconds": seg.hop_seconds, "min_seconds": seg.min_seconds,
         "n_tracks": info.n_tracks, "n_segments_planned": info.n_segments, "n_dropped_short": info.n_dropped_short,
+        "n_dropped_short_tracks": info.n_dropped_short_tracks, "n_dropped_tails": info.n_dropped_tails,
         "n_track_failures": info.track_failures,
     }  # fmt: skip

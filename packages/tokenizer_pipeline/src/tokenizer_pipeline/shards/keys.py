@@ -32,8 +32,8 @@ def key_problem(key: str) -> str | None:
     if len(key) > MAX_KEY_LEN:
         return f"is {len(key)} characters long, more than {MAX_KEY_LEN} (its tar member names must fit a ustar header)"
     if not KEY_RE.fullmatch(key):
-        bad = "".join(sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)}))
-        return f"contains {bad!r}"
+        bad = sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)})
+        return f"contains {', '.join(repr(c) for c in bad)}"
     return None
 
 

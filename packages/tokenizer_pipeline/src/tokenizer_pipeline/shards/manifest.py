@@ -73,7 +73,7 @@ class SegmentSampleRecord:
     n_frames: int  # T == codes.npy.shape[0]
     n_codebooks: int  # K
     duration_s: float  # seconds of audio encoded
-    source_file: str  # relative to the manifest's directory / the audiofolder (or the absolute path given)
+    source_file: str  # relative to the source's root (audiocraft: source.root or the tracks' common folder)
     source_sha256: str  # sha256 of the audio file's bytes
     source_kind: str  # audiocraft | audiofolder
     track_id: str

@@ -1,133 +1,117 @@
-"""source=audiofolder: a Hugging Face `audiofolder` directory -> Tracks.
+"""source=audiofolder: a Hugging Face `audiofolder` directory -> Tracks, read as
+`datasets.load_dataset("audiofolder", data_dir=DIR)` reads it.
 
-Layout (as `datasets.load_dataset("audiofolder", data_dir=DIR)` reads it): audio files plus a `metadata.csv` or
-`metadata.jsonl` with a `file_name` column (the audio file, relative to the metadata file's folder) and any other
-columns (text, numbers). The metadata file sits in DIR, or one per split folder. Split folders (first level only),
-as datasets names them:
-    train/ training/                                        -> split.train_name
-    validation/ valid/ val/ dev/ test/ testing/ eval/ evaluation/  -> split.eval_name
-Without split folders each track's split is chosen by hash (`split.eval_fraction`, splits.py).
+Which metadata files are read and their splits: audiofolder_layout.py (metadata.csv / .jsonl / .parquet at any
+depth, split folders such as train/, data/test/, train-clean/; any metadata file datasets would leave unread stops
+the run, listed). Each row names one audio file in its `file_name` column, or in the one `<name>_file_name` column,
+relative to the metadata file's folder ('\\' read as '/', as datasets does); the other columns are the track's
+metadata (audiofolder_rows.py reads the values). Audio files that no row names are not read (as in datasets, every
+example is a metadata row).
 
-Paths: `file_name` must be relative, without '..', and stay inside DIR; anything else stops the run before any
-audio is read, naming the metadata file and line. Audio files that no metadata row names are not read (as in
-datasets, every example is a metadata row).
+Stops the run before any audio is read, naming the file and line: a `file_name` that is missing, absolute, has
+'..' or leads outside DIR through a linked folder; a table with no or several audio columns. One track's failure
+(`bad_metadata`), the rest encoded: a row whose values cannot be stored (audiofolder_rows.Row.problem), a file name
+that is not UTF-8, holds a NUL character or names no file (`sub/`, `.`) (`bad_path`). Rows naming one file are all kept: the plan encodes the first and records each
+repeat as `duplicate_audio` (duplicates.py).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
+import posixpath
 from pathlib import Path
 from typing import Any
 
-from .track import NotJsonConstant, SourceError, Track, check_relative, refuse_constant
+from .audiofolder_layout import find_layout
+from .audiofolder_rows import Row, read_rows
+from .track import SourceError, Track, check_relative, shown
 
-METADATA_NAMES = ("metadata.csv", "metadata.jsonl")
 FILE_COLUMN = "file_name"
-TRAIN_DIRS = ("train", "training")
-EVAL_DIRS = ("validation", "valid", "val", "dev", "test", "testing", "eval", "evaluation")
+NOT_UTF8_FIX = (
+    "the file name is not UTF-8 (e.g. Latin-1): rename the file to UTF-8 (e.g. `convmv -f latin1 -t utf8 --notest "
+    "<file>`) and its row"
+)
 
 
-def split_of_dir(name: str) -> str | None:
-    """ "train" | "eval" for a split folder name (case-insensitive), else None."""
-    low = name.lower()
-    return "train" if low in TRAIN_DIRS else "eval" if low in EVAL_DIRS else None
-
-
-def metadata_files(root: Path) -> list[Path]:
-    """The metadata files: DIR's own and each split folder's, sorted by path; SourceError when none or two in one."""
-    if not root.is_dir():
-        raise SourceError(f"audiofolder source.dir={root} is not a directory")
-    folders = [root] + sorted(p for p in root.iterdir() if p.is_dir() and split_of_dir(p.name))
-    found = []
-    for folder in folders:
-        here = [folder / n for n in METADATA_NAMES if (folder / n).is_file()]
-        if len(here) > 1:
-            raise SourceError(f"{folder} has both {' and '.join(METADATA_NAMES)}; keep one of them")
-        found += here
-    if not found:
+def file_column(rows: list[Row], mfile: Path) -> str:
+    """The table's audio column: `file_name` or the one `<name>_file_name`; SourceError otherwise."""
+    columns = list(dict.fromkeys(k for r in rows for k in r.fields))
+    lists = [c for c in columns if c == "file_names" or c.endswith("_file_names")]
+    names = [c for c in columns if c == FILE_COLUMN or c.endswith("_" + FILE_COLUMN)]
+    if lists or len(names) > 1:
         raise SourceError(
-            f"audiofolder {root} has no {' or '.join(METADATA_NAMES)} (in it or in a train/, test/, validation/ "
-            f"folder); write one with a {FILE_COLUMN} column and a caption column"
+            f"{mfile}: names {len(lists) + len(names)} audio columns ({', '.join(lists + names)}); a track is one "
+            f"audio file per row: keep one {FILE_COLUMN} column (or write one row per file)"
         )
-    return found
+    if not names:
+        listed = columns[:20] + (["..."] if len(columns) > 20 else [])
+        raise SourceError(f"{mfile}: no {FILE_COLUMN} column (columns: {listed}); add {FILE_COLUMN}, the audio file "
+                          "relative to this metadata file's folder")  # fmt: skip
+    return names[0]
 
 
-def _csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    text = _text(path)
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader, [])
-        rows, line = [], reader.line_num + 1
-        for record in reader:
-            if record:
-                if len(record) != len(header):
-                    raise SourceError(f"{path}:{line}: {len(record)} fields, the header has {len(header)}")
-                rows.append((line, dict(zip(header, record))))
-            line = reader.line_num + 1
-    except csv.Error as e:
-        raise SourceError(f"{path}: cannot parse CSV ({e}); check the quoting") from e
-    return rows
-
-
-def _jsonl_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
-    for line, text in enumerate(_text(path).splitlines(), start=1):
-        if not text.strip():
-            continue
-        try:
-            d = json.loads(text, parse_constant=refuse_constant)
-        except NotJsonConstant as e:
-            raise SourceError(f"{path}:{line}: {e}") from e
-        except ValueError as e:
-            raise SourceError(f"{path}:{line}: not a JSON object ({e}); fix or delete that line") from e
-        if not isinstance(d, dict):
-            raise SourceError(f"{path}:{line}: not a JSON object")
-        rows.append((line, d))
-    return rows
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SourceError(f"cannot read {path}: {e}; metadata must be UTF-8") from e
-
-
-def _audio_path(root: Path, folder: Path, name: Any, where: str) -> Path:
-    """`folder / name`, refused unless it is relative, without '..' and inside root."""
+def _relative_name(name: Any, folder: Path, where: str, column: str) -> str:
+    """`name` as a '/'-separated relative path; SourceError unless it is relative and without '..'."""
     if not isinstance(name, str) or not name.strip():
-        raise SourceError(f"{where}: {FILE_COLUMN} is missing or empty; every row names its audio file")
-    if name.startswith(("/", "\\")) or Path(name).is_absolute():
-        raise SourceError(f"{where}: {FILE_COLUMN} {name!r} is absolute; it must be relative to {folder}")
-    check_relative(name, where, FILE_COLUMN)
-    path = folder / name
-    if not path.parent.resolve().is_relative_to(root.resolve()):  # the file itself may be a link, as in audio_dir
-        raise SourceError(f"{where}: {FILE_COLUMN} {name!r} leads outside {root} (through a linked folder)")
-    return path
+        raise SourceError(f"{where}: {column} is missing or empty; every row names its audio file")
+    if name.startswith(("/", "\\")) or Path(name).is_absolute() or "://" in name:
+        raise SourceError(f"{where}: {column} {shown(name)!r} is absolute; it must be relative to {folder}")
+    check_relative(name, where, column)
+    return posixpath.normpath(name.replace("\\", "/"))  # datasets: os.path.normpath(name).replace("\\", "/")
+
+
+def _visible(text: str) -> str:
+    """`text` as UTF-8 and a path can hold it: a lone surrogate as '\\udce9', a NUL as '\\x00'."""
+    return shown(text).replace("\x00", "\\x00")
+
+
+def _path_problem(raw: str, rel: str, where: str, column: str) -> tuple[str, str] | None:
+    """The track's `bad_path` problem for a file name no file can have, or None."""
+    if "\x00" in raw:
+        return ("bad_path", f"{where}: {column} {shown(raw)!r} holds a NUL character, which no file name can: "
+                            "fix the name in that row")  # fmt: skip
+    if raw.replace("\\", "/").rstrip().endswith(("/", "/.")) or raw.strip() == ".":
+        return ("bad_path", f"{where}: {column} {shown(raw)!r} names a folder, not an audio file: add the file's "
+                            "name (e.g. sub/a.wav)")  # fmt: skip
+    if shown(rel) != rel:  # a lone surrogate: a byte of a non-UTF-8 name (or a broken \\udcXX escape)
+        return ("bad_path", f"{where}: {column} {shown(rel)!r}: {NOT_UTF8_FIX}")
+    return None
+
+
+def _check_inside(root: Path, path: Path, name: str, where: str, column: str) -> None:
+    """SourceError when the file's folder lies outside root (a linked folder); a link loop is left to the read."""
+    if "\x00" in name:  # no such file (its track's bad_path); resolve() would raise ValueError
+        return
+    try:
+        parent = path.parent.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: the file cannot be opened, its track fails as missing
+        return
+    if not parent.is_relative_to(root.resolve()):  # the file itself may be a link, as in audio_dir
+        raise SourceError(f"{where}: {column} {shown(name)!r} leads outside {root} (through a linked folder)")
 
 
 def read_audiofolder(root: Path) -> tuple[list[Track], list[Path]]:
     """Every metadata row as a Track (metadata files in path order, rows in file order), and the metadata files."""
     root = Path(root)
-    files = metadata_files(root)
+    layout = find_layout(root)
     tracks: list[Track] = []
-    seen: dict[str, str] = {}
-    for mfile in files:
-        rows = _csv_rows(mfile) if mfile.suffix == ".csv" else _jsonl_rows(mfile)
-        for line, row in rows:
-            where = f"{mfile}:{line}"
-            audio = _audio_path(root, mfile.parent, row.get(FILE_COLUMN), where)
+    for mfile in layout.splits:
+        rows = read_rows(mfile)
+        column = file_column(rows, mfile) if rows else FILE_COLUMN
+        rel_file = shown(mfile.relative_to(root).as_posix())
+        for row in rows:
+            where = f"{shown(str(mfile))}:{row.line}"
+            name = _relative_name(row.fields.get(column), mfile.parent, where, column)
+            audio = mfile.parent / name
+            _check_inside(root, audio, name, where, column)
             rel = audio.relative_to(root).as_posix()
-            if rel in seen:
-                raise SourceError(f"{where}: {FILE_COLUMN} {rel!r} repeats {seen[rel]}; remove the duplicate row")
-            seen[rel] = where
-            first = rel.split("/", 1)[0] if "/" in rel else ""
+            meta_error = None if row.problem is None else f"{where}: {row.problem}"
+            problem = _path_problem(row.fields[column], rel, where, column)
+            bad = problem is not None or meta_error is not None
             tracks.append(
                 Track(
-                    line=line, source_path=row[FILE_COLUMN], audio_path=audio, source_file=rel, metadata=dict(row),
-                    split=split_of_dir(first), metadata_file=mfile.relative_to(root).as_posix(),
+                    line=row.line, source_path=_visible(row.fields[column]), audio_path=Path(_visible(str(audio))) if bad else audio,
+                    source_file=_visible(rel), metadata={} if bad else dict(row.fields), split=layout.our_split(mfile),
+                    metadata_file=rel_file, metadata_error=meta_error, problem=problem,
                 )
             )  # fmt: skip
-    return tracks, files
+    return tracks, list(layout.splits)

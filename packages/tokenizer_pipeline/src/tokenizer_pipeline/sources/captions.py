@@ -3,7 +3,9 @@
 Field values are normalised the way audiocraft's `MusicInfo.attribute_getter` does: `description`, `title`,
 `artist` stripped; `genre`, `instrument`, `name` stripped and lower-cased; `moods`, `keywords` split on commas /
 whitespace into lower-case lists; `bpm` a number; `key` lower-cased, dropped when several keys are listed. Empty
-strings and "None" count as missing. Any other field is used as it is (a list joined with ", ").
+strings, "None" and "nan" / "NaN" (pandas' text for a missing cell, e.g. a CSV saved from a DataFrame) count as
+missing, so such a caption is a `no_caption` failure, never the caption "NaN" (MusicCaps does not come here: its
+captions are verbatim). Any other field is used as it is (a list joined with ", ").
 
 `caption="field"`: the caption is the `caption_column` field (audiofolder: falls back to `text`).
 `caption="template"`: e.g. "{description} genre: {genre}. bpm: {bpm}. key: {key}". Each `{field}` owns the literal
@@ -27,10 +29,11 @@ KEYWORD_LIST_FIELDS = ("moods", "keywords")
 STRING_FIELDS = ("title", "artist", "description")
 CAPTION_MODES = ("field", "template")
 LEADING_SEPARATORS = " \t\n.,;:-"
+MISSING_TEXT = ("None", "nan", "NaN", "NAN")  # audiocraft's "None"; pandas' str(float("nan")) and its NaN cell
 
 
 def _string(value: Any) -> str | None:
-    if not isinstance(value, str) or not value.strip() or value.strip() == "None":
+    if not isinstance(value, str) or not value.strip() or value.strip() in MISSING_TEXT:
         return None
     return value.strip()
 

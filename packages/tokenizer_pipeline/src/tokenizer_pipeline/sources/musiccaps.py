@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, UserError
-from ..shards.keys import KEY_RULE, MAX_KEY_LEN, key_problem
+from ..shards.keys import MAX_KEY_LEN, key_problem
+from .splits import check_split_names
 
 BOOL_COLUMNS = ("is_audioset_eval", "is_balanced_subset")  # allowed split.eval_column values
 COLUMNS = (
@@ -150,19 +151,6 @@ def _read_text(csv_path: Path) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise CsvError(f"{csv_path}:{line}: not UTF-8 text ({e.reason}); save the CSV as UTF-8") from e
-
-
-def check_split_names(train_name: str, eval_name: str) -> None:
-    """Split names become directories of the shard set: plain names under the sample-key rule, and different."""
-    for key, name in (("split.train_name", train_name), ("split.eval_name", eval_name)):
-        problem = key_problem(name)
-        if problem:
-            raise ConfigError(
-                f"{key}={name!r} {problem}; a split name is a plain directory name inside out_dir (e.g. train, eval): "
-                f"{KEY_RULE}"
-            )
-    if train_name == eval_name:
-        raise ConfigError(f"split.train_name and split.eval_name must differ, both are {train_name!r}")
 
 
 def read_musiccaps_csv(

@@ -8,8 +8,15 @@ A planned item = source file + window + metadata + key + split. Per track, in so
      header by more than duration_tolerance_s the header wins and the disagreement is counted)
   4. split: the layout's (audiofolder split folders) or the hash of the track id before collision handling
      (splits.py; equal to the track id unless another path sanitises alike, so a new colliding track never moves it)
+Before step 1: a track the source could not use (a file name that is not UTF-8, a NUL byte: `bad_path`) and its
+unusable metadata (`bad_metadata`, also for a caption over MAX_CAPTION_CHARS or metadata over MAX_METADATA_BYTES:
+stored in every segment's json) are that track's failure. After step 2, the same audio named again (duplicates.py:
+`duplicate_audio`, over the tracks that passed steps 1-2 only, so the copy kept is one that is encoded).
 Track-level failure items use the track id as their key; segment items `<track id>_<segment index>`. Track ids
-never end in `_<digits>` (track_ids.py), so no key can equal another.
+never end in `_<digits>` (track_ids.py), so no key can equal another; a path named again gets the id of
+`track_ids.duplicate_path` in the same collision set. A track shorter than segment.min_seconds
+(`short_track`) and a dropped last segment (`short_tail`) are recorded too, as `SourceInfo.dropped` failure lines that
+occupy no shard slot (they are not planned items) and do not count toward max_failure_fraction.
 """
 
 from __future__ import annotations
@@ -18,19 +25,23 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ..audio.read_audio import ClipFailure, audio_header
 from ..config import PipelineConfig
-from ..shards.manifest import dumps_strict
-from .audiocraft import read_audiocraft
+from ..shards.manifest import FailureRecord, dumps_strict
+from .audiocraft import audiocraft_tracks
 from .audiofolder import read_audiofolder
 from .captions import aspects_of, caption_of, check_caption_mode
+from .duplicates import duplicates
 from .segmenting import Segmentation, plan_windows
-from .splits import check_eval_fraction, is_eval
-from .track import SourceError, Track
-from .track_ids import sanitised, track_ids
+from .splits import check_eval_fraction, check_split_names, is_eval
+from .track import SourceError, Track, shown
+from .track_ids import duplicate_path, sanitised, track_ids
 
 KINDS = ("musiccaps", "audiocraft", "audiofolder")
+MAX_CAPTION_CHARS = 4096  # MusicCaps' longest caption is 756; a longer one is a metadata error, never truncated
+MAX_METADATA_BYTES = 65536  # the metadata is copied into every segment's json
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ class SegmentItem:
     source_kind: str  # audiocraft | audiofolder
     track_id: str
     source_path: str  # as the source gives it
-    source_file: str  # relative to the source's folder (or the absolute path given)
+    source_file: str  # relative to the source's root (track_ids.py)
     audio_path: str  # the file read
     start_s: float  # the segment's window in the track, seconds (0, 0 for a track-level failure)
     end_s: float
@@ -72,10 +83,14 @@ class SourceInfo:
     segmentation: Segmentation
     n_tracks: int
     n_segments: int  # planned segment samples (before decode/encode failures)
-    n_dropped_short: int  # last segments (or whole tracks) shorter than min_seconds
+    n_dropped_short: int  # last segments (or whole tracks) shorter than min_seconds: the two counts below
     n_duration_disagreements: int  # manifest duration vs header beyond duration_tolerance_s (the header was used)
     track_failures: int = 0  # tracks that gave no segment plan (no caption, missing or unreadable file)
+    n_dropped_short_tracks: int = 0  # whole tracks shorter than min_seconds (no segment)
+    n_dropped_tails: int = 0  # last segments shorter than min_seconds
+    dropped: list[FailureRecord] = field(default_factory=list)  # one short_track / short_tail line each
     notes: list[str] = field(default_factory=list)
+    root: str | None = None  # audiocraft: the folder track ids are relative to (source.root or the common folder)
 
 
 def metadata_sha256(files: list[Path], root: Path) -> str:
@@ -101,18 +116,26 @@ def check_source_config(cfg: PipelineConfig) -> None:
         raise ConfigError("source=audiocraft needs source.manifest=<egs/<name>/data.jsonl>")
     if src.kind == "audiofolder" and not src.dir:
         raise ConfigError("source=audiofolder needs source.dir=<folder with metadata.csv or metadata.jsonl>")
+    if src.root is not None and src.kind != "audiocraft":
+        raise ConfigError(
+            f"source.root={src.root!r} is for source=audiocraft only (audiofolder ids are relative to source.dir); "
+            "remove it"
+        )
     check_caption_mode(src.caption, src.template)
     check_eval_fraction(cfg.split.eval_fraction)
+    check_split_names(cfg.split.train_name, cfg.split.eval_name)
 
 
-def read_tracks(cfg: PipelineConfig) -> tuple[list[Track], Path, list[Path]]:
-    """The source's tracks, its path, and the files their metadata listing came from."""
+def read_tracks(cfg: PipelineConfig) -> tuple[list[Track], Path, list[Path], Path | None]:
+    """The source's tracks, its path, the files their metadata listing came from, and the audiocraft id root."""
     if cfg.source.kind == "audiocraft":
         manifest = Path(str(cfg.source.manifest))
-        return read_audiocraft(manifest), manifest, [manifest]
-    root = Path(str(cfg.source.dir))
-    tracks, files = read_audiofolder(root)
-    return tracks, root, files
+        root = None if cfg.source.root is None else Path(str(cfg.source.root))
+        tracks, id_root = audiocraft_tracks(manifest, root)
+        return tracks, manifest, [manifest], id_root
+    folder = Path(str(cfg.source.dir))
+    tracks, files = read_audiofolder(folder)
+    return tracks, folder, files, None
 
 
 def check_caption_column(tracks: list[Track], mode: str, column: str, fallback: str | None, where: Path) -> None:
@@ -139,60 +162,85 @@ def _failure_item(track: Track, tid: str, split: str, kind: str, base: dict, rea
     )  # fmt: skip
 
 
+def _ids(tracks: list[Track]) -> list[str]:
+    """Track ids from each track's source_file; a path named again gets the id of its pseudo-path
+    `duplicate_path` ('<stem>-dup<line>'), in the same collision set as every real path, so its key never equals
+    another and a repeated line never changes the first track's id."""
+    seen: set[str] = set()
+    paths = []
+    for t in tracks:
+        paths.append(duplicate_path(t.source_file, t.line) if t.source_file in seen else t.source_file)
+        seen.add(t.source_file)
+    return track_ids(paths)
+
+
+def _metadata_problem(caption: str | None, metadata_json: str, where: str) -> str | None:
+    """Why the caption or metadata is too large to copy into every segment's json (a bad_metadata failure)."""
+    if caption is not None and len(caption) > MAX_CAPTION_CHARS:
+        return (f"{where}: the caption has {len(caption)} characters, more than {MAX_CAPTION_CHARS} (it is stored in "
+                "every segment's json); shorten it")  # fmt: skip
+    size = len(metadata_json.encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        return (f"{where}: the metadata is {size} bytes of JSON, more than {MAX_METADATA_BYTES} (it is copied into "
+                "every segment's json); shorten its fields")  # fmt: skip
+    return None
+
+
+def _dropped(track: Track, key: str, split: str, reason: str, detail: str) -> FailureRecord:
+    return FailureRecord(ytid=key, csv_row=track.line, split=split, reason=reason, detail=detail)
+
+
 def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
     """Every planned item of the source in track order (segments in time order), and the source's summary."""
     check_source_config(cfg)
     seg = Segmentation.from_config(cfg.segment.seconds, cfg.segment.hop_seconds, cfg.segment.min_seconds)
-    tracks, where, files = read_tracks(cfg)
+    tracks, where, files, id_root = read_tracks(cfg)
     tracks = tracks if cfg.limit is None else tracks[: cfg.limit]
     if not tracks:
         raise SourceError(f"{where}: names no tracks; nothing to encode")
     kind, src = cfg.source.kind, cfg.source
     fallback = "text" if kind == "audiofolder" and src.caption_column == "caption" else None
     check_caption_column(tracks, src.caption, src.caption_column, fallback, where)
+    ids = _ids(tracks)
+    named = {"train": cfg.split.train_name, "eval": cfg.split.eval_name}
+    splits = [
+        named[t.split] if t.split else named["eval" if is_eval(sanitised(t.source_file), cfg.split.eval_fraction)
+                                             else "train"]
+        for t in tracks
+    ]  # fmt: skip
+    checked = [_checked(track, cfg, fallback, where) for track in tracks]
+    repeats = duplicates(tracks, [i for i, c in enumerate(checked) if c.failure is None])
     items: list[SegmentItem] = []
-    n_dropped = n_disagree = n_failed = 0
-    for track, tid in zip(tracks, track_ids([t.source_file for t in tracks])):
-        named = {"train": cfg.split.train_name, "eval": cfg.split.eval_name}
-        split = (
-            named[track.split]
-            if track.split
-            else named["eval" if is_eval(sanitised(track.source_file), cfg.split.eval_fraction) else "train"]
-        )
-        caption = caption_of(track.metadata, src.caption, src.caption_column, src.template, fallback)
-        base = {
-            "caption": caption or "", "aspect_list": tuple(aspects_of(track.metadata, list(src.aspect_fields))),
-            "weight": track.weight, "metadata_json": dumps_strict(track.metadata),
-        }  # fmt: skip
-        if track.metadata_error is not None:  # its own sidecar / info_path is unusable: no caption to trust
-            items.append(_failure_item(track, tid, split, kind, base, "bad_metadata", track.metadata_error))
+    dropped: list[FailureRecord] = []
+    n_short_tracks = n_tails = n_disagree = n_failed = 0
+    for i, (track, tid, split, (base, failure, header)) in enumerate(zip(tracks, ids, splits, checked)):
+        if i in repeats:  # the copy kept (repeats[i]) passed every check above: it is the one encoded
+            first = tracks[repeats[i]]
+            split = splits[repeats[i]]  # with the audio it repeats: the same audio in one split only
+            failure = ("duplicate_audio", f"the same audio as line {first.line} ({first.source_file}), which is "
+                       "encoded in its place; remove one of the two")  # fmt: skip
+        if failure is not None:
+            items.append(_failure_item(track, tid, split, kind, base, *failure))
             n_failed += 1
             continue
-        if caption is None and track.audio_path.is_file():  # a missing file is missing_audio (its sidecar is too)
-            how = f"template {src.template!r}" if src.caption == "template" else f"field {src.caption_column!r}"
-            meta = track.metadata_file or "no metadata file"
-            items.append(_failure_item(track, tid, split, kind, base, "no_caption", f"{how} is empty ({meta})"))
-            n_failed += 1
-            continue
-        try:
-            n_frames, sr = audio_header(track.audio_path)
-        except ClipFailure as e:
-            detail = f"{e.detail} ({e.path})"
-            if e.reason == "missing_audio" and kind == "audiocraft" and not Path(track.source_path).is_absolute():
-                detail += (
-                    "; a relative path is read from the manifest's folder, while audiocraft's own manifests (e.g. "
-                    "egs/example/data.jsonl) name paths relative to the directory you launch from: make them absolute"
-                )
-            items.append(_failure_item(track, tid, split, kind, base, e.reason, detail))
-            n_failed += 1
-            continue
+        n_frames, sr = header
         if (
             track.declared_duration_s is not None
             and abs(track.declared_duration_s - n_frames / sr) > cfg.duration_tolerance_s
         ):
             n_disagree += 1
-        windows, dropped = plan_windows(n_frames, sr, seg)
-        n_dropped += dropped
+        windows, n_drop = plan_windows(n_frames, sr, seg)
+        if n_drop and not windows:
+            n_short_tracks += 1
+            detail = (f"track {track.source_file}: {n_frames / sr:.3f} s, shorter than segment.min_seconds="
+                      f"{seg.min_seconds}: no segment (lower segment.min_seconds to keep it)")  # fmt: skip
+            dropped.append(_dropped(track, tid, split, "short_track", detail))
+        elif n_drop:
+            n_tails += 1
+            start = len(windows) * max(1, round(seg.hop_seconds * sr)) / sr  # where plan_windows stopped
+            detail = (f"segment {len(windows)} [{start:.3f}, {n_frames / sr:.3f}] s of {track.source_file}: shorter "
+                      f"than segment.min_seconds={seg.min_seconds}, dropped (lower segment.min_seconds to keep it)")  # fmt: skip
+            dropped.append(_dropped(track, f"{tid}_{len(windows)}", split, "short_tail", detail))
         for w in windows:
             items.append(
                 SegmentItem(
@@ -211,9 +259,52 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
         kind=kind, path=str(where), sha256=metadata_sha256(files, where if kind == "audiofolder" else where.parent),
         metadata_files=[f.relative_to(where).as_posix() if kind == "audiofolder" else f.name for f in files],
         segmentation=seg, n_tracks=len(tracks), n_segments=sum(i.failure is None for i in items),
-        n_dropped_short=n_dropped, n_duration_disagreements=n_disagree, track_failures=n_failed,
+        n_dropped_short=n_short_tracks + n_tails, n_duration_disagreements=n_disagree, track_failures=n_failed,
+        n_dropped_short_tracks=n_short_tracks, n_dropped_tails=n_tails, dropped=dropped,
+        root=None if id_root is None else str(id_root),
     )  # fmt: skip
     return items, info
+
+
+class _Checked(NamedTuple):
+    base: dict  # the SegmentItem fields taken from the metadata
+    failure: tuple[str, str] | None  # the track's failure before duplicates are known
+    header: tuple[int, int]  # (frames, sample rate) when there is no failure
+
+
+def _checked(track: Track, cfg: PipelineConfig, fallback: str | None, where: Path) -> _Checked:
+    """The track's metadata fields, and its own failure (bad path, metadata, caption, header) in that order."""
+    src = cfg.source
+    caption = caption_of(track.metadata, src.caption, src.caption_column, src.template, fallback)
+    base = {
+        "caption": caption or "", "aspect_list": tuple(aspects_of(track.metadata, list(src.aspect_fields))),
+        "weight": track.weight, "metadata_json": dumps_strict(track.metadata),
+    }  # fmt: skip
+    if track.problem is not None:
+        return _Checked(base, track.problem, (0, 0))
+    if track.metadata_error is not None:  # its own sidecar is unusable: no caption to trust
+        return _Checked(base, ("bad_metadata", track.metadata_error), (0, 0))
+    too_big = _metadata_problem(caption, base["metadata_json"], track.metadata_file or str(where))
+    if too_big is not None:
+        return _Checked(base, ("bad_metadata", too_big), (0, 0))
+    if caption is None and track.audio_path.is_file():  # a missing file is missing_audio
+        how = f"template {src.template!r}" if src.caption == "template" else f"field {src.caption_column!r}"
+        return _Checked(base, ("no_caption", f"{how} is empty ({track.metadata_file or 'no metadata file'})"), (0, 0))
+    try:
+        return _Checked(base, None, audio_header(track.audio_path))
+    except ClipFailure as e:
+        return _Checked(base, (e.reason, _header_detail(e, src.kind, track)), (0, 0))
+
+
+def _header_detail(e: ClipFailure, kind: str, track: Track) -> str:
+    """The header read's failure detail; a missing relative audiocraft path says where it was looked for."""
+    detail = f"{e.detail} ({shown(str(e.path))})"
+    if e.reason == "missing_audio" and kind == "audiocraft" and not Path(track.source_path).is_absolute():
+        detail += (
+            f"; a relative path is read from the directory you launch from ({Path.cwd()}), as audiocraft reads it: "
+            "launch from the folder the manifest's paths are relative to, or make them absolute"
+        )
+    return detail
 
 
 def metadata_of(item: SegmentItem) -> dict:
