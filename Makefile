@@ -33,6 +33,9 @@ $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/p
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -c constraints.txt \
 		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest ruff datasets
+	# reference code for tests/trainer/evaluation (fadtk's FAD and CLAP windows, audiocraft's loudness and KL): their
+	# declared deps conflict with ours (numpy<2, transformers<5, torch 2.1), so the files only, read by the tests
+	$(PY) -m pip install --quiet --no-deps fadtk==1.1.0 audiocraft==1.3.0
 	touch $@
 
 # ---- embedded default (offline): stand-in corpus -> demo codec -> shards -> tiny models -> training

@@ -190,13 +190,15 @@ def test_listen_page_shows_clap_when_audio_metrics_exist(tmp_path: Path) -> None
     metrics = {
         "clap_score": 0.2513,
         "clap_score_deranged": 0.2011,
-        "fad_clap": "<not computed>",
+        "fad_clap_clips": "<not computed>",
         "kl_classifier": None,
         "per_clip": [{"key": "gen-0001-def", "clap_score": 0.4321, "other": 1}],
     }
     (run / "audio_metrics.json").write_text(json.dumps(metrics))
     page = build_page(run).read_text()
     summary = page.split('<ul class="summary">', 1)[1].split("</ul>", 1)[0]
-    assert "clap_score 0.251; clap_score_deranged 0.201; fad_clap &lt;not computed&gt;; kl_classifier n/a" in summary
+    assert (
+        "clap_score 0.251; clap_score_deranged 0.201; fad_clap_clips &lt;not computed&gt;; kl_classifier n/a" in summary
+    )
     rows = clip_rows(page)
     assert "CLAP score 0.432" in rows[1] and "CLAP" not in rows[0]

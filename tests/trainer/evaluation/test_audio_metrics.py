@@ -22,6 +22,7 @@ import torch
 from adapter_trainer.evaluation.audio_metrics import clap_scores, kl_divergence, main
 from adapter_trainer.evaluation.frechet import frechet_distance_of
 from tests import REPO
+from tests.trainer.evaluation import reference_code
 
 CLAP_SR, CODEC_SR, N_CLIPS = 48_000, 32_000, 6
 # the last one is longer than the tiny text model's 62 positions (the CLI truncates to the model's positions)
@@ -37,7 +38,7 @@ def strict(text: str) -> dict:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny CLAP (48 kHz, 1 s window) and AST (16 kHz, 0.64 s window, 5 labels) directories, seeded."""
+    """Tiny CLAP (48 kHz, 1 s window) and AST (16 kHz, 0.64 s window, 527 labels) directories, seeded."""
     from transformers import (
         ASTConfig,
         ASTFeatureExtractor,
@@ -81,7 +82,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     extractor = ClapFeatureExtractor(feature_size=32, sampling_rate=CLAP_SR, max_length_s=1, truncation="rand_trunc")
     ClapProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(root / "clap")
     clap.save_pretrained(root / "clap")
-    labels = {i: f"label {i}" for i in range(5)}
+    labels = {i: f"label {i}" for i in range(527)}  # AudioSet's label count: the CLI refuses others
     ast_cfg = ASTConfig(
         hidden_size=16,
         num_hidden_layers=1,
@@ -155,12 +156,21 @@ def cli(models: dict[str, Path], paths: dict[str, Path], out: Path, *extra: str)
     ]
 
 
+def audiocraft_loudness(wave: np.ndarray, sample_rate: int) -> np.ndarray:
+    """audiocraft's MusicGen evaluation normalisation (normalize_audio, strategy loudness): its normalize_loudness to
+    -14 LUFS, then the clamp to [-1, 1]."""
+    normalize_loudness = reference_code.audiocraft()["normalize_loudness"]
+    out = normalize_loudness(torch.from_numpy(np.asarray(wave, dtype=np.float32))[None], sample_rate, 14.0)
+    return out.clamp(-1, 1)[0].numpy()
+
+
 def hand_clap_cosines(clap_dir: Path, wav_dir: Path, keys: list[str], captions: list[str]) -> np.ndarray:
-    """cos(text, audio) per clip straight from ClapModel (wavs already at 48 kHz: no resampling involved)."""
+    """cos(text, audio) per clip straight from ClapModel, on the wavs normalised by audiocraft's own code (already at
+    48 kHz: no resampling involved)."""
     from transformers import ClapModel, ClapProcessor
 
     model, proc = ClapModel.from_pretrained(clap_dir).eval(), ClapProcessor.from_pretrained(clap_dir)
-    waves = [sf.read(wav_dir / f"{k}.wav", dtype="float32")[0] for k in keys]
+    waves = [audiocraft_loudness(sf.read(wav_dir / f"{k}.wav", dtype="float32")[0], CLAP_SR) for k in keys]
     with torch.no_grad():
         tok = proc.tokenizer(captions, padding=True, truncation=True, max_length=62, return_tensors="pt")
         t = model.get_text_features(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"]).pooler_output
@@ -188,7 +198,7 @@ def identical(models, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, d
 def test_identical_sets_give_fad_and_kl_zero_and_the_report_is_complete(identical) -> None:
     report, _ = identical
     # the references went through 48 -> 32 -> 48 kHz resampling: equal up to the resampler's error
-    assert report["fad_clap"] == pytest.approx(0.0, abs=1e-3)
+    assert report["fad_clap_clips"] == pytest.approx(0.0, abs=1e-3)
     assert report["kl_classifier"] == pytest.approx(0.0, abs=1e-3)
     assert report["n_generated"] == report["n_reference"] == report["n_kl_pairs"] == N_CLIPS
     assert report["kl_unpaired"] == []
@@ -218,7 +228,7 @@ def test_a_different_reference_set_gives_larger_fad_and_kl(identical, models, tm
     write_reference(paths["reference"], tones(N_CLIPS, 0.8, seed=2, loud_noise=True))
     assert main(cli(models, paths, tmp_path / "m.json")) == 0
     other = strict((tmp_path / "m.json").read_text())
-    assert other["fad_clap"] > same["fad_clap"] + 1e-3
+    assert other["fad_clap_clips"] > same["fad_clap_clips"] + 1e-3
     assert other["kl_classifier"] > same["kl_classifier"] + 1e-3
     # the CLAP score reads only generated clips and captions: unchanged by the references
     assert other["clap_score"] == pytest.approx(same["clap_score"], abs=1e-9)
@@ -312,8 +322,8 @@ def test_fad_encodec_from_frame_embeddings_and_their_key_check(identical, models
     emb_args = ["--embeddings-generated", str(tmp_path / "g.npy"), "--embeddings-reference", str(tmp_path / "r.npy")]
     assert main(cli(models, paths, tmp_path / "m.json") + emb_args) == 0
     report = strict((tmp_path / "m.json").read_text())
-    assert report["fad_encodec"] == pytest.approx(frechet_distance_of(g.astype(np.float64), r.astype(np.float64)))
-    assert report["encodec_frames"] == {"generated": 40, "reference": 30, "dim": 4}
+    assert report["fad_codec_latents"] == pytest.approx(frechet_distance_of(g.astype(np.float64), r.astype(np.float64)))
+    assert report["codec_latent_frames"] == {"generated": 40, "reference": 30, "dim": 4}
     capsys.readouterr()  # the run's model-loading output
     # embeddings of other clips than the wavs: refused, one line
     (tmp_path / "r.json").write_text(json.dumps({"clips": [{"key": k, "frames": 1} for k in gen_keys]}))
@@ -356,8 +366,8 @@ def test_fusion_clap_embeds_each_clip_independently_of_its_batch() -> None:
     clap = Clap(name="fused", model=model, processor=processor, device=torch.device("cpu"))
     short = tones(3, 0.5, seed=4)  # under the 1 s window: none is "longer"
     long = tones(1, 2.5, seed=5)  # over it: the fusion branch
-    together = clap.audio_embeddings(short + long, seed=0)  # [4, D]
-    alone = np.concatenate([clap.audio_embeddings([w], seed=0) for w in short + long])  # [4, D]
+    together = clap.audio_embeddings(short + long, seeds=[0] * 4)  # [4, D]
+    alone = np.concatenate([clap.audio_embeddings([w], seeds=[0]) for w in short + long])  # [4, D]
     np.testing.assert_allclose(together, alone, atol=1e-5)
-    shorts_only = clap.audio_embeddings(short, seed=0)  # a batch with no longer clip
+    shorts_only = clap.audio_embeddings(short, seeds=[0] * 3)  # a batch with no longer clip
     np.testing.assert_allclose(shorts_only, alone[:3], atol=1e-5)

@@ -146,3 +146,22 @@ def test_tiny_run_reports_the_gain_by_position(models, tmp_path: Path) -> None:
     assert curve == ["eval/caption_gain_by_frame/step_000003"]
     assert [e.step for e in acc.Scalars(curve[0])] == list(range(len(ev["caption_gain_by_frame"])))
     assert "eval/caption_gain_frames_0_10" in acc.Tags()["scalars"]
+
+
+def test_with_clips_of_unequal_length_the_bins_add_back_to_the_named_code_weighted_total() -> None:
+    """Short clips (fewer codes) with a larger gain: the mean of per-clip means (the headline caption_gain) differs
+    from the code-weighted gain the bins add back to; the report names that total and prints it."""
+    rng = np.random.default_rng(5)
+    n, f = 40, 75
+    lengths = np.where(np.arange(n) < 20, 12, f)  # half the clips fill 12 frames only
+    counts = (np.arange(f)[None, :] < lengths[:, None]).astype(np.int64) * 4  # [N, F]
+    true = rng.uniform(2.0, 6.0, (n, f)) * counts
+    gain = np.where(np.arange(n) < 20, 0.8, 0.1)[:, None]  # the short clips gain more
+    t, s = _target_ce(true, counts), _target_ce(true + gain * counts, counts)
+    r = make_report(step=1, model_true=t, model_shuf=s, unigram=t, end_ce_sum=0.0, end_count=0, n_bootstrap=50, seed=0)
+    bins = r.caption_gain_by_position.values()
+    weighted = sum(g["gain"] * g["n_codes"] for g in bins) / sum(g["n_codes"] for g in bins)
+    assert abs(r.caption_gain - 0.45) < 1e-9 and abs(weighted - r.caption_gain) > 0.1  # the headline is not it
+    summary = learning_check_summary(r)
+    assert summary["caption_gain_by_position_total"] == pytest.approx(weighted, abs=1e-12)
+    assert f"code-weighted total {weighted:+.4f}" in learning_check_text(r)

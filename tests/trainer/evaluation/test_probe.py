@@ -10,8 +10,10 @@ from adapter_trainer.errors import UserError
 from adapter_trainer.evaluation.probe import (
     FOLLOWS,
     MDE_Z,
+    MIN_VERDICT_CLIPS,
     NAMES,
     NOT_DETECTED,
+    TOO_FEW,
     ProbeInputError,
     _deranged_accuracy,
     attribute_labels,
@@ -54,8 +56,8 @@ def test_probe_separates_caption_following_from_ignoring() -> None:
     rng = np.random.default_rng(0)
     train = [synth(TEXTS[i % 4], f"t{i}", rng) for i in range(40)]
     real_eval = [synth(TEXTS[i % 4], f"e{i}", rng) for i in range(12)]
-    follows = [synth(TEXTS[i % 4], f"g{i}", rng) for i in range(16)]
-    ignores = [synth(TEXTS[i % 4], f"h{i}", rng, follow=False) for i in range(16)]
+    follows = [synth(TEXTS[i % 4], f"g{i}", rng) for i in range(32)]  # a verdict needs >= 30 clips
+    ignores = [synth(TEXTS[i % 4], f"h{i}", rng, follow=False) for i in range(32)]
     good = make_report(train, real_eval, follows, C, n_bootstrap=200)
     bad = make_report(train, real_eval, ignores, C, n_bootstrap=200)
     assert good["probe_ceiling_real_eval"] > 0.95
@@ -66,7 +68,7 @@ def test_probe_separates_caption_following_from_ignoring() -> None:
         <= good["accuracy_true_captions_ci95"][1]
     )
     assert good["accuracy_deranged_captions"] < good["accuracy_true_captions"]
-    assert good["verdict"] == FOLLOWS and good["n_clips"] == 16
+    assert good["verdict"] == FOLLOWS and good["n_clips"] == 32
     assert 0.5 < good["fraction_of_ceiling"] < 1.5  # follows every caption: about the whole reach of the probe
     lo, hi = good["fraction_of_ceiling_ci95"]
     assert lo <= good["fraction_of_ceiling"] <= hi
@@ -137,9 +139,9 @@ def test_deranged_null_skips_clips_with_the_same_caption_text() -> None:
 
 
 def test_verdict_follows_only_when_the_interval_is_above_zero() -> None:
-    assert verdict([0.01, 0.2]) == FOLLOWS
+    assert verdict([0.01, 0.2], 30) == FOLLOWS
     for ci in ([-0.01, 0.2], [0.0, 0.1], [-0.3, -0.1]):  # straddles, touches, below: absence of evidence only
-        assert verdict(ci) == NOT_DETECTED
+        assert verdict(ci, 30) == NOT_DETECTED
     assert "not" not in FOLLOWS and "does not follow" not in NOT_DETECTED
 
 
@@ -172,3 +174,43 @@ def test_fraction_of_ceiling_math() -> None:
     frac, lo, hi = fraction_of_ceiling(gen, real, n_bootstrap=500, seed=0)
     assert abs(frac - 0.5) < 1e-12 and lo < 0.5 < hi and hi - lo < 0.5
     assert all(np.isnan(fraction_of_ceiling(gen, np.array([0.1, -0.2]), n_bootstrap=50, seed=0)))
+
+
+def test_below_30_clips_the_verdict_is_too_few_clips() -> None:
+    """A caption-blind generator (per-clip true - deranged centred on 0) passes the percentile-bootstrap rule far
+    more often than the nominal 2.5% at a few clips; at 30 it is near nominal. So no verdict below 30."""
+    from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci
+
+    rng = np.random.default_rng(0)
+
+    def pass_rate(n: int, sims: int = 1500) -> float:
+        diffs = rng.choice([-1 / 6, 0.0, 1 / 6], size=(sims, n))  # a 6-attribute accuracy difference, mean 0
+        return float(np.mean([bootstrap_mean_ci(d, 500, i)[1] > 0 for i, d in enumerate(diffs)]))
+
+    assert pass_rate(4) > 0.045  # about twice the nominal 2.5%
+    assert pass_rate(30) < 0.045
+    assert MIN_VERDICT_CLIPS == 30
+    assert verdict([0.05, 0.3], 29) == TOO_FEW and verdict([-0.1, 0.3], 8) == TOO_FEW
+    rng2 = np.random.default_rng(0)
+    train = [synth(TEXTS[i % 4], f"t{i}", rng2) for i in range(40)]
+    real_eval = [synth(TEXTS[i % 4], f"e{i}", rng2) for i in range(8)]
+    few = make_report(train, real_eval, [synth(TEXTS[i % 4], f"g{i}", rng2) for i in range(8)], C, n_bootstrap=100)
+    assert few["true_minus_deranged_ci95"][0] > 0 and few["verdict"] == TOO_FEW
+
+
+def test_fraction_of_ceiling_uses_the_ceiling_of_the_eval_clips_that_captioned_the_set() -> None:
+    """generate.n below the eval clips: the generated set follows the captions of e0..e5 only. Their ceiling, not the
+    whole eval split's (here the other eval clips' codes ignore their captions), is the denominator."""
+    rng = np.random.default_rng(1)
+    train = [synth(TEXTS[i % 4], f"t{i}", rng) for i in range(40)]
+    sub = [synth(TEXTS[i % 4], f"e{i}", rng) for i in range(6)]
+    rest = [synth(TEXTS[i % 4], f"e{i}", rng, follow=False) for i in range(6, 16)]
+    gen = [synth(TEXTS[i % 4], f"g{i}", rng) for i in range(6)]
+    keys = [c.key for c in sub]
+    r = make_report(train, sub + rest, gen, C, n_bootstrap=100, source_keys=keys)
+    only = make_report(train, sub, gen, C, n_bootstrap=100)
+    whole = make_report(train, sub + rest, gen, C, n_bootstrap=100)
+    assert r["probe_ceiling_real_eval"] == only["probe_ceiling_real_eval"]
+    assert r["fraction_of_ceiling"] == only["fraction_of_ceiling"] and r["n_real_eval"] == 6
+    assert r["ceiling_clips"] == "the eval clips whose captions generated the set"
+    assert whole["probe_ceiling_real_eval"] < r["probe_ceiling_real_eval"] - 0.05  # the other ceiling differs

@@ -140,7 +140,7 @@ def _summary(report: dict | None, metrics: dict | None, gen: dict, n_captions: i
     return f'<ul class="summary">{"".join(items)}</ul>'
 
 
-AUDIO_METRICS = ("clap_score", "clap_score_deranged", "fad_clap", "kl_classifier")  # top-level keys shown
+AUDIO_METRICS = ("clap_score", "clap_score_deranged", "fad_clap_clips", "kl_classifier")  # top-level keys shown
 
 
 class MissingRunFilesError(UserError, FileNotFoundError):

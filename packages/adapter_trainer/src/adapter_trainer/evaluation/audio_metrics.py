@@ -4,123 +4,70 @@
         --captions RUN/generated/captions.jsonl --clap laion/larger_clap_music \
         --classifier MIT/ast-finetuned-audioset-10-10-0.4593 --out RUN/audio_metrics.json
 
-A step after `python -m tokenizer_pipeline.decode` (which writes `<key>.wav`): this process reads wav files and
-captions only, never codes or a codec.
+A step after `python -m tokenizer_pipeline.decode` (which writes `<key>.wav`): this process reads audio files and
+captions only, never codes or a codec. Every audio file is first loudness-normalised to -14 LUFS (`--normalise`;
+audiocraft's MusicGen evaluation normalises the generated audio so; `loudness` here does both sets).
 
-- `clap_score`: mean over generated clips of cos(CLAP text embedding of the clip's caption, CLAP audio embedding of
-  the clip). `clap_score_deranged`: the same with other clips' captions (random derangements, averaged), the
-  score a caption-blind generator would get on this set; `clap_score_minus_deranged` and its bootstrap interval
-  (over clips) say whether the audio follows its own caption.
-- `fad_clap`: Fréchet distance between Gaussians fitted to the CLAP audio embeddings of the generated and of the
-  reference clips (evaluation.frechet; biased upwards at small n: compare only at equal n).
+- `clap_score`: mean over generated clips of cos(CLAP text embedding of the clip's caption, cut at 77 tokens as
+  LAION CLAP and audiocraft cut it, CLAP audio embedding of the clip). `clap_score_deranged`: the same with other
+  clips' captions (random derangements, averaged), the score a caption-blind generator would get on this set;
+  `clap_score_minus_deranged` and its bootstrap interval (over clips) say whether the audio follows its caption.
+- `fad_clap_clips`: Fréchet distance between Gaussians fitted to the CLAP audio embeddings, ONE PER CLIP (a random
+  crop of the CLAP window when longer, seeded by --seed and the clip's key), generated vs reference. Not fadtk's
+  number: fadtk embeds 10-s windows every second. `fad_clap_windows` (with --fad-windows) is fadtk's windowing
+  (evaluation.audio_models.Clap.fadtk_windows). Both biased upwards at small n: compare only at equal n.
 - `kl_classifier`: audiocraft's KL (metrics/kld.py): per pair, KL(p_ref || p_gen) = sum p_ref log(p_ref / (p_gen
-  + 1e-6)) over AudioSet labels, with p = softmax of the classifier's logits; mean over pairs. A generated clip is
-  paired with the reference clip whose key is its caption's `source_key` (adapter_trainer.generate writes it; it
-  is the eval clip whose caption conditioned the clip), else the key after `gen-NNNN-`. Generated clips without
-  a reference clip are listed in `kl_unpaired` and left out of the KL.
-- `fad_encodec` (only with --embeddings-generated/--embeddings-reference): the Fréchet distance of EnCodec encoder
-  latents, one embedding per frame (fadtk's `encodec-emb`), from `python -m tokenizer_pipeline.codec_embeddings`
-  (the pipeline's process: this one never builds a codec).
+  + 1e-6)) over AudioSet labels, p = softmax of the classifier's logits. A generated clip is paired with the
+  reference clip whose key is its caption's `source_key` (else the key after `gen-NNNN-`); both are cropped to
+  the shorter one's length and cut into the classifier's segments; the mean is over segment pairs (audiocraft's
+  weighting). Generated clips without a reference clip are listed in `kl_unpaired` and left out of the KL.
+- `fad_codec_latents` (only with --embeddings-generated/--embeddings-reference): the Fréchet distance of the
+  shards' codec encoder latents, one embedding per frame, from `python -m tokenizer_pipeline.codec_embeddings`.
+  Not fadtk's `encodec-emb` (the 24 kHz EnCodec) unless that codec made the embeddings.
+- References: `--reference` is a directory of `<key>.wav|flac|ogg`: codec reconstructions decoded from the shards
+  (`make listen`; they leave the codec's own error out), or the original audio (`--reference-kind original`:
+  MusicCaps clips named by ytid). `--reference-shards` reads the originals of own-audio shards by path and window;
+  `--reconstructed` then gives `fad_clap_clips_codec_floor`, the FAD of the codec's reconstructions against the
+  originals: a floor a generator of that codec's codes cannot beat.
 
-Writes strict JSON (allow_nan=False; `null` where a value is undefined). Models load offline only (evaluation.audio_models).
+Writes strict JSON (allow_nan=False; `null` where a value is undefined), with every evaluation choice under
+`settings`. Models load offline only (evaluation.audio_models).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.evaluation.audio_inputs import (
+    AUDIO_SUFFIXES,
+    ENERGY_FLOOR,
+    TARGET_LUFS,
+    Audio,
+    AudioMetricsError,
+    Clip,
+    list_audio,
+    load_frame_embeddings,
+    normalise_loudness,
+    pair_clips,
+    read_audio,
+    read_captions,
+    resample,
+)
 from adapter_trainer.evaluation.frechet import frechet_distance_of
 from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement
 
+__all__ = ["AudioMetricsError", "Clip", "clap_scores", "kl_divergence", "main"]
+
 KL_EPSILON = 1e-6  # audiocraft's kl_divergence epsilon, added to the generated clip's probabilities
-GENERATED_KEY = re.compile(r"^gen-\d{4}-(.+)$")  # adapter_trainer.generate's keys: gen-NNNN-<source key>
 TOP_LABELS = 3  # classifier labels listed per clip
-
-
-class AudioMetricsError(UserError, ValueError):
-    """Missing or inconsistent wavs / captions; the message names the file and the fix."""
-
-
-@dataclass
-class Clip:
-    """A generated clip: its wav, the caption it was generated from, and its KL partner."""
-
-    key: str
-    wav: Path
-    caption: str = ""
-    reference_key: str = ""  # the reference clip it is paired with for the KL ("" = none)
-
-
-def list_wavs(directory: Path, what: str) -> dict[str, Path]:
-    """`<key>.wav` files of a directory, sorted by key."""
-    if not directory.is_dir():
-        raise AudioMetricsError(
-            f"{what} {directory} is not a directory; decode the clips first (python -m tokenizer_pipeline.decode "
-            f"<shard set> out_dir={directory})"
-        )
-    wavs = {p.stem: p for p in sorted(directory.glob("*.wav"))}
-    if len(wavs) < 2:
-        raise AudioMetricsError(f"{what} {directory} holds {len(wavs)} .wav file(s); the metrics need at least 2")
-    return wavs
-
-
-def read_captions(path: Path) -> dict[str, dict[str, str]]:
-    """JSONL lines {"key", "caption"[, "source_key"]} -> {key: line}."""
-    if not path.is_file():
-        raise AudioMetricsError(
-            f"--captions {path} does not exist; adapter_trainer.generate writes captions.jsonl in its out_dir "
-            f"(one JSON line per clip: key, caption, source_key)"
-        )
-    out: dict[str, dict[str, str]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise AudioMetricsError(
-                f'{path} line {n}: not JSON ({e.msg}); expected {{"key": ..., "caption": ...}}'
-            ) from e
-        if not isinstance(row, dict) or not isinstance(row.get("key"), str) or not isinstance(row.get("caption"), str):
-            raise AudioMetricsError(f'{path} line {n}: needs string fields "key" and "caption", got {line[:120]!r}')
-        if row["key"] in out:
-            raise AudioMetricsError(f"{path} line {n}: key {row['key']!r} appears twice")
-        out[row["key"]] = row
-    return out
-
-
-def source_key_of(key: str, row: dict[str, Any]) -> str:
-    """The reference key a generated clip pairs with: its caption row's source_key, else the key's tail."""
-    if row.get("source_key"):
-        return str(row["source_key"])
-    m = GENERATED_KEY.match(key)
-    return m.group(1) if m else ""
-
-
-def pair_clips(generated: dict[str, Path], reference: dict[str, Path], captions: dict[str, dict]) -> list[Clip]:
-    """Generated wavs with their captions and KL partners. Every generated wav needs a caption."""
-    missing = [k for k in generated if k not in captions]
-    if missing:
-        raise AudioMetricsError(
-            f"{len(missing)} generated clip(s) have no caption line (first: {missing[:3]}); --captions must hold "
-            f"one line per generated wav (the captions.jsonl of the generated set they were decoded from)"
-        )
-    clips = []
-    for key, wav in generated.items():
-        ref = source_key_of(key, captions[key])
-        clips.append(
-            Clip(key=key, wav=wav, caption=captions[key]["caption"], reference_key=ref if ref in reference else "")
-        )
-    return clips
+NORMALISE = ("loudness", "loudness-generated", "none")  # both sets / audiocraft's (generated only) / off
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -184,80 +131,125 @@ def _ci(values: np.ndarray, n_boot: int, seed: int) -> dict[str, float]:
     return {"mean": mean, "lo": lo, "hi": hi, "level": 0.95}
 
 
-def load_frame_embeddings(path: Path, wav_keys: list[str], what: str) -> np.ndarray:
-    """A `tokenizer_pipeline.codec_embeddings` .npy -> [frames, D] float64; when its .json sidecar is there, its clip
-    keys must be the wav keys of the directory it stands for (else the FAD would compare other clips)."""
-    if not path.is_file():
-        raise AudioMetricsError(
-            f"{what} {path} does not exist; write it with python -m tokenizer_pipeline.codec_embeddings <wav dir> "
-            f"--codec <codec dir> --out {path}"
+def load_set(sources: dict[str, tuple[Path, tuple[float, float] | None]], normalise: bool) -> dict[str, Audio]:
+    """{key: (file, window or None)} -> {key: Audio} read, checked and (normalise) loudness-normalised."""
+    out = {}
+    for key, (path, window) in sources.items():
+        wave, sr = read_audio(path, window)
+        out[key] = normalise_loudness(wave, sr, path) if normalise else Audio(wave, sr, None, None)
+    return out
+
+
+def at(audio: Audio, sample_rate: int, seconds: float | None = None) -> np.ndarray:
+    """One clip at a model's rate [N'], cropped to `seconds` first when given."""
+    wave = audio.wave if seconds is None else audio.wave[: int(round(seconds * audio.sample_rate))]
+    return resample(wave, audio.sample_rate, sample_rate)
+
+
+def kl_pairs(classifier: Any, clips: list[Clip], gen: dict[str, Audio], ref: dict[str, Audio]) -> dict[str, Any]:
+    """Per generated clip: its label distribution (cropped to its partner's length when paired) and, when paired,
+    the partner's and their KL over segment pairs (both cropped to the common length)."""
+    sr = classifier.sample_rate
+    paired = [c for c in clips if c.reference_key]
+    common = {
+        c.key: min(
+            len(gen[c.key].wave) / gen[c.key].sample_rate,
+            len(ref[c.reference_key].wave) / ref[c.reference_key].sample_rate,
         )
-    emb = np.load(path, allow_pickle=False)
-    if emb.ndim != 2 or emb.shape[0] < 2 or not np.issubdtype(emb.dtype, np.floating):
-        raise AudioMetricsError(
-            f"{what} {path}: expected float embeddings [frames >= 2, D], got {emb.dtype} {emb.shape}"
-        )
-    sidecar = path.with_suffix(".json")
-    if sidecar.is_file():
-        keys = [c["key"] for c in json.loads(sidecar.read_text(encoding="utf-8"))["clips"]]
-        if sorted(keys) != sorted(wav_keys):
-            extra, missing = sorted(set(keys) - set(wav_keys)), sorted(set(wav_keys) - set(keys))
-            raise AudioMetricsError(
-                f"{what} {path} was computed from other clips than the wavs it is compared as ({sidecar}: "
-                f"{len(extra)} keys not among the wavs, first {extra[:3]}; {len(missing)} wavs missing, first "
-                f"{missing[:3]}); recompute it from the same directory"
-            )
-    return emb.astype(np.float64)  # [frames, D]
+        for c in paired
+    }
+    gen_waves = [at(gen[c.key], sr, common.get(c.key)) for c in clips]  # [N_i] each
+    ref_waves = [at(ref[c.reference_key], sr, common[c.key]) for c in paired]
+    for i, c in enumerate(paired):  # the same number of samples on both sides: the same segments
+        g = clips.index(c)
+        n = min(len(gen_waves[g]), len(ref_waves[i]))
+        gen_waves[g], ref_waves[i] = gen_waves[g][:n], ref_waves[i][:n]
+    p_gen = classifier.segment_distributions(gen_waves)  # [S_i, L] per clip
+    p_ref = dict(zip([c.key for c in paired], classifier.segment_distributions(ref_waves)))
+    kl = {c.key: kl_divergence(p_ref[c.key], p_gen[clips.index(c)]) for c in paired}  # [S_i] per paired clip
+    return {"p_gen": p_gen, "p_ref": p_ref, "kl": kl, "common_seconds": common}
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     """Load the models, embed and classify every clip, and return the report (see the module docstring)."""
-    from adapter_trainer.evaluation.audio_models import Clap, Classifier, read_mono, resolve_device
+    from adapter_trainer.evaluation.audio_models import (
+        CLAP_TYPE,
+        Clap,
+        Classifier,
+        check_classifier_config,
+        check_model_type,
+        clip_seed,
+        resolve_device,
+    )
+    from adapter_trainer.evaluation.references import reference_sources
 
-    generated = list_wavs(Path(args.generated), "--generated")
-    reference = list_wavs(Path(args.reference), "--reference")
-    clips = pair_clips(generated, reference, read_captions(Path(args.captions)))
-    encodec: dict[str, Any] = {}  # checked before any model loads
-    if args.embeddings_generated:  # EnCodec encoder latents, one embedding per frame (fadtk's encodec-emb)
+    generated = list_audio(Path(args.generated), "--generated")
+    ref_sources, ref_kind = reference_sources(args)
+    clips = pair_clips(generated, ref_sources, read_captions(Path(args.captions)), Path(args.captions))
+    latents: dict[str, Any] = {}  # checked before any model loads
+    if args.embeddings_generated:  # codec encoder latents, one embedding per frame
         g = load_frame_embeddings(Path(args.embeddings_generated), list(generated), "--embeddings-generated")
-        r = load_frame_embeddings(Path(args.embeddings_reference), sorted(reference), "--embeddings-reference")
+        r = load_frame_embeddings(Path(args.embeddings_reference), sorted(ref_sources), "--embeddings-reference")
         if g.shape[1] != r.shape[1]:
             raise AudioMetricsError(
                 f"--embeddings-generated has D={g.shape[1]} but --embeddings-reference D={r.shape[1]}: use one codec"
             )
-        encodec = {
-            "fad_encodec": frechet_distance_of(g, r),
-            "encodec_frames": {"generated": len(g), "reference": len(r), "dim": g.shape[1]},
+        latents = {
+            "fad_codec_latents": frechet_distance_of(g, r),
+            "codec_latent_frames": {"generated": len(g), "reference": len(r), "dim": g.shape[1]},
         }
     device = resolve_device(args.device)
+    check_model_type(args.clap, "--clap", CLAP_TYPE, "a CLAP model")  # the models' configs before any audio
+    check_classifier_config(args.classifier)
+    gen = load_set({c.key: (c.wav, None) for c in clips}, args.normalise != "none")
+    ref = load_set(ref_sources, args.normalise == "loudness")
+    recon = (
+        load_set(
+            {k: (p, None) for k, p in list_audio(Path(args.reconstructed), "--reconstructed", AUDIO_SUFFIXES).items()},
+            args.normalise == "loudness",
+        )
+        if args.reconstructed
+        else {}
+    )
+    if recon and sorted(recon) != sorted(ref):
+        raise AudioMetricsError(
+            f"--reconstructed {args.reconstructed} holds other keys than the references ({len(set(recon) ^ set(ref))} "
+            f"differ); decode the same clips the references are"
+        )
     clap = Clap.load(args.clap, device)
     classifier = Classifier.load(args.classifier, device)
 
-    # CLAP: texts and audio of the generated clips, audio of the references
-    gen_48 = [read_mono(c.wav, clap.sample_rate) for c in clips]  # [N_i] each
-    ref_keys = list(reference)
-    ref_48 = [read_mono(reference[k], clap.sample_rate) for k in ref_keys]
-    text_emb = clap.text_embeddings([c.caption for c in clips])  # [N, D]
-    gen_audio = clap.audio_embeddings(gen_48, seed=args.seed)  # [N, D]
-    ref_audio = clap.audio_embeddings(ref_48, seed=args.seed)  # [M, D]
+    # CLAP: texts and audio of the generated clips, audio of the references; each long clip's crop seeded by its key
+    def embed(audio: dict[str, Audio]) -> np.ndarray:
+        keys = list(audio)
+        return clap.audio_embeddings(
+            [at(audio[k], clap.sample_rate) for k in keys], [clip_seed(args.seed, k) for k in keys]
+        )
+
+    text_emb = clap.text_embeddings([c.caption for c in clips], max_tokens=args.text_max_tokens)  # [N, D]
+    gen_audio, ref_audio = embed(gen), embed(ref)  # [N, D], [M, D]
     own, deranged, _ = clap_scores(  # [N], [N]
         text_emb, gen_audio, args.derangements, args.seed, captions=[c.caption for c in clips]
     )
-    fad = frechet_distance_of(gen_audio, ref_audio)
+    windows: dict[str, Any] = {}
+    if args.fad_windows:
+        gw = clap.window_embeddings([at(a, clap.sample_rate) for a in gen.values()])  # [Wg, D]
+        rw = clap.window_embeddings([at(a, clap.sample_rate) for a in ref.values()])  # [Wr, D]
+        windows = {
+            "fad_clap_windows": frechet_distance_of(gw, rw),
+            "clap_windows": {"generated": len(gw), "reference": len(rw)},
+        }
+    floor = {"fad_clap_clips_codec_floor": frechet_distance_of(embed(recon), ref_audio)} if recon else {}
 
-    # classifier: label distributions of every clip; KL over the generated clips that have a reference partner
-    p_gen = classifier.label_distributions([read_mono(c.wav, classifier.sample_rate) for c in clips])  # [N, L]
-    p_ref_all = classifier.label_distributions([read_mono(reference[k], classifier.sample_rate) for k in ref_keys])
-    ref_row = {k: i for i, k in enumerate(ref_keys)}
-    paired = [i for i, c in enumerate(clips) if c.reference_key]
-    kl = np.full(len(clips), np.nan)  # [N], nan = unpaired
-    if paired:
-        p_ref = p_ref_all[[ref_row[clips[i].reference_key] for i in paired]]  # [P, L]
-        kl[paired] = kl_divergence(p_ref, p_gen[paired])
+    kl = kl_pairs(classifier, clips, gen, ref)
+    seg_kl = np.concatenate(list(kl["kl"].values())) if kl["kl"] else np.zeros(0)  # [segment pairs]
     labels = classifier.labels
 
     def top(p: np.ndarray) -> list[dict[str, Any]]:
         return [{"label": labels[j], "p": float(p[j])} for j in np.argsort(-p)[:TOP_LABELS]]
+
+    def loudness(a: Audio) -> dict[str, float | None]:
+        return {"lufs_before": a.loudness_lufs, "gain_db": a.gain_db}
 
     return {
         "clap_score": float(own.mean()),
@@ -265,16 +257,21 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "clap_score_deranged": float(deranged.mean()),
         "clap_score_minus_deranged": float((own - deranged).mean()),
         "clap_score_minus_deranged_ci": _ci(own - deranged, args.bootstrap, args.seed),
-        "fad_clap": fad,
-        "kl_classifier": float(kl[paired].mean()) if paired else None,
-        **encodec,
+        "fad_clap_clips": frechet_distance_of(gen_audio, ref_audio),
+        **windows,
+        **floor,
+        "kl_classifier": float(seg_kl.mean()) if seg_kl.size else None,
+        **latents,
+        "reference_kind": ref_kind,
         "n_generated": len(clips),
-        "n_reference": len(ref_keys),
-        "n_kl_pairs": len(paired),
+        "n_reference": len(ref),
+        "n_kl_pairs": len(kl["kl"]),
+        "n_kl_segment_pairs": int(seg_kl.size),
         "kl_unpaired": [c.key for c in clips if not c.reference_key],
         "n_derangements": args.derangements,
         "bootstrap_resamples": args.bootstrap,
         "seed": args.seed,
+        "settings": settings(args, clap, classifier, gen, ref),
         "models": {
             "clap": args.clap,
             "clap_sample_rate": clap.sample_rate,
@@ -283,14 +280,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "classifier_labels": len(labels),
             "classifier_segment_seconds": classifier.segment_seconds,
         },
-        "definitions": {
-            "clap_score": "mean cosine of CLAP text (own caption) and audio embeddings over generated clips",
-            "clap_score_deranged": "the same with other clips' captions (derangements, averaged)",
-            "fad_clap": "Frechet distance of Gaussians fitted to CLAP audio embeddings, generated vs reference; "
-            "biased upwards at small n: compare at equal n_generated/n_reference only",
-            "kl_classifier": "mean over pairs of KL(p_ref || p_gen), p = softmax of the AudioSet classifier's "
-            "logits averaged over segments, eps 1e-6 on p_gen (audiocraft metrics/kld.py; AST instead of PaSST)",
-        },
+        "definitions": DEFINITIONS,
         "per_clip": [
             {
                 "key": c.key,
@@ -298,34 +288,105 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
                 "reference_key": c.reference_key or None,
                 "clap_score": float(own[i]),
                 "clap_score_deranged": float(deranged[i]),
-                "kl_classifier": float(kl[i]) if c.reference_key else None,
-                "top_labels": top(p_gen[i]),
-                "reference_top_labels": top(p_ref_all[ref_row[c.reference_key]]) if c.reference_key else None,
+                "kl_classifier": float(kl["kl"][c.key].mean()) if c.reference_key else None,
+                "kl_seconds": kl["common_seconds"].get(c.key),
+                "top_labels": top(kl["p_gen"][i].mean(axis=0)),
+                "reference_top_labels": top(kl["p_ref"][c.key].mean(axis=0)) if c.reference_key else None,
+                "loudness": loudness(gen[c.key]),
             }
             for i, c in enumerate(clips)
         ],
     }
 
 
+DEFINITIONS = {
+    "clap_score": "mean cosine of CLAP text (own caption, <= text_max_tokens tokens) and audio embeddings over "
+    "generated clips",
+    "clap_score_deranged": "the same with other clips' captions (derangements, averaged)",
+    "fad_clap_clips": "Frechet distance of Gaussians fitted to CLAP audio embeddings, one per clip, generated vs "
+    "reference; NOT fadtk's clap-laion-* FAD (10-s windows every 1 s); biased upwards at small n: compare at equal "
+    "n_generated/n_reference only",
+    "fad_clap_windows": "the same over fadtk's windows (int16-quantised, CLAP-window windows every 1 s, the last ones "
+    "zero-padded): fadtk's clap-laion-* embedding when the CLAP is that checkpoint",
+    "fad_clap_clips_codec_floor": "fad_clap_clips of the codec's reconstructions against the original references",
+    "kl_classifier": "mean over segment pairs of KL(p_ref || p_gen), p = softmax of the AudioSet classifier's "
+    "logits, eps 1e-6 on p_gen, pairs cropped to their common length (audiocraft metrics/kld.py; AST, not PaSST)",
+    "fad_codec_latents": "Frechet distance of codec encoder latents, one embedding per frame (the shards' codec; "
+    "fadtk's encodec-emb is the 24 kHz EnCodec)",
+}
+
+
+def settings(args: argparse.Namespace, clap: Any, classifier: Any, gen: dict, ref: dict) -> dict[str, Any]:
+    """Every evaluation choice that changes the numbers, and where audiocraft 1.3.0's MusicGen evaluation differs."""
+    skipped = lambda s: sorted(k for k, a in s.items() if a.gain_db is None)
+    applied = {"loudness": ["generated", "reference"], "loudness-generated": ["generated"], "none": []}[args.normalise]
+    return {
+        "normalisation": {
+            "mode": args.normalise,
+            "target_lufs": TARGET_LUFS if applied else None,
+            "applied_to": applied,
+            "energy_floor_rms": ENERGY_FLOOR,
+            "clamped_to_unit": bool(applied),
+            "left_unnormalised": {
+                "generated": skipped(gen) if applied else [],
+                "reference": skipped(ref) if "reference" in applied else [],
+            },
+            "audiocraft": "generated audio only, -14 LUFS (solvers/musicgen.py normalize_audio, strategy loudness); "
+            "its FAD then peak-normalises both sets",
+        },
+        "text_max_tokens": clap.text_max_tokens(args.text_max_tokens),
+        "text_max_tokens_audiocraft": 77,
+        "clap_window_seconds": clap.window_samples / clap.sample_rate,
+        "clap_long_clips": "one random crop of the window per clip, seeded by --seed and the clip's key",
+        "fad_windows": {"window_seconds": clap.window_samples / clap.sample_rate, "hop_seconds": 1.0}
+        if args.fad_windows
+        else None,
+        "segment_seconds": classifier.segment_seconds,
+        "segment_seconds_audiocraft": 20.0,
+        "classifier_short_segments": "zero-padded to segment_seconds by ASTFeatureExtractor (audiocraft's PaSST takes "
+        "them unpadded; segments <= 0.15 s are dropped by both)",
+        "kl_pairing": "each pair cropped to the shorter clip's length, KL per segment pair, mean over segment pairs",
+        "differs_from_audiocraft": [
+            "KL classifier AST (10.24-s window) instead of PaSST (20-s segments)",
+            "FAD on CLAP embeddings instead of VGGish",
+            "CLAP checkpoint from transformers (--clap) instead of music_audioset_epoch_15_esc_90.14.pt",
+        ]
+        + (["references loudness-normalised too"] if args.normalise == "loudness" else []),
+    }
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from adapter_trainer.evaluation.audio_models import DEFAULT_CLAP, DEFAULT_CLASSIFIER
+    from adapter_trainer.evaluation.audio_models import CLAP_TEXT_MAX_TOKENS, DEFAULT_CLAP, DEFAULT_CLASSIFIER
 
     p = argparse.ArgumentParser(
         prog="python -m adapter_trainer.audio_metrics",
         description="CLAP score, FAD (CLAP embeddings) and classifier KL of decoded generated clips vs references.",
     )
     p.add_argument("--generated", required=True, help="directory of generated <key>.wav (tokenizer_pipeline.decode)")
-    p.add_argument("--reference", required=True, help="directory of reference <key>.wav")
+    p.add_argument("--reference", help="directory of reference <key>.wav|flac|ogg (decoded from shards, or originals)")
+    p.add_argument(
+        "--reference-kind",
+        choices=("codec-reconstruction", "original"),
+        default="codec-reconstruction",
+        help="what --reference holds (make listen: codec reconstructions decoded from the eval shards)",
+    )
+    p.add_argument("--reference-shards", help="own-audio shard set: references read from each sample's source window")
+    p.add_argument("--reference-split", default="eval", help="the split of --reference-shards to read")
+    p.add_argument("--audio-root", help="directory the shard samples' source_file paths are relative to")
+    p.add_argument("--reconstructed", help="the references' codec reconstructions -> fad_clap_clips_codec_floor")
     p.add_argument("--captions", required=True, help='JSONL {"key", "caption"[, "source_key"]} per generated clip')
     p.add_argument("--clap", default=DEFAULT_CLAP, help="ClapModel: hub id in the local cache, or a directory")
     p.add_argument("--classifier", default=DEFAULT_CLASSIFIER, help="ASTForAudioClassification: hub id or directory")
     p.add_argument("--out", required=True, help="report JSON to write")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
+    p.add_argument("--normalise", choices=NORMALISE, default="loudness", help="loudness-normalise to -14 LUFS first")
+    p.add_argument("--text-max-tokens", type=int, default=CLAP_TEXT_MAX_TOKENS, help="CLAP caption tokens kept")
+    p.add_argument("--fad-windows", action="store_true", help="also fad_clap_windows (fadtk's windows; ~10x CLAP)")
     p.add_argument("--derangements", type=int, default=8, help="caption derangements averaged for the deranged score")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over clips) for the intervals")
-    p.add_argument("--seed", type=int, default=0, help="derangements, bootstrap and CLAP's random crops")
+    p.add_argument("--seed", type=int, default=0, help="derangements, bootstrap and CLAP's random crops (>= 0)")
     p.add_argument("--embeddings-generated", help="tokenizer_pipeline.codec_embeddings .npy of --generated")
-    p.add_argument("--embeddings-reference", help="the same for --reference; both given -> fad_encodec")
+    p.add_argument("--embeddings-reference", help="the same for --reference; both given -> fad_codec_latents")
     p.add_argument(
         "--if-available",
         action="store_true",
@@ -334,9 +395,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.derangements < 1 or args.bootstrap < 1:
         p.error("--derangements and --bootstrap must be >= 1")
+    if not 0 <= args.seed < 2**32:
+        p.error(f"--seed {args.seed}: must be in 0 .. 2**32 - 1 (numpy's seed range)")
+    if args.text_max_tokens < 2:
+        p.error("--text-max-tokens must be >= 2 (the begin and end tokens)")
     if bool(args.embeddings_generated) != bool(args.embeddings_reference):
         p.error("--embeddings-generated and --embeddings-reference go together")
+    if bool(args.reference) == bool(args.reference_shards):
+        p.error("give one of --reference (a directory of audio files) and --reference-shards (own-audio originals)")
+    if args.reference_shards and not args.audio_root:
+        p.error("--reference-shards needs --audio-root (where the samples' source_file paths start)")
+    if args.reconstructed and args.reference_kind != "original" and not args.reference_shards:
+        p.error("--reconstructed is the floor against ORIGINAL references: add --reference-kind original")
     return args
+
+
+def check_writable(out: Path) -> None:
+    """Fail before any model loads when --out cannot be written (nothing computed is lost to a bad path)."""
+    probe = out.with_name(f".{out.name}.probe")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as e:
+        raise AudioMetricsError(f"--out {out}: cannot write there ({e.strerror or e}); choose a writable path") from e
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,22 +430,23 @@ def main(argv: list[str] | None = None) -> int:
         if absent:
             print(f"adapter_trainer.audio_metrics: skipped: {how_to_get(absent[0])}")
             return 0
+    out = Path(args.out)
     try:
+        check_writable(out)
         report = compute(args)
-    except UserError as e:  # ModelUnavailableError included: one line, how to get the model
+    except UserError as e:  # ModelUnavailableError / WrongModelError included: one line, what to do
         print(f"adapter_trainer.audio_metrics: error: {e}", file=sys.stderr)
         return USER_ERROR_EXIT
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(out)
     ci = report["clap_score_minus_deranged_ci"]
     kl = report["kl_classifier"]
     print(
-        f"adapter_trainer.audio_metrics: {report['n_generated']} generated vs {report['n_reference']} reference clips: CLAP score "
-        f"{report['clap_score']:.4f} (deranged captions {report['clap_score_deranged']:.4f}, difference "
-        f"{ci['mean']:+.4f} [{ci['lo']:+.4f}, {ci['hi']:+.4f}]), FAD(CLAP) {report['fad_clap']:.4f}, KL "
-        f"{'n/a (no pairs)' if kl is None else f'{kl:.4f}'} over {report['n_kl_pairs']} pairs -> {out}"
+        f"adapter_trainer.audio_metrics: {report['n_generated']} generated vs {report['n_reference']} reference clips "
+        f"({report['reference_kind']}): CLAP score {report['clap_score']:.4f} (deranged captions "
+        f"{report['clap_score_deranged']:.4f}, difference {ci['mean']:+.4f} [{ci['lo']:+.4f}, {ci['hi']:+.4f}]), "
+        f"FAD(CLAP, per clip) {report['fad_clap_clips']:.4f}, KL {'n/a (no pairs)' if kl is None else f'{kl:.4f}'} "
+        f"over {report['n_kl_pairs']} pairs -> {out}"
     )
     return 0

@@ -345,6 +345,9 @@ class EvalReport:
     # FRAME_BINS key -> {"gain", "ci95": [lo, hi], "n_codes"}: the caption gain over those frames of the window
     caption_gain_by_position: dict = field(default_factory=dict)
     caption_gain_by_frame: list = field(default_factory=list)  # [F] gain per window frame (nan: no code scored)
+    # what the bins add back to (weighted by n_codes): the code-weighted gain over the window; caption_gain is a mean
+    # of per-clip means, equal to it only when every clip has the same code count
+    caption_gain_by_position_total: float = float("nan")
     extra: dict = field(default_factory=dict)
     # per entry of data.shards (its path as written): ce, n_clips, n_code_targets, unigram_ce, rel_to_unigram_pct,
     # ce_shuffled, caption_gain; from the same per-clip sums as the overall figures (`per_set_figures`)
@@ -438,6 +441,12 @@ def make_report(
         n_overlap_clips=n_overlap_clips,
         caption_gain_by_position=by_position,
         caption_gain_by_frame=by_frame,
+        caption_gain_by_position_total=safe_div(
+            sum(g["gain"] * g["n_codes"] for g in by_position.values() if g["n_codes"]),
+            sum(g["n_codes"] for g in by_position.values()),
+        )
+        if by_position
+        else float("nan"),
     )
 
 
@@ -484,6 +493,8 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
             k: {"gain": g["gain"], "ci95": list(g["ci95"]), "n_codes": g["n_codes"]}
             for k, g in r.caption_gain_by_position.items()
         },
+        # the bins add back (weighted by n_codes) to this code-weighted gain, not to caption_gain (per-clip means)
+        "caption_gain_by_position_total": r.caption_gain_by_position_total,
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
         "per_shard_set": r.per_shard_set,
@@ -535,6 +546,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
                     f"{_bin_label(k)} {g['gain']:+.4f} [{g['ci95'][0]:+.4f}, {g['ci95'][1]:+.4f}]"
                     for k, g in r.caption_gain_by_position.items()
                 )
+                + f"   (code-weighted total {r.caption_gain_by_position_total:+.4f})"
             ]
             if r.caption_gain_by_position
             else []

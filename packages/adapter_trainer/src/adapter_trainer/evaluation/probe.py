@@ -178,6 +178,10 @@ def per_clip_accuracy(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 FOLLOWS = "follows its captions"
 NOT_DETECTED = "not detected at this clip count"
+TOO_FEW = "too few clips"
+# below this many scored clips the percentile bootstrap's 95% interval is too narrow: a caption-blind generator
+# passes 5.5-12.8% of the time at 3-8 clips (nominal 2.5%); no verdict is given there
+MIN_VERDICT_CLIPS = 30
 # z_(1 - alpha/2) + z_(power) for alpha = 0.05 two-sided and 80% power: 1.960 + 0.842
 MDE_Z = 2.8
 MDE_METHOD = (
@@ -185,10 +189,13 @@ MDE_METHOD = (
 )
 
 
-def verdict(ci95: tuple[float, float] | list[float]) -> str:
-    """The probe's verdict from the 95% interval of true - deranged: FOLLOWS only when its low end is above 0.
-    An interval that includes 0 (or lies below it) is NOT_DETECTED: absence of evidence at this clip count, never
-    evidence that generation ignores the caption (see `minimum_detectable_effect`)."""
+def verdict(ci95: tuple[float, float] | list[float], n_clips: int) -> str:
+    """The probe's verdict from the 95% interval of true - deranged: FOLLOWS only when its low end is above 0 and
+    at least MIN_VERDICT_CLIPS clips were scored (TOO_FEW below). An interval that includes 0 (or lies below it) is
+    NOT_DETECTED: absence of evidence at this clip count, never evidence that generation ignores the caption (see
+    `minimum_detectable_effect`)."""
+    if n_clips < MIN_VERDICT_CLIPS:
+        return TOO_FEW
     return FOLLOWS if ci95[0] > 0 else NOT_DETECTED
 
 
@@ -269,8 +276,16 @@ def make_report(
     derangements: int = 8,
     n_bootstrap: int = 1000,
     seed: int = 0,
+    source_keys: list[str] | None = None,
 ) -> dict:
-    """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling and its null)."""
+    """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling and its null).
+
+    source_keys: the eval clips whose captions generated the set (the generated manifest's source_key). When they
+    are a subset of `real_eval` (generate.n below the eval clips), the ceiling is that subset's: a fraction of
+    the ceiling compares the generator with the real clips of the same captions."""
+    subset = sorted(set(source_keys or []) & {c.key for c in real_eval})
+    if len(subset) >= 2:
+        real_eval = [c for c in real_eval if c.key in set(subset)]
     if len(generated) < 2 or len(real_eval) < 2:
         raise ProbeInputError(
             f"the probe report needs >= 2 generated clips (got {len(generated)}) and >= 2 real eval clips (got "
@@ -328,13 +343,15 @@ def make_report(
         "n_scored": int(ok.sum()),
         "n_train": len(train),
         "n_real_eval": len(real_eval),
+        "ceiling_clips": "the eval clips whose captions generated the set" if len(subset) >= 2 else "every eval clip",
         "attributes": list(NAMES),
         "accuracy_true_captions": mean_true,
         "accuracy_true_captions_ci95": [lo_true, hi_true],
         "accuracy_deranged_captions": float(acc_der[ok].mean()),
         "true_minus_deranged": diff,
         "true_minus_deranged_ci95": [lo_diff, hi_diff],
-        "verdict": verdict((lo_diff, hi_diff)),
+        "verdict": verdict((lo_diff, hi_diff), int(ok.sum())),
+        "min_verdict_clips": MIN_VERDICT_CLIPS,
         "probe_ceiling_real_eval": float(acc_e[ok_e].mean()),
         "probe_deranged_real_eval": float(acc_e_der[ok_e].mean()),
         "fraction_of_ceiling": frac,
@@ -387,11 +404,18 @@ def _probe(args: argparse.Namespace) -> dict:
         derangements=args.derangements,
         n_bootstrap=args.bootstrap,
         seed=args.seed,
+        source_keys=_source_keys(gen.manifest_path),
     )
     report["shards"], report["generated"] = str(args.shards), str(args.generated)
     report["sampling"] = _generated_settings(gen.manifest_path)
     args.out.write_text(json.dumps(_finite_or_none(report), indent=2, allow_nan=False) + "\n")
     return report
+
+
+def _source_keys(manifest_path: Path) -> list[str]:
+    """The eval clips whose captions generated the set (generated.captions[].source_key; "" ones left out)."""
+    gen = json.loads(manifest_path.read_text(encoding="utf-8")).get("generated") or {}
+    return [c["source_key"] for c in gen.get("captions") or [] if isinstance(c, dict) and c.get("source_key")]
 
 
 def _generated_settings(manifest_path: Path) -> dict:
@@ -430,6 +454,8 @@ def summary_lines(report: dict) -> list[str]:
         + (
             "(the interval of true - deranged is above 0)"
             if r["verdict"] == FOLLOWS
+            else f"(a verdict needs >= {MIN_VERDICT_CLIPS} scored clips)"
+            if r["verdict"] == TOO_FEW
             else "(that interval is not above 0)"
         ),
     ]
