@@ -9,17 +9,22 @@ Measured (each in its own try/except: a failure is recorded as its error text, t
   flops      FLOPs per position COUNTED by torch.utils.flop_counter.FlopCounterMode over one training step (forward
              + backward, checkpointing off, so recompute is not counted: model FLOPs): every matmul and attention
              call with its real shapes (frozen weights get no weight gradient, so none is counted; attention is
-             counted over the full S x S, FlopCounterMode's convention). MFU = positions/s x that / the GPU's peak
-             dense bf16 tensor-core FLOP/s from PEAK_BF16_FLOPS (by device name; unknown name -> no MFU).
+             counted over the full S x S, FlopCounterMode's convention). Grouped k/v (enable_gqa: 32 query / 8
+             key-value heads) count as the expanded heads (`SDPA_GQA_FLOPS`: torch's own formula asserts on unequal
+             heads). MFU = positions/s x that / the GPU's peak dense bf16 tensor-core FLOP/s from PEAK_BF16_FLOPS
+             (by device name; unknown name -> no MFU). A failed count fails the run (exit 1 after the JSON).
   kernels    which scaled_dot_product_attention kernel ran (torch.profiler op names) for: training unpadded,
-             right-padded and left-padded; one decoding step against an unpadded and a left-padded cache. The math
-             kernel in any of them is a failure: the JSON is written, then the script exits 1.
+             right-padded and left-padded; one decoding step (decode_step; the prefill runs before the profiler)
+             against an unpadded and a left-padded cache, next to the kernel torch 2.11's rules predict for each
+             sdpa call of the case (adapter_trainer.model.sdpa_kernels: cuDNN everywhere on an H100). The math kernel
+             in any of them, or a kernel other than predicted, is a failure: the JSON is written, then exit 1.
   encoder    tokenizer_pipeline's CodecEncoder on the demo codec (`make codec`: the real encodec_32khz
              architecture) and the demo corpus clips: clips/s in fp32 and bf16, and the share of bf16 codes equal to
              fp32's.
-  generate   decoding positions/s: MoTAdapterModel.forward_step one position at a time against its KV cache, 8
-             captions + 8 CFG rows, under the preset's autocast (the model's decode step, not the sampler's host
-             logic; inputs are random audio ids).
+  generate   decoding positions/s: MoTAdapterModel.decode_step one position at a time against a preallocated
+             MoTKVCache (MoTKVCache.allocate, as generate), 8 captions + 8 CFG rows, under the preset's autocast; the
+             prefill is not timed and positions/s counts the 8 conditioned rows (generate's metric). The model's
+             decode step, not the sampler's logic; inputs are random audio ids.
 
 Usage: python benchmarks/bench_gpu.py --out FILE.json [--batches 1,2,4,8,16] [--steps 3] [--dims real|tiny]
 """
@@ -100,18 +105,101 @@ def sdpa_kernels(fn: Callable[[], object]) -> list[str]:
     return sorted({k for n in names for sub, k in KERNELS.items() if sub in n})
 
 
+def expected_kernels(fn: Callable[[], object], device) -> list[str]:
+    """The kernels torch 2.11's rules pick (adapter_trainer.model.sdpa_kernels) for every sdpa call fn makes on
+    `device` (a sdpa_kernels.Device: the running GPU, or H100 for --smoke-cpu), from the calls' real arguments."""
+    import torch.nn.functional as F
+
+    from adapter_trainer.model.sdpa_kernels import Call, expected_kernel
+
+    real, seen = F.scaled_dot_product_attention, set()
+
+    def spy(*args, **kwargs):
+        seen.add(expected_kernel(Call.of(*args, **kwargs), device))
+        return real(*args, **kwargs)
+
+    F.scaled_dot_product_attention = spy
+    try:
+        fn()
+    finally:
+        F.scaled_dot_product_attention = real
+    return sorted(seen)
+
+
+# ------------------------------------------------------------------------------------------------------------- FLOPs
+def _as_query_heads(query_shape, kv_shape) -> tuple:
+    """k/v shape [B, KV, S_k, d] of a grouped call -> [B, H, S_k, d]: the heads enable_gqa repeats (same FLOPs)."""
+    b, kv, s, d = kv_shape
+    h = query_shape[1]
+    return (b, h, s, d) if kv != h and kv > 0 and h % kv == 0 else tuple(kv_shape)
+
+
+def gqa_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """Forward attention FLOPs, grouped k/v counted as expanded (torch's sdpa_flop_count on the expanded shapes)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(
+        query_shape, _as_query_heads(query_shape, key_shape), _as_query_heads(query_shape, value_shape)
+    )
+
+
+def gqa_sdpa_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """Backward attention FLOPs, grouped k/v counted as expanded."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+
+    return sdpa_backward_flop_count(
+        grad_out_shape,
+        query_shape,
+        _as_query_heads(query_shape, key_shape),
+        _as_query_heads(query_shape, value_shape),
+    )
+
+
+def sdpa_gqa_flops() -> dict:
+    """FlopCounterMode custom_mapping: every fused attention op (CUDA's cuDNN / flash / memory-efficient, and the CPU
+    flash kernel, which torch does not count at all) with the GQA-aware formulas above. The math kernel needs none:
+    it runs as matmuls on expanded heads, which torch counts."""
+    aten = torch.ops.aten
+    fwd = (
+        aten._scaled_dot_product_cudnn_attention,
+        aten._scaled_dot_product_flash_attention,
+        aten._scaled_dot_product_efficient_attention,
+        aten._scaled_dot_product_flash_attention_for_cpu,
+    )
+    bwd = (
+        aten._scaled_dot_product_cudnn_attention_backward,
+        aten._scaled_dot_product_flash_attention_backward,
+        aten._scaled_dot_product_efficient_attention_backward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward,
+    )
+    return {**dict.fromkeys(fwd, gqa_sdpa_flop), **dict.fromkeys(bwd, gqa_sdpa_backward_flop)}
+
+
+def flop_counter():
+    """FlopCounterMode that counts grouped-query attention (sdpa_gqa_flops)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False, custom_mapping=sdpa_gqa_flops())
+
+
 # ------------------------------------------------------------------------------------------------------ measurements
 def flops_per_position(model, optimizer, cfg, vocab) -> dict:
     from realsize_model import full_batch, train_step
-    from torch.utils.flop_counter import FlopCounterMode
 
     batch = full_batch(cfg, vocab, 1).to(DEV)
     model.activation_checkpointing = False
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter()
     with counter:
         train_step(model, optimizer, batch, cfg)
     positions = int(batch.attention_mask.sum())
-    return {"flops_per_position": counter.get_total_flops() / positions, "positions": positions}
+    attention = sum(
+        n for op, n in counter.get_flop_counts()["Global"].items() if "scaled_dot_product" in str(op)
+    )  # fused attention ops only (the math kernel's matmuls count under aten.bmm)
+    return {
+        "flops_per_position": counter.get_total_flops() / positions,
+        "attention_flops_per_position": attention / positions,
+        "positions": positions,
+    }
 
 
 def train_throughput(model, optimizer, cfg, vocab, batch_size: int, recompute: bool, steps: int, fpp, peak) -> dict:
@@ -144,6 +232,7 @@ def kernel_cases(model, optimizer, cfg, vocab) -> dict:
     from realsize_model import full_batch, train_step
 
     from adapter_trainer.data.token_layout import IGNORE_INDEX, Batch
+    from adapter_trainer.model.mot import MoTKVCache
     from adapter_trainer.training.device import autocast
 
     model.activation_checkpointing = False
@@ -161,45 +250,77 @@ def kernel_cases(model, optimizer, cfg, vocab) -> dict:
 
     left = Batch(roll(full.tokens), roll(full.is_audio), roll(labels), roll(mask), full.keys)
 
-    def decode(mask: torch.Tensor) -> None:
+    def decode(batch: Batch) -> Callable[[], object]:
+        """Prefill S - 1 positions now (not profiled), return the one-query decoding step (what generation repeats)."""
+        model.eval()
         with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
-            model.eval()
-            _, cache = model.forward_step(full.tokens[:, : S - 1], full.is_audio[:, : S - 1], mask[:, : S - 1])
-            model.forward_step(full.tokens[:, S - 1 :], full.is_audio[:, S - 1 :], mask, cache)
+            _, cache = model.forward_step(
+                batch.tokens[:, : S - 1], batch.is_audio[:, : S - 1], batch.attention_mask[:, : S - 1],
+                MoTKVCache.allocate(S),
+            )  # fmt: skip
+
+        def step() -> None:
+            with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
+                model.decode_step(batch.tokens[:, S - 1 :], batch.attention_mask, cache)
+
+        return step
 
     cases = {
         "train_unpadded": lambda: train_step(model, optimizer, full, cfg),
         "train_right_padded": lambda: train_step(model, optimizer, right, cfg),
         "train_left_padded": lambda: train_step(model, optimizer, left, cfg),
-        "decode_unpadded_cache": lambda: decode(torch.ones_like(full.attention_mask)),
-        "decode_left_padded_cache": lambda: decode(left.attention_mask),
+        "decode_unpadded_cache": lambda: decode(full),
+        "decode_left_padded_cache": lambda: decode(left),
     }
-    return {name: sdpa_kernels(fn) for name, fn in cases.items()}
+    from adapter_trainer.model.sdpa_kernels import H100, cuda_device
+
+    device = cuda_device(DEV) if DEV.type == "cuda" else H100  # --smoke-cpu: the rules as on an H100
+    out = {}
+    for name, make in cases.items():
+        ran = sdpa_kernels(make() if name.startswith("decode") else make)
+        expected = expected_kernels(make() if name.startswith("decode") else make, device)
+        out[name] = {"ran": ran, "expected": expected}
+    return out
 
 
-def generation_speed(model, cfg, vocab, rows: int = 16, prompt: int = 66, steps: int = 256) -> dict:
+def generation_speed(model, cfg, vocab, captions: int = 8, prompt: int = 66, steps: int = 256) -> dict:
+    """Decoding steps only, as generate runs them: `captions` conditioned rows + as many CFG rows (2-token prompts,
+    left-padded), a prefill into MoTKVCache.allocate(prompt + steps) (not timed), then `steps` decode_step calls.
+    positions/s counts the conditioned rows only (generate's own metric; CFG doubles the compute)."""
+    from adapter_trainer.model.mot import MoTKVCache
     from adapter_trainer.training.device import autocast
 
+    rows = 2 * captions
     J = model.n_slots
     g = torch.Generator(device=DEV).manual_seed(0)
     lo, hi = vocab.text_vocab_size, vocab.text_vocab_size + vocab.n_codes
     mask = torch.ones(rows, prompt + steps, dtype=torch.bool, device=DEV)  # [R, P + steps]
-    mask[rows // 2 :, : prompt - 2] = False  # CFG rows: a 2-token prompt, left-padded
+    mask[captions:, : prompt - 2] = False  # CFG rows: a 2-token prompt, left-padded
     tokens = torch.randint(0, 100_000, (rows, prompt, J), device=DEV, generator=g)  # [R, P, J] text ids
     is_audio = torch.zeros(rows, prompt, dtype=torch.bool, device=DEV)
     new = torch.randint(lo, hi, (steps, rows, 1, J), device=DEV, generator=g)  # [steps, R, 1, J] audio ids
-    one = torch.ones(rows, 1, dtype=torch.bool, device=DEV)
     model.eval()
 
-    def run(n: int) -> None:
+    def prefill() -> MoTKVCache:
         with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
-            _, cache = model.forward_step(tokens, is_audio, mask[:, :prompt])
-            for i in range(n):
-                _, cache = model.forward_step(new[i], one, mask[:, : prompt + i + 1], cache)
+            return model.forward_step(tokens, is_audio, mask[:, :prompt], MoTKVCache.allocate(prompt + steps))[1]
 
-    run(4)  # warm-up
-    s = sync_time(lambda: run(steps), 1)
-    return {"rows": rows, "prompt": prompt, "steps": steps, "seconds": s, "positions_per_s": rows * steps / s}
+    def decode(cache: MoTKVCache, n: int) -> None:
+        with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
+            for i in range(n):
+                _, cache = model.decode_step(new[i], mask[:, : prompt + i + 1], cache)
+
+    decode(prefill(), 4)  # warm-up
+    cache = prefill()
+    s = sync_time(lambda: decode(cache, steps), 1)
+    return {
+        "captions": captions,
+        "cfg_rows": captions,
+        "prompt": prompt,
+        "steps": steps,
+        "seconds": s,
+        "positions_per_s": captions * steps / s,
+    }
 
 
 def encoder(codec: Path, corpus: Path, n_clips: int, batch_size: int) -> dict:
@@ -302,11 +423,31 @@ def main() -> None:
             summary[f"gpu_encoder_{key}"] = res["encoder"][key]
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": [{"stage": "gpu", **res}]}, indent=2))
     print(json.dumps(res, indent=2))
-    math_cases = [c for c, ks in res["kernels"].items() if isinstance(ks, list) and "math" in ks]
-    if math_cases and DEV.type == "cuda":
-        raise SystemExit(f"the math attention kernel ran in {math_cases} on {name}: expected flash/mem-efficient/cuDNN")
+    failed = run_failures(res)
+    if failed:
+        raise SystemExit("bench_gpu failed (the JSON above is written):\n  " + "\n  ".join(failed))
+
+
+def run_failures(res: dict) -> list[str]:
+    """What fails the run (exit 1, after the JSON is written): a failed FLOP count or a training row without MFU on a
+    GPU whose peak is known (no MFU is no result), and a failed kernel check."""
+    out = []
+    if "error" in res["flops"]:
+        out.append(f"the FLOP count failed, so no row has MFU: {res['flops']['error']}")
+    elif res["peak_bf16_flops"] is not None:
+        no_mfu = [r["batch_size"] for r in res["train"] if "error" not in r and "mfu" not in r]
+        if no_mfu:
+            out.append(f"training rows without MFU at batch sizes {no_mfu}")
     if "error" in res["kernels"]:
-        raise SystemExit(f"the attention kernel check failed: {res['kernels']['error']}")
+        out.append(f"the attention kernel check failed: {res['kernels']['error']}")
+    elif DEV.type == "cuda":
+        math_cases = [c for c, k in res["kernels"].items() if "math" in k["ran"]]
+        if math_cases:
+            out.append(f"the math attention kernel ran in {math_cases} on {res['device']}")
+        wrong = {c: k for c, k in res["kernels"].items() if k["ran"] != k["expected"]}
+        if wrong:
+            out.append(f"kernels other than torch 2.11's rules predict (sdpa_kernels.py): {wrong}")
+    return out
 
 
 if __name__ == "__main__":

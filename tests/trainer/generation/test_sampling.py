@@ -248,3 +248,49 @@ def test_temperature_comes_before_the_nucleus_when_sampling() -> None:
     u = torch.rand(4000, 1, generator=torch.Generator().manual_seed(0))  # [N, H=1]
     drawn = sample_rows(x.expand(4000, 1, 7), cfg, u)[:, 0]  # [N]
     assert set(drawn.tolist()) == set(kept.nonzero()[:, 0].tolist())
+
+
+def test_a_draw_never_lands_on_a_disallowed_id_even_if_the_cdf_is_not_monotone(monkeypatch) -> None:
+    """CUDA's parallel cumsum sums each position in its own order, so the running sums after the last allowed id (all
+    adding probability 0) may come out a few ulps ABOVE the sum at that id; a uniform near 1 then lands on an id whose
+    warped logit is -inf (a code of another codebook in flatten, which loses the whole batch at decode). Injected
+    here as such a rounding would make it; searchsorted and the rest run for real."""
+    import adapter_trainer.generation.sampling as sampling
+
+    logits = torch.full((1, 1, 8), float("-inf"))
+    logits[0, 0, :4] = 0.0  # ids 0-3 allowed, 4-7 disallowed (probability 0)
+    real = sampling._cdf
+
+    def rounded(probs: torch.Tensor) -> torch.Tensor:
+        cdf = real(probs).clone()  # [1, 1, 8]
+        cdf[..., 4:] = cdf[..., 3:4] + 1e-6  # the zero-probability tail summed in another order
+        return cdf
+
+    monkeypatch.setattr(sampling, "_cdf", rounded)
+    cfg = SamplingConfig(temperature=1.0, top_k=0, top_p=0.0, cfg_scale=1.0)
+    u = torch.tensor([[1.0 - 1e-7]])  # [1, 1]
+    drawn = sample_rows(logits, cfg, u)  # [1, 1]
+    assert int(drawn) < 4, int(drawn)
+    monkeypatch.setattr(sampling, "_cdf", real)
+    assert int(sample_rows(logits, cfg, u)) == 3  # the same draw on the exact cdf: the last allowed id
+
+
+def test_nan_logits_keep_every_draw_allowed_and_are_counted() -> None:
+    """NaN logits (a broken step) draw the best allowed id instead of losing the batch; the count says how many."""
+    model = FakeStepModel("flatten", flat_logits=True)
+    real_step = model.forward_step
+
+    def nan_step(tokens, is_audio, attention_mask, cache):
+        logits, cache = real_step(tokens, is_audio, attention_mask, cache)
+        return logits.fill_(float("nan")), cache
+
+    model.forward_step = nan_step
+    cfg = SamplingConfig(temperature=1.0, top_k=0, top_p=0.0, cfg_scale=1.0)
+    with pytest.warns(UserWarning, match="non-finite logit"):  # reported, not swallowed
+        res = generate_codes(
+            model, [[5, 6]], vocab=VOCAB, pattern="flatten", bos_id=BOS, pad_id=PAD, max_frames=3, sampling=cfg,
+            row_seeds=[0],
+        )  # fmt: skip
+    assert res.codes[0].shape == (3, K)  # every position got a code of its own codebook: the clip decodes
+    # every draw while the clip was open had NaN logits: 3 frames of K codes, then the step max_frames stops it
+    assert res.invalid_draws == [3 * K + 1]

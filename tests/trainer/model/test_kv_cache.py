@@ -52,3 +52,25 @@ def test_a_full_cache_grows_and_select_keeps_the_length() -> None:
             )
             torch.testing.assert_close(logits[:, 0], full[:, p], **TOL)
         assert cache.seq_len == S and cache.capacity >= S
+
+
+def test_under_bf16_autocast_the_cache_holds_keys_in_the_compute_dtype() -> None:
+    """fp32 towers under bf16 autocast (cuda_1b's settings, here on CPU): RoPE's fp32 cos/sin must not promote the
+    keys, or K is stored in fp32 (twice V's bytes) and re-cast to bf16 by sdpa's autocast every layer every step.
+    The logits are those of the full forward (bf16 tolerance: the cache is read back exactly as sdpa got it)."""
+    model, vocab = tiny_mot("delay")
+    model.eval()
+    batch = collate([example(vocab, 5, 6, seed=1), example(vocab, 3, 4, seed=2)], pad_id=0)
+    S = batch.tokens.shape[1]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full, _ = model.forward_step(batch.tokens, batch.is_audio, batch.attention_mask)
+        _, cache = model.forward_step(
+            batch.tokens[:, :-1], batch.is_audio[:, :-1], batch.attention_mask[:, :-1], MoTKVCache.allocate(S)
+        )
+        last, cache = model.forward_step(batch.tokens[:, -1:], batch.is_audio[:, -1:], batch.attention_mask, cache)
+    assert {k.dtype for k in cache.keys} == {v.dtype for v in cache.values} == {torch.bfloat16}
+    real = batch.attention_mask[:, -1]  # rows whose last position is real
+    torch.testing.assert_close(last[real, 0].float(), full[real, -1].float(), rtol=2e-2, atol=2e-2)
+    with torch.no_grad():  # fp32 without autocast: fp32 keys, as before
+        _, cache32 = model.forward_step(batch.tokens, batch.is_audio, batch.attention_mask)
+    assert {k.dtype for k in cache32.keys} == {torch.float32}

@@ -270,3 +270,21 @@ def test_a_decoding_step_reads_the_cache_without_copying_it(
         mot.forward_step(b.tokens[:, S - 1 :], b.is_audio[:, S - 1 :], b.attention_mask, cache)
     assert len(seen) == 2 * len(mot.layers)
     assert set(seen) <= buffers
+
+
+def test_mha_with_a_mask_passes_the_cache_buffers_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As many k/v heads as query heads (MHA): nothing to expand, so sdpa gets k/v themselves (repeat_interleave(1)
+    copied the whole cache every layer every step)."""
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    allowed = attention_mask_4d(torch.ones(2, 5, dtype=torch.bool), 3)  # [2, 1, 3, 5]
+    seen: list[int] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q_, k_, v_, *args, **kwargs):
+        seen.extend([k_.data_ptr(), v_.data_ptr()])
+        return real(q_, k_, v_, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    out = mot_module.attend(q, k, v, allowed, 0.5)
+    assert seen == [k.data_ptr(), v.data_ptr()]
+    torch.testing.assert_close(out, real(q, k, v, attn_mask=allowed, scale=0.5))

@@ -7,7 +7,8 @@ One `generate_codes` call samples a batch of clips, one audio position per step:
               -> feed the sampled position (J slots) back through `model.forward_step` with the KV cache
 
 Every step stays on the model's device and is vectorised over rows (no Python loop over rows, no host copy of the
-logits); the host reads the rows' state every `stop_check_every` steps and once at the end of the batch.
+logits, no host sync: the model's `decode_step` reads nothing either); the host reads the rows' state every
+`stop_check_every` steps and once at the end of the batch.
 
 CFG as MusicGen does it (audiocraft `LMModel._sample_next_token`): the batch holds the conditioned rows and
 the same rows with an empty caption, both continue with the SAME sampled tokens, and the raw logits are
@@ -27,8 +28,9 @@ batch (up to float differences in batched logits).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -46,7 +48,9 @@ class SamplingConfig:
 
 
 class StepModel(Protocol):
-    """What the sampler needs from a model (mot.MoTAdapterModel.forward_step)."""
+    """What the sampler needs from a model (mot.MoTAdapterModel.forward_step). A model may also offer
+    `decode_step(tokens [B, 1, J], attention_mask, cache)` (MoTAdapterModel's): forward_step for one audio position
+    per row without host syncs; the decoding steps use it when present."""
 
     def forward_step(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor, cache: object | None
@@ -62,6 +66,9 @@ class GenerationResult:
     steps: int  # decoding steps run (audio positions per row, the longest row)
     seconds: float  # wall time of prefill + decoding
     positions_per_s: float  # rows * steps / seconds (conditioned rows only; CFG doubles the compute)
+    # per row: steps (while its length was open) whose draw landed on a non-finite logit and took the best allowed id
+    # instead (`draw`; NaN logits or a non-monotone cdf). 0 in a healthy run.
+    invalid_draws: list[int] = field(default_factory=list)
 
 
 def apply_cfg(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
@@ -110,19 +117,40 @@ def row_uniforms(generators: list[torch.Generator], n_steps: int, n_heads: int) 
     return torch.stack([torch.rand(n_steps, n_heads, generator=g) for g in generators])  # [B, n_steps, H]
 
 
+def _cdf(probs: torch.Tensor) -> torch.Tensor:
+    """probs [..., V] -> running sums [..., V] (one seam: tests inject the rounding a parallel scan may make)."""
+    return probs.cumsum(-1)
+
+
+def draw(logits: torch.Tensor, cfg: SamplingConfig, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample_rows`, plus invalid [B, H] bool: the draw landed on an id whose warped logit is not finite.
+
+    Such a draw is replaced by the head's best allowed id (its largest finite logit; NaN counts below every finite
+    value and above -inf), so a sample is never an id the step forbids. It happens when the cdf is not exactly
+    monotone (CUDA's parallel cumsum rounds each running sum in its own order: the sums over a zero-probability tail
+    may come out above the last allowed id's) or when the logits are NaN; the caller counts it, on the device.
+    """
+    logits = warp(logits, cfg)  # [B, H, V] float32
+    if cfg.temperature <= 0:
+        idx = logits.argmax(-1)  # [B, H]
+    else:
+        cdf = _cdf(torch.softmax(logits, dim=-1))  # [B, H, V]
+        target = (uniforms.to(cdf.dtype) * cdf[..., -1])[..., None]  # [B, H, 1]
+        idx = torch.searchsorted(cdf, target, right=True)[..., 0].clamp(max=logits.shape[-1] - 1)  # [B, H]
+    invalid = ~torch.isfinite(logits.gather(-1, idx[..., None])[..., 0])  # [B, H]
+    lowest = torch.finfo(logits.dtype).min
+    best = logits.nan_to_num(nan=lowest, posinf=float("inf"), neginf=float("-inf")).argmax(-1)  # [B, H]
+    return torch.where(invalid, best, idx), invalid
+
+
 def sample_rows(logits: torch.Tensor, cfg: SamplingConfig, uniforms: torch.Tensor) -> torch.Tensor:
     """logits [B, H, V] (disallowed entries already -inf), uniforms [B, H] -> sampled indices [B, H], on the device.
 
     Inverse-CDF sampling: the first index whose cumulative probability exceeds u * total. Each row reads only its
-    own uniforms and its own logits, so a row's draw does not depend on the other rows of the batch.
+    own uniforms and its own logits, so a row's draw does not depend on the other rows of the batch. Never an id
+    whose warped logit is -inf or NaN (`draw`).
     """
-    logits = warp(logits, cfg)  # [B, H, V] float32
-    if cfg.temperature <= 0:
-        return logits.argmax(-1)  # [B, H]
-    cdf = torch.softmax(logits, dim=-1).cumsum(-1)  # [B, H, V]
-    target = (uniforms.to(cdf.dtype) * cdf[..., -1])[..., None]  # [B, H, 1]
-    idx = torch.searchsorted(cdf, target, right=True)[..., 0]  # [B, H]; zero-probability ids are never picked
-    return idx.clamp(max=logits.shape[-1] - 1)
+    return draw(logits, cfg, uniforms)[0]
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,8 +237,10 @@ def generate_codes(
     ended = torch.zeros((B,), dtype=torch.bool, device=device)  # [B]
     audio = torch.full((B, total_steps, J), vocab.audio_pad, dtype=torch.long, device=device)  # [B, steps, J]
     code_offset = V + C * slot  # [K] first id of codebook k
+    n_invalid = torch.zeros((B,), dtype=torch.long, device=device)  # [B] draws `draw` had to replace
     cache = new_cache(P + total_steps) if new_cache is not None else None
 
+    decode_step = getattr(model, "decode_step", None)  # optional (StepModel): forward_step serves otherwise
     t0 = time.perf_counter()
     logits, cache = model.forward_step(tokens, is_audio, mask[:, :P], cache)  # [R, P, H, size]
     for step in range(total_steps):
@@ -218,9 +248,10 @@ def generate_codes(
         guided = apply_cfg(last[:B], last[B:], sampling.cfg_scale) if use_cfg else last  # [B, H, size]
         kind = step % K if pattern == "flatten" else 0
         allowed = allowed_end if kind == 0 and step >= 1 else allowed_codes[kind]  # [H, size]
-        drawn = sample_rows(guided.masked_fill(~allowed, float("-inf")), sampling, uniforms[:, step])  # [B, H]
+        drawn, invalid = draw(guided.masked_fill(~allowed, float("-inf")), sampling, uniforms[:, step])  # [B, H]
 
         active = frames < 0  # [B] rows whose length is still open
+        n_invalid += (invalid.any(-1) & active).long()  # [B], on the device
         if pattern == "delay":
             end_now = active & ((drawn[:, 0] == C) | (step >= max_frames))  # [B]
             sampled_end = end_now & (drawn[:, 0] == C)
@@ -246,13 +277,23 @@ def generate_codes(
         if (step + 1) % stop_check_every == 0 and bool(_finished(frames, ended, step, pattern, K).all()):
             break  # the one host read of these steps
         feed = torch.cat([new, new], dim=0) if use_cfg else new  # [R, J]: both CFG branches get the same tokens
-        logits, cache = model.forward_step(
-            feed[:, None], step_is_audio, mask[:, : P + step + 1], cache
-        )  # [R, 1, H, size]
+        if decode_step is not None:  # the model's sync-free path for one audio position per row
+            logits, cache = decode_step(feed[:, None], mask[:, : P + step + 1], cache)  # [R, 1, H, size]
+        else:
+            logits, cache = model.forward_step(
+                feed[:, None], step_is_audio, mask[:, : P + step + 1], cache
+            )  # [R, 1, H, size]
 
     frames = torch.where(frames >= 0, frames, torch.full_like(frames, max_frames))  # flatten rows that ran out
     n_steps = _recorded_steps(frames, ended, pattern, K)  # [B] audio positions of each row
     audio_host, n_host, ended_host = audio.cpu(), n_steps.cpu().tolist(), ended.cpu().tolist()  # the end-of-batch read
+    invalid_host = n_invalid.cpu().tolist()
+    if any(invalid_host):
+        warnings.warn(
+            f"generate_codes: {sum(invalid_host)} draws (per row {invalid_host}) landed on a non-finite logit and took "
+            f"the best allowed id instead; NaN logits mean a broken model or precision (trainer.precision, model.dtype)",
+            stacklevel=2,
+        )
     seconds = time.perf_counter() - t0
     codes = [
         decode_audio_tokens(audio_host[b, : n_host[b]], vocab=vocab, pattern=pattern)  # [T_b, K] int16
@@ -265,6 +306,7 @@ def generate_codes(
         steps=steps,
         seconds=seconds,
         positions_per_s=B * steps / max(seconds, 1e-9),
+        invalid_draws=invalid_host,
     )
 
 

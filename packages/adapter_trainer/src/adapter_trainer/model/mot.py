@@ -15,9 +15,10 @@ Attention (`MoTConfig.audio_attention`; text rows always use the frozen Llama's 
 Every position's key/value comes from its own modality's projections; one scaled_dot_product_attention runs over
 all positions (causal AND key padding), so the attention implementation the Llama was loaded with (eager/sdpa/...)
 does not matter and left or right padding both work. Positions (RoPE) are cumsum(attention_mask) - 1, as in HF
-generation. The call is shaped for the fused GPU kernels (`sdpa_mask`, `attend`): no mask at all (is_causal) when
-causal order alone is exact, which flash attention needs; otherwise an explicit mask with k/v expanded to the query
-heads, which the memory-efficient kernel takes (it rejects enable_gqa); the math kernel is only the fallback.
+generation. The call is shaped for the fused GPU kernels (`sdpa_mask`, `attend`, rules in `sdpa_kernels`): no mask
+at all (is_causal) when causal order alone is exact, which flash attention needs; otherwise an explicit mask, with
+grouped k/v where cuDNN runs (sm90, bf16) and k/v expanded to the query heads elsewhere, which the memory-efficient
+kernel takes (it rejects enable_gqa); the math kernel is only the fallback.
 
 Routing is index_select / index_copy over the flattened [B*S] positions: each MLP runs only on its own rows.
 At init the up adapters are zero (and LoRA / separate projections start equal to the Llama's), so the model
@@ -46,6 +47,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
 from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, n_slots, target_frames
+from adapter_trainer.model import sdpa_kernels
 from adapter_trainer.model.lora import LoRADelta
 
 
@@ -155,6 +157,7 @@ class MoTKVCache:
         self.capacity = self._len
         # layer -> (sum [B, D], count [B, 1]) of the normed text rows seen so far (caption_cond_rank > 0)
         self.summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.has_pads = False  # a pad among the cached positions (set by forward_step; decode_step needs a mask)
 
     @classmethod
     def allocate(cls, max_len: int) -> MoTKVCache:
@@ -209,7 +212,7 @@ class MoTKVCache:
         out = MoTKVCache()
         out._k = [k.index_select(0, batch_idx) for k in self._k]  # [B', n_kv, capacity, hd]
         out._v = [v.index_select(0, batch_idx) for v in self._v]
-        out._len, out.capacity = self._len, self.capacity
+        out._len, out.capacity, out.has_pads = self._len, self.capacity, self.has_pads
         out.summaries = {
             l: (s.index_select(0, batch_idx), n.index_select(0, batch_idx)) for l, (s, n) in self.summaries.items()
         }  # [B', D], [B', 1]
@@ -273,6 +276,15 @@ def _flash_takes_it(q: torch.Tensor) -> bool:
     return dev == "cpu" or (dev == "cuda" and torch.cuda.get_device_capability(q.device) >= (8, 0))
 
 
+def _cudnn_takes_grouped(q, k, v, allowed, is_causal: bool, dropout_p: float) -> bool:
+    """Whether CUDA would run this call with grouped k/v (enable_gqa) on cuDNN (sdpa_kernels' replay of torch's
+    rules; host-side queries only). False off CUDA, so CPU keeps its calls."""
+    if q.device.type != "cuda":
+        return False
+    call = sdpa_kernels.Call.of(q, k, v, allowed, dropout_p, is_causal, enable_gqa=True)
+    return sdpa_kernels.expected_kernel(call, sdpa_kernels.cuda_device(q.device)) == "cudnn"
+
+
 def attend(
     q: torch.Tensor,  # [B, H, S, hd]
     k: torch.Tensor,  # [B, KV, S_k, hd]
@@ -283,10 +295,11 @@ def attend(
 ) -> torch.Tensor:
     """Scaled dot-product attention with grouped k/v heads, in the form the fused kernels accept -> [B, H, S, hd].
 
-    Kernel eligibility (PyTorch's sdp_utils): flash takes no attn_mask and needs fp16/bf16 but takes enable_gqa;
-    memory-efficient and cuDNN take a mask but not enable_gqa. So k/v are expanded to the H query heads (as
-    transformers' repeat_kv) unless there is no mask and flash can run (`_flash_takes_it`), with enable_gqa and the
-    un-expanded k/v. One query (S == 1, a decoding step) with grouped heads folds each group into the query axis
+    Kernel eligibility (torch 2.11's sdp_utils, restated in sdpa_kernels): flash takes no attn_mask and needs
+    fp16/bf16 but takes enable_gqa; cuDNN (first on sm90) takes a mask and enable_gqa but needs fp16/bf16;
+    memory-efficient takes a mask but not enable_gqa. So k/v are expanded to the H query heads (as transformers'
+    repeat_kv) unless there is no mask and flash can run (`_flash_takes_it`), or a mask and cuDNN runs
+    (`_cudnn_takes_grouped`), with enable_gqa and the un-expanded k/v. One query (S == 1, a decoding step) with grouped heads folds each group into the query axis
     instead, so the cache's k/v are read in place. allowed=None means causal (S == S_k) or one query seeing every key
     (S == 1).
     """
@@ -301,6 +314,12 @@ def attend(
     B, H, _, hd = q.shape
     KV = k.shape[1]
     rep = H // KV
+    if rep > 1 and S > 1 and _cudnn_takes_grouped(q, k, v, allowed, is_causal, dropout_p):
+        # A mask and half precision on a GPU where cuDNN runs first (sm90: H100): cuDNN takes enable_gqa, so the
+        # k/v stay grouped (the x4 expansion exists for the memory-efficient kernel, which rejects enable_gqa).
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
+        )  # [B, H, S, hd]
     if S == 1 and rep > 1:
         # One query (a decoding step): fold each group's query heads into the query axis, so k/v stay the cache's
         # own buffers (expanding them would copy the whole past every step, H/KV times what torch.cat copied).
@@ -309,8 +328,9 @@ def attend(
             q.reshape(B, KV, rep, hd), k, v, attn_mask=allowed, scale=scale, dropout_p=dropout_p
         )  # [B, KV, rep, hd]
         return o.reshape(B, H, 1, hd)  # [B, KV, rep, hd] -> [B, H, 1, hd]
-    k = k.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
-    v = v.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
+    if rep > 1:  # MHA (rep 1) has nothing to expand: repeat_interleave(1) would copy the whole cache
+        k = k.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
+        v = v.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=allowed, is_causal=is_causal, scale=scale, dropout_p=dropout_p
     )  # [B, H, S, hd]
@@ -389,8 +409,9 @@ class MoTLayer(nn.Module):
         idx_audio: torch.Tensor,  # [N_audio]
         allowed: torch.Tensor | None,  # [B, 1, S, S_past + S] bool, or None = causal order suffices (sdpa_mask)
         past: _LayerKV | None = None,  # this layer's MoTKVCache handle (keys, values [B, KV, S_past, hd])
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """-> (h [B, S, D], (keys, values) [B, KV, S_past + S, hd] for the cache)."""
+        keep_kv: bool = True,  # False: return no keys/values (training: nothing caches them)
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """-> (h [B, S, D], (keys, values) [B, KV, S_past + S, hd] for the cache, or None when not keep_kv)."""
         layer, attn = self.llm_layer, self.llm_layer.self_attn
         B, S, D = h.shape
         hd = self.head_dim
@@ -401,6 +422,10 @@ class MoTLayer(nn.Module):
         v = v.view(B, S, -1, hd).transpose(1, 2)  # [B, KV, S, hd]
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [B, H, S, hd], [B, KV, S, hd]
+        # cos/sin are in the towers' dtype (fp32 under bf16 autocast) and promote q and k: back to v's (the compute
+        # dtype), so the cache stores K as V and sdpa gets one dtype (autocast made this same cast in every call,
+        # re-casting the whole cached K every layer every step). A no-op without autocast.
+        q, k = q.to(v.dtype), k.to(v.dtype)
         if past is not None:
             k, v = past.update(k, v)  # [B, KV, S_past + S, hd], written in place into the cache
         o = attend(q, k, v, allowed, self.scaling, attn.attention_dropout if self.training else 0.0)  # [B, H, S, hd]
@@ -423,7 +448,7 @@ class MoTLayer(nn.Module):
         if idx_audio.numel():
             a = flat.index_select(0, idx_audio)  # [N_audio, D]
             delta = delta.index_copy(0, idx_audio, self.audio(a).to(flat.dtype))
-        return (flat + delta).reshape(B, S, D), (k, v)  # [B*S, D] -> [B, S, D]
+        return (flat + delta).reshape(B, S, D), ((k, v) if keep_kv else None)  # [B*S, D] -> [B, S, D]
 
 
 class MoTAdapterModel(nn.Module):
@@ -569,16 +594,19 @@ class MoTAdapterModel(nn.Module):
         if idx_audio.numel() == 0:
             return h
         local = tokens.reshape(B * S, J).index_select(0, idx_audio) - V  # [N_audio, J] in [0, K*C + 3)
+        emb = self._embed_audio(local)  # [N_audio, D]
+        return flat.index_copy(0, idx_audio, emb.to(flat.dtype)).reshape(B, S, self.d_llm)  # [B, S, D]
+
+    def _embed_audio(self, local: torch.Tensor) -> torch.Tensor:
+        """local [N, J] audio ids minus text_vocab_size, in [0, K*C + 3) -> embeddings [N, D] (slots summed)."""
         if self.cfg.audio_embed_init == "musicgen":
             n_codes = self.vocab.n_codes
-            is_code = local < n_codes  # [N_audio, J]
-            code_vec = self.code_embed[local.clamp(max=n_codes - 1)] * is_code[..., None]  # [N_audio, J, d_audio]
-            spec_vec = self.special_embed[(local - n_codes).clamp(min=0)] * (~is_code)[..., None]  # [N_audio, J, D]
+            is_code = local < n_codes  # [N, J]
+            code_vec = self.code_embed[local.clamp(max=n_codes - 1)] * is_code[..., None]  # [N, J, d_audio]
+            spec_vec = self.special_embed[(local - n_codes).clamp(min=0)] * (~is_code)[..., None]  # [N, J, D]
             # The adapter is linear (no bias): summing the slots before or after it is the same.
-            emb = self.embed_adapter(code_vec.sum(1)) + spec_vec.sum(1)  # [N_audio, D]
-        else:
-            emb = self.audio_embed(local).sum(1)  # [N_audio, J, D] -> [N_audio, D]
-        return flat.index_copy(0, idx_audio, emb.to(flat.dtype)).reshape(B, S, self.d_llm)  # [B, S, D]
+            return self.embed_adapter(code_vec.sum(1)) + spec_vec.sum(1)  # [N, D]
+        return self.audio_embed(local).sum(1)  # [N, J, D] -> [N, D]
 
     def _check_ids(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> None:
         V, n = self.vocab.text_vocab_size, self.vocab.n_audio_ids
@@ -593,9 +621,18 @@ class MoTAdapterModel(nn.Module):
 
     # -------------------------------------------------------------------------------------------- trunk
     def _trunk(
-        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor, cache: MoTKVCache | None
-    ) -> tuple[torch.Tensor, MoTKVCache]:
-        """tokens [B, S, J], is_audio [B, S], attention_mask [B, S_past + S] -> (final-normed h [B, S, D], cache)."""
+        self,
+        tokens: torch.Tensor,
+        is_audio: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: MoTKVCache | None,
+        keep_kv: bool = True,
+    ) -> tuple[torch.Tensor, MoTKVCache | None]:
+        """tokens [B, S, J], is_audio [B, S], attention_mask [B, S_past + S] -> (final-normed h [B, S, D], cache).
+
+        keep_kv=False (training, scoring: cache is None) keeps no layer's keys/values and returns no cache: under
+        activation checkpointing they would otherwise all stay alive until the last layer (backward recomputes them).
+        """
         self._check_ids(tokens, is_audio)
         B, S, _ = tokens.shape
         S_past = cache.seq_len if cache is not None else 0
@@ -624,18 +661,21 @@ class MoTAdapterModel(nn.Module):
             if recompute:
                 # Keeps only the layer's inputs; backward reruns it. Non-reentrant: restores the RNG state (dropout
                 # draws the same masks) and lets gradients reach parameters that no input requires grad for.
-                h, (k, v) = checkpoint(
-                    layer, h, position_embeddings, idx_text, idx_audio, allowed, past, use_reentrant=False
+                h, kv = checkpoint(
+                    layer, h, position_embeddings, idx_text, idx_audio, allowed, past, keep_kv, use_reentrant=False
                 )  # [B, S, D]
             else:
-                h, (k, v) = layer(h, position_embeddings, idx_text, idx_audio, allowed, past)  # [B, S, D]
-            keys.append(k)
-            values.append(v)
-        if cache is None:
+                h, kv = layer(h, position_embeddings, idx_text, idx_audio, allowed, past, keep_kv)  # [B, S, D]
+            if kv is not None and cache is None:
+                keys.append(kv[0])
+                values.append(kv[1])
+        if cache is not None:
+            cache.advance(S)
+        elif keep_kv:
             cache = MoTKVCache(keys, values)
             cache.summaries = summaries
-        else:
-            cache.advance(S)
+        if cache is not None:  # the mask covers every position so far; decode_step's steps add real ones only
+            cache.has_pads = not bool(attention_mask.all())
         return self.llm.model.norm(h), cache  # [B, S, D]
 
     def _add_caption_summary(
@@ -673,7 +713,7 @@ class MoTAdapterModel(nn.Module):
         """
         if attention_mask is None:
             attention_mask = torch.ones(is_audio.shape, dtype=torch.bool, device=is_audio.device)  # [B, S]
-        return self._trunk(tokens, is_audio, attention_mask, None)[0]
+        return self._trunk(tokens, is_audio, attention_mask, None, keep_kv=False)[0]
 
     def forward_step(
         self,
@@ -701,6 +741,52 @@ class MoTAdapterModel(nn.Module):
         B, S, D = h.shape
         logits = self.audio_logits(h.reshape(B * S, D))  # [B*S_new, H, size]
         return logits.reshape(B, S, self.n_heads, self.head_size), cache  # [B, S_new, H, size]
+
+    def decode_step(
+        self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: MoTKVCache
+    ) -> tuple[torch.Tensor, MoTKVCache]:
+        """`forward_step` for one new AUDIO position per row (a decoding step), reading nothing from the device.
+
+        The same logits as forward_step(tokens, all-audio, attention_mask, cache), without its host syncs (the id
+        check, nonzero routing, the mask choice, CaptionCond's text test): every row is audio, and whether the cache
+        holds pads was recorded when it was filled. The ids are not checked (that reads them): they come from the
+        sampler, which builds them from the vocab.
+
+        Args:
+            tokens: [B, 1, J] combined-vocab audio ids.
+            attention_mask: [B, S_past + 1] bool, the cache's positions then the new one (real).
+            cache: what forward_step (the prefill) or decode_step returned; written in place.
+
+        Returns:
+            logits [B, 1, H, head_size] and the cache holding S_past + 1 positions.
+        """
+        B, S, J = tokens.shape
+        if S != 1 or self.n_slots != J or cache.seq_len == 0:
+            raise ValueError(
+                f"decode_step takes one position of {self.n_slots} slots per row after a prefill (got tokens "
+                f"{tuple(tokens.shape)}, cache of {cache.seq_len} positions); use forward_step for prompts"
+            )
+        if attention_mask.shape != (B, cache.seq_len + 1):
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)} but needs [B, S_past + 1] = "
+                f"[{B}, {cache.seq_len} + 1]"
+            )
+        dtype = self.llm.model.embed_tokens.weight.dtype
+        h = self._embed_audio(tokens[:, 0] - self.vocab.text_vocab_size).to(dtype)[:, None]  # [B, J] -> [B, 1, D]
+        position_ids = attention_mask.long().sum(-1, keepdim=True) - 1  # [B, 1], as forward_step's cumsum - 1
+        position_embeddings = self.llm.model.rotary_emb(h, position_ids=position_ids)  # cos, sin [B, 1, hd]
+        # one query sees every real key: the row's mask itself (attention_mask_4d's for n_new=1), or none at all
+        allowed = attention_mask.bool()[:, None, None, :] if cache.has_pads else None  # [B, 1, 1, S_past + 1]
+        idx_audio = torch.arange(B, device=h.device)  # [B] every row is audio
+        idx_text = idx_audio[:0]  # [0]
+        for l, layer in enumerate(self.layers):
+            if self.caption_cond is not None and l in cache.summaries:
+                total, count = cache.summaries[l]  # [B, D], [B, 1]
+                h = h + self.caption_cond[l](total / count.clamp(min=1))[:, None, :].to(h.dtype)  # [B, 1, D]
+            h, _ = layer(h, position_embeddings, idx_text, idx_audio, allowed, cache.layer(l))  # [B, 1, D]
+        cache.advance(1)
+        h = self.llm.model.norm(h)  # [B, 1, D]
+        return self.audio_logits(h.reshape(B, -1)).reshape(B, 1, self.n_heads, self.head_size), cache
 
     def audio_logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [N, D] final-normed hidden states of audio positions -> logits [N, H, head_size].
