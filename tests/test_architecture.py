@@ -10,7 +10,8 @@ Both packages:
 
 adapter_trainer: data/ imports no other room, model/ and evaluation/ only data/; nothing but `__main__` imports the
 training recipe (statically: the package's lazy `recipe_main` export is by name); generation/ imports no training code
-but the library modules it shares with the recipe (device, checkpoint); demo/ is imported by no other room.
+but the library modules it shares with the recipe (device, checkpoint), nor does sharing/ (export); demo/ is imported
+by no other room.
 
 tokenizer_pipeline: shards/ (the contract) imports no room, audio/ (reading files) only shards/; sources/ never imports the
 encoder (codec/); run/ is the only room that imports codec/ and sources/ together; demo/ is imported by nothing but
@@ -52,9 +53,11 @@ class Rules:
 PIPELINE_BOTTOM = {"tokenizer_pipeline.errors", "tokenizer_pipeline.conf_dir", "tokenizer_pipeline.config"}
 RULES = {
     "adapter_trainer": Rules(
-        rooms=("model", "data", "training", "generation", "evaluation", "demo"),
+        rooms=("model", "data", "training", "generation", "evaluation", "demo", "sharing"),
         allowed={
             "model": {"data"},  # the token layout: vocab and ignore index
+            # export reads a run's checkpoint (training.checkpoint) and the sampling defaults (generation.config)
+            "sharing": {"model", "data", "training", "generation"},
             "data": set(),
             "training": {"model", "data", "evaluation"},
             "generation": {"model", "data", "training"},  # training.device / training.checkpoint only (checked below)
@@ -73,8 +76,9 @@ RULES = {
             "demo": {"adapter_trainer.config", "adapter_trainer.errors"},
             "training": {"adapter_trainer.config", "adapter_trainer.errors"},
             "generation": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.conf_dir"},
+            "sharing": {"adapter_trainer.config", "adapter_trainer.errors"},
         },
-        commands=("generate", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics"),
+        commands=("generate", "export", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics"),
         entry=("__init__", "__main__"),
         demo_users={
             "adapter_trainer.demo_models",
@@ -357,12 +361,12 @@ def test_nothing_but_main_imports_the_recipe() -> None:
     assert users == ["adapter_trainer.__main__"]
 
 
-def test_generation_uses_only_the_shared_training_library() -> None:
+def test_generation_and_sharing_use_only_the_shared_training_library() -> None:
     shared = ("adapter_trainer.training.device", "adapter_trainer.training.checkpoint")
     bad = [
         f"{mod} -> {imp}"
         for mod, imps in modules("adapter_trainer").items()
-        if room_of(mod) == "generation"
+        if room_of(mod) in ("generation", "sharing")
         for imp in imps
         if room_of(imp) == "training" and imp != "adapter_trainer.training" and not imp.startswith(shared)
     ]

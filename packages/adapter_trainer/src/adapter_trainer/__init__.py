@@ -4,14 +4,15 @@ shards alone. It never builds an audio codec and never imports tokenizer_pipelin
 
 Rooms (docs/architecture.md lists every module):
     config.py, errors.py   the structured config schema; the user-error base (exit 2)
-    model/                 the MoT adapter, LoRA, builders (`build_mot_model`)
+    model/                 the MoT adapter, LoRA, builders (`build_mot_model`), exported folders (`load_adapter`)
     data/                  shard reader, token layout, caption dropout, streamed batches
     training/              the recipe (a leaf) and its library: device, step, optim, checkpoint, distributed, logging
     generation/            KV-cached sampling with CFG, generated shard sets
+    sharing/               a run's checkpoint exported as a shareable adapter folder + model card, pushed to the Hub
     evaluation/            learning-check math, the attribute probe
     demo/                  the embedded offline default: tiny models, caption pretraining, listening page
 
-Commands: `python -m adapter_trainer` (training), `.generate`, `.probe`, `.demo_models`, `.listen_page`,
+Commands: `python -m adapter_trainer` (training), `.generate`, `.export`, `.probe`, `.demo_models`, `.listen_page`,
 `.listen_check`. The public API below is what notebooks and other tools import; every name loads on first use.
 """
 
@@ -28,6 +29,7 @@ _PUBLIC = {
     "to_train_config": "adapter_trainer.config",
     "UserError": "adapter_trainer.errors",
     "build_mot_model": "adapter_trainer.model.builders",
+    "load_adapter": "adapter_trainer.model.adapter_io",
     "recipe_main": "adapter_trainer.training.recipe",
     "run_generate": "adapter_trainer.generation.generate",
 }

@@ -36,8 +36,15 @@ class GenerateConfig:
     # cfg_scale != 1 is refused for a checkpoint trained with data.caption_dropout=0 (untrained empty caption)
     allow_untrained_uncond: bool = False
     seed: int = 0  # clip i draws from its own generator seeded by (seed, i): reruns give the same codes
-    out_dir: Optional[str] = None  # null = <trainer.output_dir>/generated
+    # null = <trainer.output_dir>/generated (with generate.adapter: outputs/<folder name>/generated)
+    out_dir: Optional[str] = None
     overwrite: bool = False  # replace a non-empty out_dir
+    # a folder of `python -m adapter_trainer.export`: sample from it alone (no experiment, run dir or shards); the model,
+    # token layout and codec come from its adapter_config.json, sampling keys not given from its generation_config.json
+    adapter: Optional[str] = None
+    adapter_llm: Optional[str] = None  # with adapter: a local dir for its base LLM (null = the recorded id or path)
+    adapter_audio_lm: Optional[str] = None  # with adapter: a local dir for its base audio LM
+    check_base_weights: bool = True  # with adapter: refuse base towers whose weights hash to other values than recorded
 
 
 @dataclass
@@ -65,5 +72,14 @@ def validate_generate(g: GenerateConfig) -> None:
             raise ConfigError(f"generate.{key}={getattr(g, key)} must be a finite number")
     if g.seconds <= 0:
         raise ConfigError(f"generate.seconds={g.seconds} must be > 0")
+    if g.adapter and g.captions == "eval":
+        raise ConfigError(
+            "generate.adapter samples without the training shards: use generate.captions=texts 'generate.texts=[...]' "
+            "or generate.captions=file generate.captions_file=captions.txt"
+        )
+    if (g.adapter_llm or g.adapter_audio_lm) and not g.adapter:
+        raise ConfigError(
+            "generate.adapter_llm / generate.adapter_audio_lm need generate.adapter=DIR; else use model.*"
+        )
     if g.top_k < 0 or not 0.0 <= g.top_p <= 1.0:
         raise ConfigError(f"generate.top_k={g.top_k} must be >= 0 and generate.top_p={g.top_p} in [0, 1]")

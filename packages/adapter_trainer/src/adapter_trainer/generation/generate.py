@@ -10,6 +10,10 @@ from this config), samples codes for the captions (eval split / a text file / gi
 (default `<trainer.output_dir>/generated`), with generation_stats.json and captions.jsonl (key, caption,
 source_key per clip, for `adapter_trainer.audio_metrics`) beside it. Decode it to audio in ANOTHER process:
 `python -m tokenizer_pipeline.decode <generated set> out_dir=...` (this process never builds a codec).
+
+From an exported adapter folder alone (`python -m adapter_trainer.export`; no experiment, run dir or shards):
+`python -m adapter_trainer.generate generate.adapter=DIR generate.captions=texts 'generate.texts=["calm solo piano"]'`
+(`generation/model_source.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from adapter_trainer.config import ConfigError, shard_paths
 from adapter_trainer.data.sample_keys import MAX_KEY_LEN
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
+from adapter_trainer.generation.model_source import GenerationSource, adapter_generate_config, adapter_source
 from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 
 
@@ -81,20 +86,13 @@ def check_uncond_trained(g: GenerateConfig, ckpt_dir: Path) -> None:
         )
 
 
-def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
-    """Load models + checkpoint, sample, write the shard set. Returns the stats also written to generation_stats.json."""
+def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
+    """The run's checkpoint (generate.checkpoint under trainer.output_dir), refused unless its fingerprint matches."""
     from adapter_trainer.data.shards import load_split, open_shard_sets
-    from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
-    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
-    from adapter_trainer.model.mot import MoTKVCache
     from adapter_trainer.training.checkpoint import load_checkpoint, run_fingerprint
-    from adapter_trainer.training.device import autocast, check_precision, resolve_device
 
     g = cfg.generate
-    validate_generate(g)
-    device = resolve_device(cfg.trainer.device)
-    check_precision(cfg.trainer.precision, device)
     ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
     check_uncond_trained(g, ckpt_dir)
     dec_cfg = load_audio_lm_config(cfg)
@@ -116,16 +114,47 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     except ResumeError as e:
         raise ResumeError(f"generate.checkpoint: {e}".replace("cannot resume from", "cannot sample from")) from e
     model.load_trainable_state_dict(ckpt.adapter)
-    # first n only (0 = all)
-    eval_clips = load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else []
-    rows = _caption_rows(cfg, eval_clips)
+    return GenerationSource(
+        model=model,
+        tokenizer=tokenizer,
+        vocab=vocab,
+        bos_id=built.bos_id,
+        pad_id=built.pad_id,
+        frame_rate=shard_sets[0].frame_rate,
+        source_manifest=json.loads(shard_sets[0].manifest_path.read_text(encoding="utf-8")),
+        provenance={
+            "checkpoint": str(ckpt_dir),
+            "checkpoint_step": ckpt.progress.step,
+            "source_shards": [str(s.root) for s in shard_sets],
+            "source_manifest_sha256": [s.manifest_sha256 for s in shard_sets],
+        },
+        # first n only (0 = all)
+        eval_clips=load_split(shard_sets, cfg.data.eval_split, max_clips=g.n) if g.captions == "eval" else [],
+    )
 
-    bos_id, pad_id = built.bos_id, built.pad_id
+
+def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
+    """Load models + checkpoint (or an adapter folder), sample, write the shard set. Returns the stats also written
+    to generation_stats.json."""
+    from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
+    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
+    from adapter_trainer.model.mot import MoTKVCache
+    from adapter_trainer.training.device import autocast, check_precision, resolve_device
+
+    g = cfg.generate
+    validate_generate(g)
+    device = resolve_device(cfg.trainer.device)
+    check_precision(cfg.trainer.precision, device)
+    source = adapter_source(cfg, device) if g.adapter else run_source(cfg, device)
+    model, tokenizer, vocab = source.model, source.tokenizer, source.vocab
+    rows = _caption_rows(cfg, source.eval_clips)
+
+    bos_id, pad_id = source.bos_id, source.pad_id
     captions = [
         list(tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[: cfg.data.max_caption_tokens]
         for r in rows
     ]
-    frame_rate = shard_sets[0].frame_rate
+    frame_rate = source.frame_rate
     max_frames = max(1, int(round(g.seconds * frame_rate)))
     sampling = SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale)
     codes: list[np.ndarray] = []
@@ -169,13 +198,9 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
         for i, (r, c) in enumerate(zip(rows, codes))
     ]
     out_dir = Path(g.out_dir) if g.out_dir else Path(cfg.trainer.output_dir) / "generated"
-    source_manifest = json.loads(shard_sets[0].manifest_path.read_text(encoding="utf-8"))
     generated = {
-        "checkpoint": str(ckpt_dir),
-        "checkpoint_step": ckpt.progress.step,
+        **source.provenance,
         "model": {"llm": cfg.model.llm, "audio_lm": cfg.model.audio_lm, "pattern": cfg.data.pattern},
-        "source_shards": [str(s.root) for s in shard_sets],
-        "source_manifest_sha256": [s.manifest_sha256 for s in shard_sets],
         "sampling": {
             **asdict(sampling),
             "seed": g.seed,
@@ -198,7 +223,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     write_generated_set(
         out_dir,
         clips,
-        source_manifest=source_manifest,
+        source_manifest=source.source_manifest,
         generated=generated,
         config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
         overwrite=g.overwrite,
@@ -231,10 +256,14 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     return stats
 
 
-def to_generate_config(cfg: DictConfig) -> GenerateRunConfig:
-    """Composed DictConfig -> validated GenerateRunConfig (the training checks plus generate.*)."""
+def to_generate_config(cfg: DictConfig, given: set[str] | None = None) -> GenerateRunConfig:
+    """Composed DictConfig -> validated GenerateRunConfig (the training checks plus generate.*). With
+    generate.adapter the model and layout come from the folder (`model_source.adapter_generate_config`; `given`: the
+    keys the command line set)."""
     from adapter_trainer.config import to_train_config
 
+    if OmegaConf.select(cfg, "generate.adapter"):
+        return adapter_generate_config(cfg, given)
     typed = to_train_config(cfg)  # validates the shared sections; accepts the subclass
     assert isinstance(typed, GenerateRunConfig), type(typed)
     validate_generate(typed.generate)
@@ -243,8 +272,11 @@ def to_generate_config(cfg: DictConfig) -> GenerateRunConfig:
 
 @hydra.main(config_path=str(find_conf_dir()), config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
     try:
-        run_generate(to_generate_config(cfg))
+        run_generate(to_generate_config(cfg, given))
     except UserError as e:  # ConfigError, ShardFormatError, ResumeError: the message names the fix
         print(f"adapter_trainer.generate: error: {e}", file=sys.stderr)
         sys.exit(USER_ERROR_EXIT)

@@ -71,10 +71,11 @@ def _sample_json(clip: GeneratedClip, frame_rate: float) -> bytes:
 
 def _relocated_codec(codec: dict[str, Any], generated: dict[str, Any], out: Path) -> dict[str, Any]:
     """The source manifest's codec section, verbatim except `path_from_set` (format version 2), which locates the
-    codec directory relative to a set: re-based from the first source set to `out`, or dropped when unknown."""
+    codec directory relative to a set: re-based from the first source set (or the adapter folder the codes came from,
+    whose adapter_config.json records it relative to itself) to `out`, or dropped when unknown."""
     if not codec.get("path_from_set"):
         return codec
-    sources = generated.get("source_shards") or []
+    sources = generated.get("source_shards") or ([generated["adapter"]] if generated.get("adapter") else [])
     if not sources:
         return {**codec, "path_from_set": None}
     codec_dir = (Path(sources[0]) / codec["path_from_set"]).resolve()

@@ -317,6 +317,12 @@ class MoTBuild:
     pad_id: int  # pad positions are masked out and carry no labels; EOS (else BOS) is the natural id
 
 
+def special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
+    """(bos_id, pad_id) of a caption sequence: the tokenizer's BOS, and its EOS (else BOS) as padding."""
+    bos_id = int(tokenizer.bos_token_id)
+    return bos_id, int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
+
+
 def load_audio_lm_config(cfg: TrainConfig) -> MusicgenDecoderConfig:
     """The audio LM's config alone (no weights): shard sets are checked against it before any weight is loaded."""
     try:
@@ -340,8 +346,7 @@ def build_mot_model(cfg: TrainConfig, device: torch.device | str, *, fp32_traina
         raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-    bos_id = int(tokenizer.bos_token_id)
-    pad_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
+    bos_id, pad_id = special_ids(tokenizer)
     model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
     if fp32_trainable:
         upcast_trainable_to_fp32(model)

@@ -1,0 +1,149 @@
+"""The adapter folder's README.md: a Hugging Face model card (YAML front matter + Markdown), from adapter_config.json,
+generation_config.json and the run's reports. It states what was measured and on which checkpoint step; absent
+figures are said to be absent, never filled in."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # user/name: a Hub repo id (a local path is not a base_model)
+MUSICCAPS = "google/MusicCaps"
+
+
+def hub_id(name: str) -> str | None:
+    """`name` when it reads as a Hub repo id and is not a local path, else None."""
+    return name if HUB_ID.match(name) and not Path(name).exists() else None
+
+
+def front_matter(acfg: dict[str, Any], license: str) -> dict[str, Any]:
+    """The card's metadata: license, base_model (Hub ids only), tags, datasets, pipeline tag."""
+    towers = [acfg["base_models"][r]["name_or_path"] for r in ("llm", "audio_lm")]
+    meta: dict[str, Any] = {"license": license}
+    base = [b for b in map(hub_id, towers) if b]
+    if base:
+        meta["base_model"] = base
+    meta["library_name"] = "adapter_trainer"
+    meta["pipeline_tag"] = "text-to-audio"
+    meta["tags"] = ["adapter_trainer", "mixture-of-transformers", "mot-adapter", "text-to-music", "musicgen", "llama"]
+    csvs = [str((s.get("source") or {}).get("csv", "")) for s in acfg["shards"]["sets"]]
+    if any("musiccaps" in c.lower() for c in csvs):
+        meta["datasets"] = [MUSICCAPS]
+    return meta
+
+
+def _f(x: Any, spec: str = "+.4f") -> str:
+    return "n/a" if not isinstance(x, (int, float)) else format(x, spec)
+
+
+def _step_note(measured: Any, exported: int) -> str:
+    if measured is None:
+        return " (the report does not say which checkpoint)"
+    return "" if measured == exported else f" (measured on step {measured}, not the exported step {exported})"
+
+
+def evaluation_lines(reports: dict[str, Any]) -> list[str]:
+    """The learning check, the probe verdict and the audio metrics, when the run has them."""
+    step = reports["exported_step"]
+    lines = []
+    lc = reports.get("learning_check")
+    if lc:
+        ci = lc.get("caption_gain_ci95") or [None, None]
+        lines += [
+            f"- **Learning check**{_step_note(lc.get('step'), step)}: held-out audio CE {_f(lc.get('eval_ce'), '.4f')} "
+            f"nats/code vs unigram {_f(lc.get('unigram_ce'), '.4f')} ({_f(lc.get('rel_to_unigram_pct'), '+.1f')}%, "
+            f"{'PASS' if lc.get('rel_pass') else 'FAIL'}); caption gain {_f(lc.get('caption_gain'))} "
+            f"[{_f(ci[0])}, {_f(ci[1])}] ({lc.get('caption_gain_verdict', 'n/a')})"
+        ]
+    probe = reports.get("probe")
+    if probe:
+        ci = probe.get("true_minus_deranged_ci95") or [None, None]
+        lines += [
+            f"- **Attribute probe**{_step_note(probe.get('step'), step)}: {probe.get('n_clips', 'n/a')} clips, accuracy "
+            f"{_f(probe.get('accuracy_true_captions'), '.3f')} with their own captions vs "
+            f"{_f(probe.get('accuracy_deranged_captions'), '.3f')} deranged, true - deranged "
+            f"{_f(probe.get('true_minus_deranged'), '+.3f')} [{_f(ci[0], '+.3f')}, {_f(ci[1], '+.3f')}]: "
+            f"**{probe.get('verdict', 'n/a')}**"
+        ]
+    audio = reports.get("audio_metrics")
+    if audio:
+        lines += [
+            f"- **Audio metrics**{_step_note(audio.get('step'), step)}: CLAP score {_f(audio.get('clap_score'), '.4f')}"
+            f" (minus deranged {_f(audio.get('clap_score_minus_deranged'))}), FAD (CLAP, whole clips) "
+            f"{_f(audio.get('fad_clap_clips'), '.4f')}, classifier KL {_f(audio.get('kl_classifier'), '.4f')}"
+        ]
+    return lines or ["No evaluation report was found in the run directory (final_metrics.json, generation_report.json"
+                     ", audio_metrics.json): this adapter is unmeasured."]  # fmt: skip
+
+
+def model_card(acfg: dict[str, Any], gen: dict[str, Any], reports: dict[str, Any], *, license: str, name: str) -> str:
+    """README.md text: YAML front matter, then use, model, data, evaluation and limitations sections."""
+    base, layout, codec, mot = acfg["base_models"], acfg["token_layout"], acfg["codec"], acfg["model"]["mot"]
+    llm, alm = base["llm"], base["audio_lm"]
+    meta = yaml.safe_dump(front_matter(acfg, license), sort_keys=False, allow_unicode=True)
+    sets = "\n".join(
+        f"| `{s['path']}` | `{s['manifest_sha256']}` | {s.get('n_train')} | {s.get('n_eval')} | "
+        f"{(s.get('source') or {}).get('csv') or (s.get('source') or {}).get('kind') or 'n/a'} |"
+        for s in acfg["shards"]["sets"]
+    )
+    t = acfg["training"]
+    return f"""---
+{meta}---
+
+# {name}
+
+A Mixture-of-Transformers adapter trained with `adapter_trainer`: a frozen text LLM (`{llm["name_or_path"]}`) reads
+the caption, and its audio positions get the frozen MusicGen decoder's (`{alm["name_or_path"]}`) feed-forward experts
+plus the trainable parts in `adapter.safetensors` ({acfg["model"]["trainable_params"]:,} parameters). It samples
+EnCodec codes; audio comes from decoding them with the codec recorded below.
+
+## Use
+
+```bash
+python -m adapter_trainer.generate generate.adapter={name} generate.captions=texts 'generate.texts=["calm solo piano"]' \\
+    generate.out_dir=out/gen
+python -m tokenizer_pipeline.decode out/gen out_dir=out/wav     # a separate process: the codec
+make generate ADAPTER={name} TEXT="calm solo piano"            # both, in this repository
+```
+
+```python
+from adapter_trainer import load_adapter
+adapter = load_adapter("{name}")                     # base towers from the recorded ids; llm=/audio_lm= local dirs
+```
+
+Sampling defaults (`generation_config.json`, from {gen.get("source")}): CFG {gen.get("cfg_scale")}, top-k
+{gen.get("top_k")}, top-p {gen.get("top_p")}, temperature {gen.get("temperature")}, {gen.get("seconds")} s.
+
+## Model
+
+| part | value |
+| --- | --- |
+| text LLM (frozen) | `{llm["name_or_path"]}`, weights sha256 `{llm["weights_sha256"]}` |
+| audio LM (frozen) | `{alm["name_or_path"]}`, weights sha256 `{alm["weights_sha256"]}` |
+| MoT | audio attention `{mot["audio_attention"]}`, LoRA rank {mot["lora_rank"]}, caption summary rank {mot["caption_cond_rank"]}, audio FFNs frozen: {mot["freeze_audio_ffn"]} |
+| token layout | {layout["text_vocab_size"]:,} text ids + {layout["n_codebooks"]} x {layout["codebook_size"]} codes, `{layout["pattern"]}` pattern |
+| captions | `{acfg["captions"]["text"]}`, up to {acfg["captions"]["max_caption_tokens"]} tokens, caption dropout {acfg["captions"]["caption_dropout"]} |
+| precision | trained `{acfg["precision"]["train"]}`, frozen towers `{acfg["precision"]["frozen_dtype"]}` |
+| codec | `{codec.get("name_or_path")}`, {codec.get("n_codebooks")} x {codec.get("codebook_size")} at {codec.get("frame_rate")} frames/s, weights sha256 `{codec.get("weights_sha256")}` |
+| training | {t["step"]} steps ({t["checkpoint"]}), {t.get("tokens_seen") or 0:,} tokens |
+
+## Training data
+
+| shard set | manifest sha256 | train clips | eval clips | source |
+| --- | --- | --- | --- | --- |
+{sets}
+
+## Evaluation
+
+{chr(10).join(evaluation_lines(reports))}
+
+## Limitations
+
+- Only as good as its training data and the figures above; the base towers are frozen and their own limits apply.
+- The codes mean audio only with the codec recorded in `adapter_config.json` (its weights sha256): another codec
+  decodes them to noise. The base towers must be the recorded ones (`load_adapter` checks their weights' sha256).
+- The base models' licenses apply to any use of this adapter with them.
+"""

@@ -1,0 +1,1 @@
+"""Tests of adapter_trainer.sharing: export, the model card, the Hub push, and generation from an exported folder."""
