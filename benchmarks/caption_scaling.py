@@ -1,0 +1,280 @@
+"""How caption following grows with the number of training captions (docs/results.md, "Caption scaling").
+
+One controlled experiment: every point shares the same 80 held-out captions, the same demo codec and the same
+tiny LLM (pretrained on the MusicCaps captions that no point uses), and changes only how many training captions
+the adapter sees. The train sets are nested (the stand-in corpus picks rows by a seeded hash, so 240 ⊂ 960 ⊂ 3840).
+Clips get shorter as captions grow so that the audio-seconds (and the encode time) stay near `--train-seconds`,
+down to `--min-duration-s` (the learning check's window is 75 frames = 1.5 s).
+
+For each point, seed and schedule (`fixed`: the demo's 600 steps; `scaled`: 600 × captions / 240, capped at
+`--max-steps`) it trains `+experiment=demo`, generates a clip for every held-out caption, runs the attribute probe,
+and collects: first-10-frames caption gain, whole-window caption gain, held-out CE (% under unigram) and the probe's
+fraction of ceiling, each with its 95% interval. Then it fits each figure against log2(captions) and states what the
+fit predicts for MusicCaps' own caption counts. Every stage is a subprocess with its log under `<out>/logs/`; a
+stage whose output exists is skipped, so a stopped run resumes.
+
+    python benchmarks/caption_scaling.py --out build/scaling                       # the curve (hours on 2 cores)
+    python benchmarks/caption_scaling.py --out /tmp/s --captions 16 32 --seeds 1 \\
+        --eval-captions 8 --steps 20 --schedules fixed --generate-n 8              # a smoke run (minutes)
+
+Writes `<out>/curve.json`, `<out>/curve.md` (the table for docs/results.md) and `<out>/curve.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "data" / "musiccaps" / "musiccaps-public.csv"
+BASE_CAPTIONS = 240  # the demo's training captions: the `scaled` schedule's unit
+FIGURES = (  # (name in curve.json, what the table calls it)
+    ("gain_first10", "first-10-frames gain"),
+    ("gain_window", "whole-window gain"),
+    ("ce_rel_pct", "held-out CE, % under unigram"),
+    ("probe_fraction", "probe fraction of ceiling"),
+)
+MUSICCAPS_CAPTIONS = {"MusicCaps train split (2,663)": 2663, "all of MusicCaps (5,521)": 5521}
+
+
+def run(cmd: list[str], log: Path) -> None:
+    """One stage in its own process; its output goes to `log`; a failure stops the curve, naming the log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    print(f"[{time.strftime('%H:%M:%S')}] {' '.join(cmd[2:] if cmd[1] == '-m' else cmd[1:])[:160]}", flush=True)
+    with log.open("w") as f:
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    if rc != 0:
+        sys.exit(f"caption_scaling: stage failed (exit {rc}); see {log}")
+    print(f"    done in {time.time() - t0:.0f} s", flush=True)
+
+
+def write_rows_csv(out: Path, n_eval: int, seed: int) -> Path:
+    """MusicCaps rows with `is_audioset_eval` re-drawn: `n_eval` rows (the held-out captions every point shares)
+    are True, all others False, so the train pool is every other row (MusicCaps' own split has only 2,663 train
+    rows, fewer than the largest point needs)."""
+    import hashlib
+
+    with CSV.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    order = sorted(
+        range(len(rows)), key=lambda i: hashlib.sha256(f"eval:{seed}:{rows[i]['ytid']}".encode()).hexdigest()
+    )
+    held_out = set(order[:n_eval])
+    for i, r in enumerate(rows):
+        r["is_audioset_eval"] = "True" if i in held_out else "False"
+    path = out / "rows.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def duration_for(n_captions: int, args: argparse.Namespace) -> float:
+    return max(args.min_duration_s, min(10.0, args.train_seconds / n_captions))
+
+
+def build_point(py: str, out: Path, rows_csv: Path, n: int, args: argparse.Namespace) -> Path:
+    """Corpus + shards for one point; returns its shard dir. Corpus rows: all held-out rows + the first n train."""
+    point = out / f"c{n}"
+    dur = duration_for(n, args)
+    n_clips = n + args.eval_captions
+    if not (point / "corpus" / "corpus.json").is_file():
+        run([py, "-m", "tokenizer_pipeline.standin_corpus", "--csv", str(rows_csv), "--out", str(point / "corpus"),
+             "--n-clips", str(n_clips), "--eval-fraction", repr(args.eval_captions / n_clips),
+             "--duration-s", repr(dur)], out / "logs" / f"c{n}-corpus.log")  # fmt: skip
+    codec = out / "codec"
+    if not (codec / "config.json").is_file():  # one codec for every point: fitted on the first point's clips
+        n_fit = max(1, min(n_clips, round(args.codec_seconds / dur)))  # the first wavs by name, as `make codec`
+        run([py, "-m", "tokenizer_pipeline.demo_codec", "--corpus", str(point / "corpus"), "--out", str(codec),
+             "--n-clips", str(n_fit)], out / "logs" / "codec.log")  # fmt: skip
+    shards = point / "shards"
+    if not (shards / "manifest.json").is_file():
+        run([py, "-m", "tokenizer_pipeline", "+preset=demo", f"csv={point / 'corpus' / 'musiccaps-subset.csv'}",
+             f"audio_dir={point / 'corpus'}", f"out_dir={shards}", f"codec.name_or_path={codec}",
+             f"duration_tolerance_s={10.0 - dur + 0.5:.3f}"], out / "logs" / f"c{n}-shards.log")  # fmt: skip
+    return shards
+
+
+def steps_for(n: int, schedule: str, args: argparse.Namespace) -> int:
+    if schedule == "fixed":
+        return args.steps
+    return min(args.max_steps, round(args.steps * n / BASE_CAPTIONS))
+
+
+def train_and_probe(py: str, out: Path, shards: Path, n: int, seed: int, schedule: str, args) -> dict:
+    """Train one adapter, generate a clip per held-out caption, probe it; the run's figures."""
+    run_dir = out / f"c{n}" / "runs" / f"{schedule}-s{seed}"
+    steps = steps_for(n, schedule, args)
+    models = out / "models"
+    common = [f"data.shards=[{shards}]", f"model.llm={models / 'llm'}", f"model.audio_lm={models / 'musicgen'}",
+              f"trainer.seed={seed}", f"trainer.output_dir={run_dir}", f"trainer.max_steps={steps}",
+              f"trainer.eval_every={steps}", f"trainer.ckpt_every={steps}", *args.overrides]  # fmt: skip
+    log = out / "logs" / f"c{n}-{schedule}-s{seed}"
+    if not (run_dir / "final_metrics.json").is_file():
+        run([py, "-m", "adapter_trainer", "+experiment=demo", *common], log.with_suffix(".train.log"))
+    report = run_dir / "generation_report.json"
+    if args.generate_n >= 0 and not report.is_file():
+        run([py, "-m", "adapter_trainer.generate", "+experiment=demo", *common, "generate.checkpoint=latest",
+             "generate.captions=eval", f"generate.n={args.generate_n}", f"generate.seconds={args.generate_seconds}",
+             "generate.overwrite=true"], log.with_suffix(".generate.log"))  # fmt: skip
+        run([py, "-m", "adapter_trainer.probe", "--shards", str(shards), "--generated", str(run_dir / "generated"),
+             "--out", str(report)], log.with_suffix(".probe.log"))  # fmt: skip
+    lc = json.loads((run_dir / "final_metrics.json").read_text())["learning_check"]
+    first = lc["caption_gain_by_position"]["frames_0_10"]
+    fig = {
+        "captions": n, "seed": seed, "schedule": schedule, "steps": steps, "clip_seconds": duration_for(n, args),
+        "gain_first10": first["gain"], "gain_first10_ci95": first["ci95"],
+        "gain_window": lc["caption_gain"], "gain_window_ci95": lc["caption_gain_ci95"],
+        "ce_rel_pct": lc["rel_to_unigram_pct"], "ce_rel_pct_ci95": None, "eval_ce": lc["eval_ce"],
+    }  # fmt: skip
+    if report.is_file():
+        probe = json.loads(report.read_text())
+        fig["probe_fraction"] = probe.get("fraction_of_ceiling")
+        fig["probe_fraction_ci95"] = probe.get("fraction_of_ceiling_ci95")
+        fig["probe_n_clips"] = probe.get("n_clips")
+    return fig
+
+
+def fit_log2(points: list[dict], key: str) -> dict | None:
+    """Least squares `figure = a + b * log2(captions)` over every (point, seed); None with < 2 caption counts."""
+    xy = [(math.log2(p["captions"]), p[key]) for p in points if p.get(key) is not None and math.isfinite(p[key])]
+    if len({x for x, _ in xy}) < 2:
+        return None
+    x, y = np.array([v[0] for v in xy]), np.array([v[1] for v in xy])
+    b, a = np.polyfit(x, y, 1)
+    resid = y - (a + b * x)
+    return {
+        "intercept": float(a), "per_doubling": float(b), "rmse": float(np.sqrt(np.mean(resid**2))),
+        "predicted": {name: float(a + b * math.log2(n)) for name, n in MUSICCAPS_CAPTIONS.items()},
+    }  # fmt: skip
+
+
+def summarise(points: list[dict], schedules: list[str]) -> dict:
+    out: dict = {"points": points, "fits": {}}
+    for sched in schedules:
+        pts = [p for p in points if p["schedule"] == sched]
+        out["fits"][sched] = {key: fit_log2(pts, key) for key, _ in FIGURES}
+    return out
+
+
+def _cell(p: dict, key: str) -> str:
+    v, ci = p.get(key), p.get(f"{key}_ci95")
+    if v is None:
+        return "n/a"
+    return f"{v:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else f"{v:.1f}"
+
+
+def table_md(summary: dict) -> str:
+    head = "| captions | clip s | schedule | steps | seed | " + " | ".join(t for _, t in FIGURES) + " |"
+    lines = [head, "|" + " --- |" * (5 + len(FIGURES))]
+    for p in summary["points"]:
+        cells = [str(p["captions"]), f"{p['clip_seconds']:g}", p["schedule"], str(p["steps"]), str(p["seed"])]
+        lines.append("| " + " | ".join(cells + [_cell(p, k) for k, _ in FIGURES]) + " |")
+    lines.append("")
+    for sched, fits in summary["fits"].items():
+        for key, title in FIGURES:
+            f = fits.get(key)
+            if f:
+                pred = ", ".join(f"{v:+.3f} at {k}" for k, v in f["predicted"].items())
+                lines.append(
+                    f"- {sched}, {title}: {f['per_doubling']:+.4f} per doubling (rmse {f['rmse']:.3f}); {pred}"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(FIGURES), figsize=(4.2 * len(FIGURES), 3.6))
+    for ax, (key, title) in zip(axes, FIGURES):
+        for sched, marker in (("fixed", "o"), ("scaled", "s")):
+            pts = [p for p in summary["points"] if p["schedule"] == sched and p.get(key) is not None]
+            if not pts:
+                continue
+            x = [p["captions"] for p in pts]
+            y = [p[key] for p in pts]
+            ci = [p.get(f"{key}_ci95") or [v, v] for p, v in zip(pts, y)]  # CE has no interval: a bare point
+            err = [[max(0.0, v - c[0]) for v, c in zip(y, ci)], [max(0.0, c[1] - v) for v, c in zip(y, ci)]]
+            ax.errorbar(x, y, yerr=err, fmt=marker, label=f"{sched} steps", alpha=0.7, capsize=2)
+            f = summary["fits"][sched].get(key)
+            if f:
+                xs = np.geomspace(min(x), max(MUSICCAPS_CAPTIONS.values()), 50)
+                ax.plot(xs, f["intercept"] + f["per_doubling"] * np.log2(xs), alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training captions")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].axhline(0.10, color="k", ls=":", lw=0.8)
+    axes[-1].axhline(0.5, color="k", ls=":", lw=0.8)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "scaling")
+    ap.add_argument("--captions", type=int, nargs="+", default=[240, 960, 3840], help="training captions per point")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1234, 1, 2])
+    ap.add_argument("--schedules", nargs="+", default=["fixed", "scaled"], choices=["fixed", "scaled"])
+    ap.add_argument("--eval-captions", type=int, default=80, help="held-out captions every point shares")
+    ap.add_argument("--train-seconds", type=float, default=2400.0, help="audio-seconds per point (the demo's)")
+    ap.add_argument("--min-duration-s", type=float, default=2.5, help="shortest clip (the eval window is 1.5 s)")
+    ap.add_argument("--codec-seconds", type=float, default=400.0, help="audio the shared demo codec is fitted on")
+    ap.add_argument("--steps", type=int, default=600, help="the fixed schedule (the demo's max_steps)")
+    ap.add_argument("--max-steps", type=int, default=9600, help="cap of the scaled schedule")
+    ap.add_argument("--pretrain-steps", type=int, default=None, help="demo LLM pretraining steps (its default)")
+    ap.add_argument("--generate-n", type=int, default=0, help="clips for the probe (0 = every held-out; -1 = none)")
+    ap.add_argument("--generate-seconds", type=float, default=5.0)
+    ap.add_argument("--split-seed", type=int, default=0, help="which rows are the held-out captions")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
+    args = ap.parse_args(argv)
+    if args.eval_captions < 1 or any(n < 1 for n in args.captions):
+        ap.error("--captions and --eval-captions must be >= 1")
+
+    py, out = sys.executable, args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rows_csv = write_rows_csv(out, args.eval_captions, args.split_seed)
+    sizes = sorted(set(args.captions))
+    shards = {n: build_point(py, out, rows_csv, n, args) for n in sizes}
+    if not (out / "models" / "config_done").is_file():
+        # the LLM sees no caption of any point: every corpus row of the largest point, which holds every smaller one
+        exclude = out / f"c{sizes[-1]}" / "corpus" / "musiccaps-subset.csv"
+        cmd = [py, "-m", "adapter_trainer.demo_models", "--out", str(out / "models"), "--captions-csv", str(CSV),
+               "--exclude-csv", str(exclude)]  # fmt: skip
+        if args.pretrain_steps is not None:
+            cmd += ["--pretrain-steps", str(args.pretrain_steps)]
+        run(cmd, out / "logs" / "models.log")
+        (out / "models" / "config_done").write_text("demo_models finished\n")
+    points = [
+        train_and_probe(py, out, shards[n], n, seed, sched, args)
+        for sched in args.schedules
+        for n in sizes
+        for seed in args.seeds
+    ]
+    summary = summarise(points, args.schedules)
+    summary["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    (out / "curve.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "curve.md").write_text(table_md(summary))
+    plot(summary, out / "curve.png")
+    print(table_md(summary))
+    print(f"wrote {out / 'curve.json'}, {out / 'curve.md'}, {out / 'curve.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

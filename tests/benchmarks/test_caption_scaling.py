@@ -1,0 +1,48 @@
+"""benchmarks/caption_scaling.py: the held-out captions are shared by every point, the train sets are nested, and the
+trend fit recovers a known slope (the curve itself is a benchmark, never a test)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from tokenizer_pipeline.demo.standin_corpus import select_rows
+
+REPO = Path(__file__).resolve().parents[2]
+# benchmarks/ is a directory of scripts, not a package: load the one script without touching sys.path
+_spec = importlib.util.spec_from_file_location("caption_scaling", REPO / "benchmarks" / "caption_scaling.py")
+caption_scaling = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(caption_scaling)
+
+
+def test_every_point_shares_the_held_out_rows_and_train_sets_are_nested(tmp_path: Path) -> None:
+    rows_csv = caption_scaling.write_rows_csv(tmp_path, n_eval=80, seed=0)
+    with rows_csv.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert sum(r["is_audioset_eval"] == "True" for r in rows) == 80
+    picked = {}
+    for n in (240, 960, 3840):  # what the stand-in corpus renders for each point (its own row selection)
+        idx = select_rows(rows, n + 80, 80 / (n + 80), seed=0)
+        picked[n] = {rows[i]["ytid"] for i in idx if rows[i]["is_audioset_eval"] == "False"}
+        held_out = {rows[i]["ytid"] for i in idx if rows[i]["is_audioset_eval"] == "True"}
+        assert len(picked[n]) == n and len(held_out) == 80
+    assert picked[240] < picked[960] < picked[3840]
+
+
+def test_clip_length_keeps_the_audio_seconds_down_to_the_shortest_clip() -> None:
+    args = Namespace(train_seconds=2400.0, min_duration_s=2.5)
+    assert [caption_scaling.duration_for(n, args) for n in (120, 240, 960, 3840)] == [10.0, 10.0, 2.5, 2.5]
+
+
+def test_the_log2_fit_recovers_a_known_slope_and_predicts_musiccaps() -> None:
+    points = [{"captions": n, "g": 0.01 + 0.02 * math.log2(n / 240)} for n in (240, 960, 3840) for _ in range(3)]
+    fit = caption_scaling.fit_log2(points, "g")
+    assert fit["per_doubling"] == pytest.approx(0.02, abs=1e-9)
+    assert fit["rmse"] == pytest.approx(0.0, abs=1e-9)
+    assert fit["predicted"]["all of MusicCaps (5,521)"] == pytest.approx(0.01 + 0.02 * math.log2(5521 / 240))
+    assert caption_scaling.fit_log2(points[:3], "g") is None  # one caption count: no trend to state
