@@ -107,6 +107,32 @@ listen-check: | setup
 	@test -f $(RUN)/listen/index.html || { echo "no $(RUN)/listen/index.html: run make listen first" >&2; exit 2; }
 	$(PY) -m adapter_trainer.listen_check $(RUN)/listen/index.html $(RUN)/listen/page.png
 
+# ---- generate: captions -> wavs from an exported adapter folder (`python -m adapter_trainer.export RUN --out DIR`),
+# no experiment, run dir or shards: `make generate ADAPTER=DIR TEXT="calm solo piano"`. Sampling in the trainer's
+# process, decoding in the pipeline's own with the codec adapter_config.json records (CODEC=dir-or-id overrides it).
+# Sampling defaults come from the folder's generation_config.json; ARGS adds overrides (ARGS="generate.seconds=10")
+ADAPTER ?=
+TEXT ?= calm solo piano
+export TEXT
+CODEC ?=
+GEN_OUT ?= build/generated/$(notdir $(patsubst %/,%,$(ADAPTER)))
+.PHONY: generate
+generate: | setup
+	@if [ -z "$(ADAPTER)" ]; then echo 'make generate needs ADAPTER=DIR (a folder of python -m adapter_trainer.export), e.g. make generate ADAPTER=build/demo/adapter TEXT="calm solo piano"' >&2; exit 2; fi
+	mkdir -p $(GEN_OUT) && printf '%s\n' "$$TEXT" > $(GEN_OUT)/captions.txt
+	$(PY) -m adapter_trainer.generate generate.adapter=$(ADAPTER) generate.captions=file \
+		generate.captions_file=$(GEN_OUT)/captions.txt generate.out_dir=$(GEN_OUT)/codes generate.overwrite=true $(ARGS)
+	rm -rf $(GEN_OUT)/wav
+	$(PY) -m tokenizer_pipeline.decode $(GEN_OUT)/codes out_dir=$(GEN_OUT)/wav $(if $(CODEC),codec=$(CODEC))
+	@echo "make generate: wav files in $(GEN_OUT)/wav: $$(cd $(GEN_OUT)/wav && ls *.wav | tr '\n' ' ')"
+
+# ---- the caption scaling curve (docs/results.md): 240 / 960 / 3840 training captions x seeds 1234 1 2, fixed and
+# scaled steps; every stage a subprocess, resumable; hours on 2 CPU cores. SCALING_ARGS: its flags (--help)
+SCALING_ARGS ?=
+.PHONY: caption-scaling
+caption-scaling: | setup
+	$(PY) benchmarks/caption_scaling.py --out build/scaling $(SCALING_ARGS)
+
 # ---- real data
 # make audio OUT=dir: every CSV row's window from YouTube -> dir/{ytid}.flac (yt-dlp + the wheel's ffmpeg);
 # then make shards DATA=dir. OUT must be given: its default is the shard directory.
