@@ -8,6 +8,9 @@ memory-efficient kernel without enable_gqa. `make bench-gpu` checks the predicti
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +20,7 @@ from adapter_trainer.model.mot import MoTKVCache
 from adapter_trainer.model.sdpa_kernels import A100, H100, Call, Device, expected_kernel
 from tests.trainer.helpers import example, tiny_mot
 
+REPO = Path(__file__).resolve().parents[3]
 BF16, FP32 = torch.bfloat16, torch.float32
 B, H, KV, S, HD = 16, 32, 8, 1024, 64  # cuda_1b: batch 16, Llama 3.2 1B heads, seq 1024
 TRAIN = Call((B, H, S, HD), (B, KV, S, HD), BF16, None, is_causal=True, enable_gqa=True)  # unpadded / right-padded
@@ -66,29 +70,30 @@ def recorded_calls(monkeypatch: pytest.MonkeyPatch, run) -> list[Call]:
     return calls
 
 
-@pytest.mark.parametrize("padding", ["none", "right", "left"])
-def test_dress_rehearsal_every_call_of_a_bf16_step_and_generation_is_fused_on_cuda(
-    monkeypatch: pytest.MonkeyPatch, padding: str
-) -> None:
-    """The tiny model (4 query / 2 key-value heads, head_dim 16) as cuda_1b runs it: bf16 autocast, a training step
-    and a prefill + two decoding steps. On an H100 every call runs cuDNN; on an A100 none runs math."""
-    model, vocab = tiny_mot("delay")
+def padded_batch(vocab, padding: str, long: tuple[int, int], short: tuple[int, int]) -> Batch:
+    """Two rows: the same (caption, frames) example twice ("none"), or a `long` and a `short` one, right-padded
+    ("right") or rolled to be left-padded ("left")."""
     if padding == "none":
-        batch = collate([example(vocab, 5, 6, seed=1)] * 2, pad_id=0)
-    else:
-        batch = collate([example(vocab, 5, 6, seed=1), example(vocab, 3, 4, seed=2)], pad_id=0)  # right-padded
+        return collate([example(vocab, *long, seed=1)] * 2, pad_id=0)
+    batch = collate([example(vocab, *long, seed=1), example(vocab, *short, seed=2)], pad_id=0)  # right-padded
     if padding == "left":
         shift = [int(batch.attention_mask[r].sum()) for r in range(2)]
         roll = lambda t: torch.stack([t[r].roll(-shift[r], 0) for r in range(2)])
         batch = Batch(
             *(roll(t) for t in (batch.tokens, batch.is_audio, batch.labels, batch.attention_mask)), batch.keys
         )
+    return batch
+
+
+def rehearsal_calls(monkeypatch: pytest.MonkeyPatch, model, batch: Batch) -> dict[str, list[Call]]:
+    """Every sdpa call of a bf16-autocast training step (forward + backward) and of a prefill + two decoding steps."""
     n = batch.tokens.shape[1]
 
     def train() -> None:
         model.train()
         with torch.autocast("cpu", dtype=BF16):
             model.compute_loss(batch).loss.backward()
+        model.zero_grad(set_to_none=True)
 
     def generate() -> None:
         model.eval()
@@ -97,10 +102,65 @@ def test_dress_rehearsal_every_call_of_a_bf16_step_and_generation_is_fused_on_cu
                 batch.tokens[:, : n - 2], batch.is_audio[:, : n - 2], batch.attention_mask[:, : n - 2],
                 MoTKVCache.allocate(n),
             )  # fmt: skip
+            # a decoding step feeds every row one audio id at a real position (as the sampler does): the long row's
+            # frame, so a right-padded row's pad is never fed to decode_step (which takes audio ids only)
+            B = batch.tokens.shape[0]
             for p in (n - 2, n - 1):
-                model.decode_step(batch.tokens[:, p : p + 1], batch.attention_mask[:, : p + 1], cache)
+                step = batch.tokens[:1, p : p + 1].expand(B, -1, -1)  # [B, 1, J]
+                mask = torch.cat([batch.attention_mask[:, :p], torch.ones(B, 1, dtype=torch.bool)], dim=1)
+                model.decode_step(step, mask, cache)  # [B, p + 1] mask: the past as it was, the new position real
 
-    for run in (train, generate):
-        calls = recorded_calls(monkeypatch, run)
-        assert {expected_kernel(c, H100) for c in calls} == {"cudnn"}, calls
-        assert "math" not in {expected_kernel(c, A100) for c in calls}, calls
+    return {"train": recorded_calls(monkeypatch, train), "generate": recorded_calls(monkeypatch, generate)}
+
+
+def assert_fused_on_cuda(calls: dict[str, list[Call]]) -> None:
+    for run_calls in calls.values():
+        assert {expected_kernel(c, H100) for c in run_calls} == {"cudnn"}, run_calls
+        assert "math" not in {expected_kernel(c, A100) for c in run_calls}, run_calls
+
+
+@pytest.mark.parametrize("padding", ["none", "right", "left"])
+def test_dress_rehearsal_every_call_of_a_bf16_step_and_generation_is_fused_on_cuda(
+    monkeypatch: pytest.MonkeyPatch, padding: str
+) -> None:
+    """The tiny model (4 query / 2 key-value heads, head_dim 16) as cuda_1b runs it: bf16 autocast, a training step
+    and a prefill + two decoding steps. On an H100 every call runs cuDNN; on an A100 none runs math."""
+    model, vocab = tiny_mot("delay")
+    assert_fused_on_cuda(rehearsal_calls(monkeypatch, model, padded_batch(vocab, padding, (5, 6), (3, 4))))
+
+
+@pytest.fixture(scope="module")
+def cuda_1b_realsize():
+    """cuda_1b's model at real size: Llama 3.2 1B + MusicGen-small dims, random weights built from configs offline by
+    the benchmarks' builder (benchmarks/realsize_model.py), cuda_1b's MoT settings, on CPU. ~6 GB in fp32."""
+    spec = importlib.util.spec_from_file_location("realsize_model", REPO / "benchmarks" / "realsize_model.py")
+    realsize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(realsize)  # benchmarks/ is a directory of scripts: no sys.path change
+    cfg = realsize.preset_config("cuda_1b", "trainer.device=cpu")
+    assert cfg.trainer.precision == "bf16"  # the autocast dtype rehearsal_calls uses
+    torch.manual_seed(0)
+    model, vocab = realsize.build_model(cfg, "real", "cpu")
+    yield model, vocab
+    del model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padding", ["none", "right", "left"])
+def test_realsize_dress_rehearsal_every_call_of_a_bf16_step_and_generation_is_fused_on_cuda(
+    monkeypatch: pytest.MonkeyPatch, cuda_1b_realsize, padding: str
+) -> None:
+    """The tiny dress rehearsal at cuda_1b's real architecture (32 query / 8 key-value heads, head_dim 64, 16 layers)
+    at a short sequence (batch 2, ~25 positions): on an H100 every call runs cuDNN; on an A100 none runs math."""
+    model, vocab = cuda_1b_realsize
+    batch = padded_batch(vocab, padding, (6, 8), (4, 5))
+    calls = rehearsal_calls(monkeypatch, model, batch)
+    for run_calls in calls.values():
+        for c in run_calls:  # the real head counts: cannot pass on a tiny model
+            assert c.q_shape[3] == c.kv_shape[3] == HD, c
+            folded = c.q_shape[1:3] == (KV, H // KV)  # a decoding step with pads: q groups folded
+            assert c.q_shape[1] == H or folded, c
+            assert c.kv_shape[1] in (KV, H), c
+    # the cache holds the real 8 key-value heads (grouped, or folded in a decoding step with pads; a masked prefill
+    # on CPU expands them to 32, on CUDA sdpa_kernels keeps them grouped where cuDNN runs)
+    assert any(c.kv_shape[1] == KV for c in calls["generate"]), calls["generate"]
+    assert_fused_on_cuda(calls)
