@@ -26,9 +26,11 @@ import argparse
 import csv
 import hashlib
 import json
+import os
 import re
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -96,11 +98,13 @@ def select_rows(rows: list[dict[str, str]], n_clips: int, eval_fraction: float, 
 
 def build_corpus(
     csv_path: Path, out: Path, n_clips: int, eval_fraction: float = 0.25, seed: int = 0, duration_s: float = DURATION_S,
-    layout: str = "musiccaps", sample_rate: int = SAMPLE_RATE, channels: int = 1,
+    layout: str = "musiccaps", sample_rate: int = SAMPLE_RATE, channels: int = 1, workers: int = 1,
 ) -> dict:  # fmt: skip
     """Select rows, render and write every clip, the subset CSV and corpus.json. Returns the corpus.json dict.
 
     `layout` other than musiccaps writes the clips as full-length tracks in that layout (standin_layouts.py).
+    `workers` > 1 renders musiccaps-layout clips in that many processes; every clip is a function of its row,
+    ytid, seed and duration only, so the bytes do not depend on it.
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration-s must be > 0, got {duration_s}")
@@ -113,22 +117,28 @@ def build_corpus(
     idx = select_rows(rows, n_clips, eval_fraction, seed)
     out.mkdir(parents=True, exist_ok=True)
     layout_writer = None if layout == "musiccaps" else LayoutWriter(layout, out, sample_rate, channels, duration_s)
+    for i in idx:  # every id checked before any clip is rendered
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", rows[i]["ytid"]):
+            raise ConfigError(
+                f"{csv_path}:{lines[i]}: ytid {rows[i]['ytid']!r} is not a YouTube id; cannot name {rows[i]['ytid']}.wav"
+            )
+    if layout_writer is None and workers > 1:
+        jobs = [(rows[i]["aspect_list"], rows[i]["ytid"], seed, duration_s, str(out)) for i in idx]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(_render_musiccaps_clip, jobs, chunksize=4))
     clips = []
     for i in idx:
         row = rows[i]
         ytid = row["ytid"]
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", ytid):
-            raise ConfigError(f"{csv_path}:{lines[i]}: ytid {ytid!r} is not a YouTube id; cannot name {ytid}.wav")
         attrs = derive_attributes(parse_aspects(row["aspect_list"]))
-        audio = render_clip(attrs, ytid, seed, duration_s)  # [duration_s * SAMPLE_RATE]
         split = "eval" if row["is_audioset_eval"] == "True" else "train"
         if layout_writer is not None:
+            audio = render_clip(attrs, ytid, seed, duration_s)  # [duration_s * SAMPLE_RATE]
             aspects = parse_aspects(row["aspect_list"])
             file = layout_writer.add(row, aspects, asdict(attrs), audio, SAMPLE_RATE, split)
         else:
-            tmp = out / f".{ytid}.wav.tmp"
-            sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
-            tmp.replace(out / f"{ytid}.wav")
+            if workers <= 1:
+                _render_musiccaps_clip((row["aspect_list"], ytid, seed, duration_s, str(out)))
             file = f"{ytid}.wav"
         clips.append(
             {
@@ -162,6 +172,15 @@ def build_corpus(
     return corpus
 
 
+def _render_musiccaps_clip(job: tuple[str, str, int, float, str]) -> None:
+    """Render one row's clip and write `{ytid}.wav` through a temp file (a worker process's unit of work)."""
+    aspect_list, ytid, seed, duration_s, out = job
+    audio = render_clip(derive_attributes(parse_aspects(aspect_list)), ytid, seed, duration_s)  # [T]
+    tmp = Path(out) / f".{ytid}.wav.tmp"
+    sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    tmp.replace(Path(out) / f"{ytid}.wav")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.standin_corpus", description=__doc__.split("\n")[0])
     p.add_argument("--csv", type=Path, required=True, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
@@ -183,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="tracks' rate (audiocraft/audiofolder)")
     p.add_argument("--channels", type=int, default=None, help="1 or 2; default 1 (musiccaps), 2 for other layouts")
+    p.add_argument(
+        "--workers", type=int, default=0,
+        help="processes rendering musiccaps-layout clips (0: one per CPU core); the clips do not depend on it",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    workers = args.workers if args.workers > 0 else (os.cpu_count() or 1)
     full = args.layout != "musiccaps"
     duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
     channels = args.channels if args.channels is not None else (2 if full else 1)
@@ -191,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         corpus = build_corpus(
             args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, duration, args.layout, args.sample_rate,
-            channels,
+            channels, workers,
         )  # fmt: skip
     except UserError as e:  # a missing CSV or a value that cannot work: the message names the fix
         print(f"tokenizer_pipeline.standin_corpus: error: {e}", file=sys.stderr)
