@@ -300,3 +300,25 @@ def test_caption_word_dropout_is_seeded_train_only_and_off_at_zero(tmp_path: Pat
     assert drop_words("a b c", 0.0, rng) == "a b c"
     assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state  # p = 0 draws nothing
     assert drop_words("a b", 0.99, np.random.default_rng(1)) != ""  # never the empty caption (caption dropout's job)
+
+
+def test_distinct_texts_counts_a_shared_caption_once_from_the_json_members_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two train clips share one caption: 3 clips, 2 distinct captions; the codes are never decoded to count them."""
+    import adapter_trainer.data.shards as shards_module
+    from adapter_trainer.data.streaming import distinct_texts
+
+    clips = [(k, cap, c) for (k, _, c), cap in zip(synthetic_clips(3, seed=4, prefix="dc"), ("same", "same", "other"))]
+    more = synthetic_clips(9, seed=6, prefix="gn")  # 4 genre captions among 9 clips
+    index = build_index(_open(write_shard_set(tmp_path / "s", {"train": clips + more}, samples_per_shard=4)), "train")
+
+    def no_codes(*args, **kwargs):
+        raise AssertionError("counting captions decoded a clip's codes")
+
+    monkeypatch.setattr(shards_module, "_decode_sample", no_codes)
+    monkeypatch.setattr(np, "load", no_codes)
+    want = len({cap for _, cap, _ in clips + more})
+    assert want == 2 + len({cap for _, cap, _ in more}) < len(index) == 12
+    assert distinct_texts(index, "caption") == want
+    assert distinct_texts(index, "aspects") == 1  # every synthetic clip's aspect_list is ["synthetic"]

@@ -12,6 +12,7 @@ from adapter_trainer.evaluation.learning_check import (
     MIN_GAIN_CLIPS,
     EvalOverlapError,
     TargetCE,
+    learning_check_summary,
     learning_check_text,
     make_report,
 )
@@ -115,3 +116,19 @@ def test_end_ce_is_measured_when_no_eval_window_reaches_a_clip_end(models, tmp_p
     r = recipe.evaluate()
     assert np.isfinite(r.end_ce) and r.end_ce > 0.0
     assert "END CE" in learning_check_text(r) and "nan" not in learning_check_text(r).split("END CE")[1].split("\n")[0]
+
+
+def test_report_names_the_train_clips_and_their_distinct_captions(models, shards, tmp_path: Path) -> None:
+    """The `shards` fixture's 8 train clips draw from 4 genre captions: the header counts each caption once."""
+    from tests.contract.shard_fixture import synthetic_clips
+
+    want = len({cap for _, cap, _ in synthetic_clips(8, frames=(12, 20), seed=0, prefix="tr")})
+    assert want < 8
+    recipe = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "run"))
+    recipe.setup()
+    r = recipe.evaluate()
+    assert (r.n_train_clips, r.n_train_captions) == (8, want)
+    header = learning_check_text(r).split("\n")[1]
+    assert header.startswith("LEARNING CHECK (") and f"; trained on 8 clips with {want} distinct captions)" in header
+    summary = learning_check_summary(r)
+    assert (summary["n_train_clips"], summary["n_train_captions"]) == (8, want)

@@ -530,6 +530,30 @@ class ClipReader:
         sample = {"__key__": ix.key(i), CODES_MEMBER: codes, JSON_MEMBER: meta}
         return _decode_sample(sample, ix.shard_paths[shard], ix.n_codebooks, ix.codebook_size)
 
+    def read_text_fields(self, i: int) -> tuple[str, tuple[str, ...]]:
+        """(caption, aspects) of clip i from its json member alone: its codes are neither read nor decoded. Checks
+        what the json can show without the codes (ytid, caption, aspect_list); `read` checks the rest."""
+        ix = self.index
+        shard = int(ix.shard[i])
+        key, url = ix.key(i), ix.shard_paths[shard]
+        f = self._file(shard)
+        f.seek(int(ix.json_offset[i]))  # type: ignore[attr-defined]
+        raw = f.read(int(ix.json_size[i]))  # type: ignore[attr-defined]
+        try:
+            meta = json.loads(raw.decode("utf-8"))
+        except ValueError as e:  # JSON and Unicode errors
+            raise ShardFormatError(f"{url}: sample {key!r} json does not decode: {e}") from e
+        if (
+            not isinstance(meta, dict)
+            or meta.get("ytid") != key
+            or not isinstance(meta.get("caption"), str)
+            or not isinstance(meta.get("aspect_list"), list)
+        ):
+            raise ShardFormatError(
+                f"{url}: sample {key!r} json disagrees with the sample (ytid / caption / aspect_list); regenerate the shard"
+            )
+        return meta["caption"], tuple(str(a) for a in meta["aspect_list"])
+
     def close(self) -> None:
         for f in self._files.values():
             f.close()  # type: ignore[attr-defined]

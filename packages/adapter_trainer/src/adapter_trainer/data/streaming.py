@@ -17,6 +17,7 @@ length; positions, crops, rank slices and resume stay exactly as above.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -46,9 +47,32 @@ class ExampleSpec:
     caption_word_dropout: float = 0.0  # P(each word of a train caption is left out), augmentation (caption_dropout.py)
 
 
-def text_of(clip: Clip, text: str) -> str:
+def conditioning_text(caption: str, aspects: tuple[str, ...], text: str) -> str:
     """The conditioning text: the caption, or the aspect list joined with ", " (data.text)."""
-    return clip.caption if text == "caption" else ", ".join(clip.aspects)
+    return caption if text == "caption" else ", ".join(aspects)
+
+
+def text_of(clip: Clip, text: str) -> str:
+    """The conditioning text of a clip (`conditioning_text`)."""
+    return conditioning_text(clip.caption, clip.aspects, text)
+
+
+def distinct_texts(index: SplitIndex, text: str) -> int:
+    """How many distinct conditioning texts (data.text) the clips of `index` have, before any caption or word
+    dropout. Reads each clip's json member alone (one seek and a few hundred bytes, in index order: tar order);
+    no codes are read. Keeps a 16-byte digest per distinct text, not the texts."""
+    reader = ClipReader(index)
+    try:
+        return len(
+            {
+                hashlib.blake2b(
+                    conditioning_text(*reader.read_text_fields(i), text).encode("utf-8"), digest_size=16
+                ).digest()
+                for i in range(len(index))
+            }
+        )
+    finally:
+        reader.close()
 
 
 def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec, text: str | None = None) -> list[int]:

@@ -342,6 +342,12 @@ class EvalReport:
     caption_gain_verdict: str = "INSUFFICIENT"  # PASS | FAIL | INSUFFICIENT (< MIN_GAIN_CLIPS clips)
     held_out: bool = True  # False when data.allow_eval_overlap let eval clips that are also train clips through
     n_overlap_clips: int = 0  # eval clips whose keys are also train keys
+    # what training saw (None: not known, e.g. a report built outside a run); set by the recipe
+    n_train_clips: int | None = None  # clips of the train split
+    n_train_captions: int | None = None  # distinct conditioning texts (data.text) among them
+    train_windows: int | None = None  # training windows (examples, all ranks) up to this report's step
+    train_end_targets: int | None = None  # those with an AUDIO_END target in their loss mask
+    train_counted_from_step: int = 0  # > 0: the counts start at this step (resumed from a checkpoint without them)
     # FRAME_BINS key -> {"gain", "ci95": [lo, hi], "n_codes"}: the caption gain over those frames of the window
     caption_gain_by_position: dict = field(default_factory=dict)
     caption_gain_by_frame: list = field(default_factory=list)  # [F] gain per window frame (nan: no code scored)
@@ -395,6 +401,8 @@ def make_report(
     n_bootstrap: int,
     seed: int,
     n_overlap_clips: int = 0,
+    n_train_clips: int | None = None,
+    n_train_captions: int | None = None,
 ) -> EvalReport:
     """Combine per-target sums into the report. Raises if the three runs did not score the same targets."""
     for name, other in (("shuffled-caption", model_shuf), ("unigram", unigram)):
@@ -439,6 +447,8 @@ def make_report(
         caption_gain_verdict=caption_gain_verdict(len(per_clip_true), lo),
         held_out=n_overlap_clips == 0,
         n_overlap_clips=n_overlap_clips,
+        n_train_clips=n_train_clips,
+        n_train_captions=n_train_captions,
         caption_gain_by_position=by_position,
         caption_gain_by_frame=by_frame,
         caption_gain_by_position_total=safe_div(
@@ -498,6 +508,13 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
         "per_shard_set": r.per_shard_set,
+        # what training saw: train clips and their distinct captions (data.text), training windows and those with
+        # an AUDIO_END target (from step train_counted_from_step on; 0 = the whole run); null outside a run
+        "n_train_clips": r.n_train_clips,
+        "n_train_captions": r.n_train_captions,
+        "train_windows": r.train_windows,
+        "train_end_targets": r.train_end_targets,
+        "train_counted_from_step": r.train_counted_from_step,
     }
 
 
@@ -510,6 +527,28 @@ def _per_set_lines(per_set: dict[str, dict[str, Any]]) -> list[str]:
         f"caption gain {f['caption_gain']:+.4f}, {f['n_clips']} clips"
         for name, f in per_set.items()
     ]
+
+
+def _trained_on(r: EvalReport) -> str:
+    """The header's "; trained on N clips with M distinct captions" (empty outside a run)."""
+    if r.n_train_clips is None or r.n_train_captions is None:
+        return ""
+    return f"; trained on {r.n_train_clips} clips with {r.n_train_captions} distinct captions"
+
+
+def _end_seen(r: EvalReport) -> str:
+    """The END CE line's note on how often training saw AUDIO_END as a target (empty outside a run)."""
+    if r.train_windows is None or r.train_end_targets is None:
+        return ""
+    if r.train_counted_from_step:
+        s = r.train_counted_from_step
+        return (
+            f"  (AUDIO_END was a training target in {r.train_end_targets} of {r.train_windows} windows since step "
+            f"{s}; the checkpoint this run resumed at step {s} did not count its earlier windows)"
+        )
+    if r.train_windows == 0:
+        return "  (no training window yet)"
+    return f"  (AUDIO_END was a training target in {r.train_end_targets} of {r.train_windows} windows)"
 
 
 def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT) -> str:
@@ -527,7 +566,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
     )
     lines = [
         "=" * 72,
-        f"LEARNING CHECK ({split}, step {r.step}, {r.n_clips} clips, {r.n_code_targets} code targets)",
+        f"LEARNING CHECK ({split}, step {r.step}, {r.n_clips} clips, {r.n_code_targets} code targets{_trained_on(r)})",
         f"  audio CE      {r.ce:.4f} nats/code   unigram baseline {r.unigram_ce:.4f}   "
         f"-> {r.rel_to_unigram_pct:+.1f}% vs unigram  [{'PASS' if rel_ok else 'FAIL'}: target >= {target_rel_pct:.0f}% under]",
         "  per codebook  "
@@ -536,7 +575,8 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
             for k, (c, u, p) in enumerate(zip(r.ce_per_codebook, r.unigram_ce_per_codebook, r.ppl_per_codebook))
         ),
         f"  END CE        {r.end_ce:.4f}"
-        + ("  (no AUDIO_END target was scored: no eval clip)" if not math.isfinite(r.end_ce) else ""),
+        + ("  (no AUDIO_END target was scored: no eval clip)" if not math.isfinite(r.end_ce) else "")
+        + _end_seen(r),
         f"  caption gain  {r.caption_gain:+.4f} nats/code  95% CI [{r.caption_gain_lo:+.4f}, {r.caption_gain_hi:+.4f}]"
         f"  (CE shuffled captions {r.ce_shuffled:.4f})  [{r.caption_gain_verdict}: {gain_rule}]",
         *(

@@ -3,7 +3,8 @@
     adapter.safetensors   trainable weights only (the frozen LLM / MusicGen weights come from model.llm / audio_lm)
     optimizer.pt          AdamW state          scheduler.pt   LambdaLR state      scaler.pt  GradScaler (fp16 only)
     rng_torch.pt          torch CPU (+ CUDA) RNG states     rng.json  python + numpy global RNG states
-    progress.json         TrainingProgress (step, epoch, index, tokens_seen)
+    progress.json         TrainingProgress (step, epoch, index, tokens_seen; training windows and those with an
+                          AUDIO_END target, for the learning check's END CE line)
     fingerprint.json      what must match on resume: model ids, dtype, mot config, pattern, codec sizes, the
                           trainable-parameter shapes and the shard manifests' sha256s (in data.shards order);
                           for a weighted mixture also its weights and data.mixture_epoch_size
@@ -53,6 +54,12 @@ class TrainingProgress:
     epoch: int = 0  # pass over the train split the next example comes from
     index: int = 0  # position of the next example in that epoch's permutation
     tokens_seen: int = 0  # input tokens (non-pad) consumed so far
+    # training windows (examples, all ranks) since step `counted_from_step`, and those with an AUDIO_END target in
+    # their loss mask (the learning check's END CE line); counted_from_step > 0 only after resuming a checkpoint
+    # written before these counts existed (`load_checkpoint`), so a partial count is never shown as the whole run's
+    train_windows: int = 0
+    train_end_targets: int = 0
+    counted_from_step: int = 0
 
 
 @dataclass
@@ -163,9 +170,17 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         scaler=torch.load(scaler_path, weights_only=True) if scaler_path.exists() else None,
         rng_torch=torch.load(path / "rng_torch.pt", weights_only=True),
         rng=json.loads((path / "rng.json").read_text()),
-        progress=TrainingProgress(**json.loads((path / "progress.json").read_text())),
+        progress=_read_progress(path / "progress.json"),
         fingerprint=json.loads((path / "fingerprint.json").read_text()),
     )
+
+
+def _read_progress(path: Path) -> TrainingProgress:
+    """progress.json; one written before the window counts existed restarts them at its step (counted_from_step)."""
+    saved = json.loads(path.read_text())
+    if "train_windows" not in saved:
+        saved = {**saved, "train_windows": 0, "train_end_targets": 0, "counted_from_step": saved["step"]}
+    return TrainingProgress(**saved)
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path) -> None:

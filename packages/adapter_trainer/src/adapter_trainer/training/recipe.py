@@ -44,7 +44,7 @@ from tqdm import tqdm
 from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, shard_paths
 from adapter_trainer.data.mixture import MixtureOrder
 from adapter_trainer.data.shards import SplitIndex, build_index, open_shard_sets
-from adapter_trainer.data.streaming import TrainBatches, default_num_workers
+from adapter_trainer.data.streaming import TrainBatches, default_num_workers, distinct_texts
 from adapter_trainer.data.token_layout import Batch
 from adapter_trainer.evaluation.held_out import HeldOutEval, unigram_baseline
 from adapter_trainer.evaluation.learning_check import EvalReport, check_held_out
@@ -56,7 +56,13 @@ from adapter_trainer.training.final_report import final_metrics, write_final_rep
 from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
 from adapter_trainer.training.resume import resume_run
-from adapter_trainer.training.step import backward_window, batch_facts, check_plain_integer_batch, count_targets
+from adapter_trainer.training.step import (
+    backward_window,
+    batch_facts,
+    check_plain_integer_batch,
+    count_targets,
+    windows_with_end,
+)
 
 
 class MoTAdapterRecipe:
@@ -71,6 +77,8 @@ class MoTAdapterRecipe:
         self.last_eval: EvalReport | None = None
         self.last_batch_facts: dict[str, dict[str, Any]] = {}  # dtype/grad facts of the last micro-batch
         self.data_wait_s = 0.0  # time the loop waited for its next batch (since the last log)
+        # this rank's windows, and those with an AUDIO_END target, fetched since the last optimizer step
+        self.step_windows, self.step_end_windows = 0, 0
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -151,6 +159,11 @@ class MoTAdapterRecipe:
             (self.eval_index.key(i) for i in range(len(self.eval_index))),
             allow_overlap=d.allow_eval_overlap,
             where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}",
+        )
+        # distinct conditioning texts of the train clips (the learning check's header): rank 0 reads the json
+        # members once, every rank gets the count
+        self.n_train_captions: int = self.dist.broadcast_object(
+            distinct_texts(self.train_index, d.text) if self.dist.is_main else None
         )
         if len(self.eval_index) < 2:
             raise ConfigError(
@@ -268,6 +281,8 @@ class MoTAdapterRecipe:
         t0 = time.perf_counter()
         batch = next(batches)  # tokens/labels [B, S, J] long, masks [B, S] bool
         self.data_wait_s += time.perf_counter() - t0
+        self.step_windows += len(batch.keys)  # counted on the loader's CPU tensors: no device sync
+        self.step_end_windows += windows_with_end(batch, self.vocab.audio_end)
         n = self.progress.epoch * self.train_data.epoch_size + self.progress.index + self.train_data.global_batch
         self.progress.epoch, self.progress.index = divmod(n, self.train_data.epoch_size)
         self.last_batch_facts = batch_facts(batch)
@@ -311,13 +326,18 @@ class MoTAdapterRecipe:
             loss_acc, n_tok_step = window.loss, window.n_tokens
             ce_k, n_k = window.ce_sum_per_codebook, window.count_per_codebook  # [K] float64, [K] long
             self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
+            windows, end_windows = self.step_windows, self.step_end_windows  # this rank's, this step
+            self.step_windows, self.step_end_windows = 0, 0
             if self.dist.is_distributed:  # logged figures over all ranks (one small all-reduce per step)
-                stats = torch.cat([torch.tensor([loss_acc, n_tok_step], dtype=torch.float64), ce_k, n_k.double()])
-                stats = self.dist.all_reduce_sum(stats.to(self.device)).cpu()  # [2 + 2K]
-                loss_acc, n_tok_step = float(stats[0]), int(stats[1])
-                ce_k, n_k = stats[2 : 2 + K], stats[2 + K :].long()
+                head = torch.tensor([loss_acc, n_tok_step, windows, end_windows], dtype=torch.float64)
+                stats = torch.cat([head, ce_k, n_k.double()])
+                stats = self.dist.all_reduce_sum(stats.to(self.device)).cpu()  # [4 + 2K]
+                loss_acc, (n_tok_step, windows, end_windows) = float(stats[0]), stats[1:4].long().tolist()
+                ce_k, n_k = stats[4 : 4 + K], stats[4 + K :].long()
             tokens_log += n_tok_step
             self.progress.tokens_seen += n_tok_step
+            self.progress.train_windows += windows
+            self.progress.train_end_targets += end_windows
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             max_norm = self.cfg.optimizer.grad_clip if self.cfg.optimizer.grad_clip > 0 else float("inf")
@@ -380,9 +400,10 @@ class MoTAdapterRecipe:
 
     # ------------------------------------------------------------------------------------------------- eval
     def evaluate(self) -> EvalReport:
-        """The held-out report: every rank scores its share of the eval clips, all ranks get the gathered report."""
+        """The held-out report: every rank scores its share of the eval clips, all ranks get the gathered report.
+        It also carries what training saw so far (train clips, distinct captions, windows with an AUDIO_END target)."""
         t = self.cfg.trainer
-        return self.held_out(
+        report = self.held_out(
             self.model,
             step=self.progress.step,
             batch_size=t.batch_size,
@@ -394,7 +415,13 @@ class MoTAdapterRecipe:
             n_bootstrap=t.eval_bootstrap,
             seed=t.seed,
             n_overlap_clips=self.n_overlap_clips,
+            n_train_clips=len(self.train_index),
+            n_train_captions=self.n_train_captions,
         )
+        p = self.progress
+        report.train_windows, report.train_end_targets = p.train_windows, p.train_end_targets
+        report.train_counted_from_step = p.counted_from_step
+        return report
 
     def log_eval(self, r: EvalReport, step: int) -> None:
         """The report's scalars (metrics.jsonl, TensorBoard) and its caption-gain-by-frame curve (TensorBoard)."""

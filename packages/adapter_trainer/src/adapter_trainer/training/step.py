@@ -46,6 +46,13 @@ def count_targets(batch: Batch) -> int:
     return int(((batch.labels != IGNORE_INDEX) & batch.is_audio[..., None]).sum())  # [B, S, J] -> []
 
 
+def windows_with_end(batch: Batch, end_id: int) -> int:
+    """Windows (examples) of a batch with an AUDIO_END target in their loss mask, as compute_loss masks targets.
+    Call it on the loader's CPU batch: the count then costs no device sync."""
+    is_end = (batch.labels == end_id) & batch.is_audio[..., None]  # [B, S, J]
+    return int(is_end.flatten(1).any(dim=1).sum())  # [B] -> []
+
+
 @dataclass
 class WindowStats:
     """One accumulation window (all micro-batches of one optimizer step)."""
