@@ -132,3 +132,18 @@ def test_report_names_the_train_clips_and_their_distinct_captions(models, shards
     assert header.startswith("LEARNING CHECK (") and f"; trained on 8 clips with {want} distinct captions)" in header
     summary = learning_check_summary(r)
     assert (summary["n_train_clips"], summary["n_train_captions"]) == (8, want)
+
+
+def test_a_shard_set_with_no_eval_clips_is_named_as_train_only_not_printed_as_nan() -> None:
+    n = np.full(40, 50)
+    true = np.random.default_rng(0).uniform(2.0, 3.0, 40) * n
+    r = make_report(step=1, model_true=_target_ce(true, n), model_shuf=_target_ce(true + n, n),
+                    unigram=_target_ce(true, n), end_ce_sum=0.0, end_count=0, n_bootstrap=50, seed=0)  # fmt: skip
+    nan = float("nan")
+    r.per_shard_set = {
+        "a": {"ce": 2.5, "unigram_ce": 2.5, "rel_to_unigram_pct": 0.0, "caption_gain": 1.0, "n_clips": 40},
+        "b": {"ce": nan, "unigram_ce": nan, "rel_to_unigram_pct": nan, "caption_gain": nan, "n_clips": 0},
+    }
+    text = learning_check_text(r)
+    assert "set a: CE 2.5000" in text and "set b: no eval clips (it adds train clips only)" in text
+    assert "nan" not in "".join(line for line in text.split("\n") if line.lstrip().startswith("set "))

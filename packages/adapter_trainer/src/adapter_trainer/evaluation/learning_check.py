@@ -525,6 +525,8 @@ def _per_set_lines(per_set: dict[str, dict[str, Any]]) -> list[str]:
     return [
         f"  set {name}: CE {f['ce']:.4f} (unigram {f['unigram_ce']:.4f}, {f['rel_to_unigram_pct']:+.1f}%), "
         f"caption gain {f['caption_gain']:+.4f}, {f['n_clips']} clips"
+        if f["n_clips"]
+        else f"  set {name}: no eval clips (it adds train clips only)"
         for name, f in per_set.items()
     ]
 
