@@ -11,7 +11,9 @@ For each point, seed and schedule (`fixed`: the demo's 600 steps; `scaled`: 600 
 and collects: first-10-frames caption gain, whole-window caption gain, held-out CE (% under unigram) and the probe's
 fraction of ceiling, each with its 95% interval. Then it fits each figure against log2(captions) and states what the
 fit predicts for MusicCaps' own caption counts. Every stage is a subprocess with its log under `<out>/logs/`; a
-stage whose output exists is skipped, so a stopped run resumes.
+stage whose output exists is skipped, so a stopped run resumes. Each (point, seed, steps) trains once (the 240
+point's scaled run is its fixed run); `--parallel` stages run side by side, one intra-op thread each, and a point's
+runs start as soon as its shards exist.
 
     python benchmarks/caption_scaling.py --out build/scaling                       # the curve (hours on 2 cores)
     python benchmarks/caption_scaling.py --out /tmp/s --captions 16 32 --seeds 1 \\
@@ -26,9 +28,11 @@ import argparse
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -45,16 +49,24 @@ FIGURES = (  # (name in curve.json, what the table calls it)
 MUSICCAPS_CAPTIONS = {"MusicCaps train split (2,663)": 2663, "all of MusicCaps (5,521)": 5521}
 
 
-def run(cmd: list[str], log: Path) -> None:
-    """One stage in its own process; its output goes to `log`; a failure stops the curve, naming the log."""
+class StageFailed(RuntimeError):
+    """A stage exited non-zero; the message names its log."""
+
+
+def run(cmd: list[str], log: Path, threads: int | None = None) -> float:
+    """One stage in its own process (`threads`: its OMP/MKL threads); output to `log`. Returns its wall seconds."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if threads is not None:
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     t0 = time.time()
     print(f"[{time.strftime('%H:%M:%S')}] {' '.join(cmd[2:] if cmd[1] == '-m' else cmd[1:])[:160]}", flush=True)
     with log.open("w") as f:
-        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     if rc != 0:
-        sys.exit(f"caption_scaling: stage failed (exit {rc}); see {log}")
-    print(f"    done in {time.time() - t0:.0f} s", flush=True)
+        raise StageFailed(f"caption_scaling: stage failed (exit {rc}); see {log}")
+    print(f"    done in {time.time() - t0:.0f} s: {log.name}", flush=True)
+    return time.time() - t0
 
 
 def write_rows_csv(out: Path, n_eval: int, seed: int) -> Path:
@@ -84,26 +96,70 @@ def duration_for(n_captions: int, args: argparse.Namespace) -> float:
     return max(args.min_duration_s, min(10.0, args.train_seconds / n_captions))
 
 
-def build_point(py: str, out: Path, rows_csv: Path, n: int, args: argparse.Namespace) -> Path:
-    """Corpus + shards for one point; returns its shard dir. Corpus rows: all held-out rows + the first n train."""
+def build_corpus(py: str, out: Path, rows_csv: Path, n: int, args: argparse.Namespace) -> None:
+    """One point's stand-in corpus: all held-out rows + the first n train rows, clips of `duration_for(n)`."""
     point = out / f"c{n}"
-    dur = duration_for(n, args)
     n_clips = n + args.eval_captions
     if not (point / "corpus" / "corpus.json").is_file():
         run([py, "-m", "tokenizer_pipeline.standin_corpus", "--csv", str(rows_csv), "--out", str(point / "corpus"),
              "--n-clips", str(n_clips), "--eval-fraction", repr(args.eval_captions / n_clips),
-             "--duration-s", repr(dur)], out / "logs" / f"c{n}-corpus.log")  # fmt: skip
+             "--duration-s", repr(duration_for(n, args))], out / "logs" / f"c{n}-corpus.log")  # fmt: skip
+
+
+def build_codec(py: str, out: Path, n: int, args: argparse.Namespace) -> None:
+    """One codec for every point, fitted on point n's first clips by name (as `make codec`)."""
     codec = out / "codec"
-    if not (codec / "config.json").is_file():  # one codec for every point: fitted on the first point's clips
-        n_fit = max(1, min(n_clips, round(args.codec_seconds / dur)))  # the first wavs by name, as `make codec`
-        run([py, "-m", "tokenizer_pipeline.demo_codec", "--corpus", str(point / "corpus"), "--out", str(codec),
+    if not (codec / "config.json").is_file():
+        n_fit = max(1, min(n + args.eval_captions, round(args.codec_seconds / duration_for(n, args))))
+        run([py, "-m", "tokenizer_pipeline.demo_codec", "--corpus", str(out / f"c{n}" / "corpus"), "--out", str(codec),
              "--n-clips", str(n_fit)], out / "logs" / "codec.log")  # fmt: skip
-    shards = point / "shards"
-    if not (shards / "manifest.json").is_file():
-        run([py, "-m", "tokenizer_pipeline", "+preset=demo", f"csv={point / 'corpus' / 'musiccaps-subset.csv'}",
-             f"audio_dir={point / 'corpus'}", f"out_dir={shards}", f"codec.name_or_path={codec}",
-             f"duration_tolerance_s={10.0 - dur + 0.5:.3f}"], out / "logs" / f"c{n}-shards.log")  # fmt: skip
-    return shards
+
+
+def nested_in(n: int, sizes: list[int], args: argparse.Namespace) -> int | None:
+    """The largest smaller point with the same clip length: its clips are byte-identical to some of point n's
+    (same rows, ytid-seeded rendering, same duration), so point n encodes only the rows it adds."""
+    same = [m for m in sizes if m < n and duration_for(m, args) == duration_for(n, args)]
+    return max(same) if same else None
+
+
+def _write_added_rows(out: Path, n: int, m: int) -> Path:
+    """Point n's corpus rows that point m does not have (train rows only: every point holds all held-out rows)."""
+
+    def read(point: int) -> tuple[list[str], list[dict]]:
+        with (out / f"c{point}" / "corpus" / "musiccaps-subset.csv").open(newline="", encoding="utf-8") as f:
+            r = csv.DictReader(f)
+            return list(r.fieldnames or []), list(r)
+
+    fields, rows = read(n)
+    have = {r["ytid"] for r in read(m)[1]}
+    added = [r for r in rows if r["ytid"] not in have]
+    if any(r["is_audioset_eval"] == "True" for r in added):
+        raise StageFailed(f"c{n} has held-out rows that c{m} lacks: the points do not share their held-out captions")
+    path = out / f"c{n}" / f"added-to-c{m}.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+        w.writeheader()
+        w.writerows(added)
+    return path
+
+
+def build_shards(py: str, out: Path, n: int, sizes: list[int], shards: dict, args: argparse.Namespace) -> list[Path]:
+    """Point n's shard sets, encoded with the shared codec. A point nested in a smaller one of the same clip length
+    (`nested_in`) trains on that point's set plus a set of the rows it adds (the trainer concatenates plain
+    paths); `shards[m]` must then be done. Returns the shard dirs, the one with the held-out clips first."""
+    point, dur = out / f"c{n}", duration_for(n, args)
+    m = nested_in(n, sizes, args)
+    csv_path, out_dir = point / "corpus" / "musiccaps-subset.csv", point / "shards"
+    if m is not None:
+        out_dir = point / f"shards-added-to-c{m}"
+        if not (out_dir / "manifest.json").is_file():
+            csv_path = _write_added_rows(out, n, m)
+    if not (out_dir / "manifest.json").is_file():
+        run([py, "-m", "tokenizer_pipeline", "+preset=demo", f"csv={csv_path}", f"audio_dir={point / 'corpus'}",
+             f"out_dir={out_dir}", f"codec.name_or_path={out / 'codec'}",
+             f"duration_tolerance_s={10.0 - dur + 0.5:.3f}"], out / "logs" / f"c{n}-shards.log",
+            1 if args.parallel > 1 else None)  # fmt: skip
+    return [out_dir] if m is None else [*shards[m].result(), out_dir]
 
 
 def steps_for(n: int, schedule: str, args: argparse.Namespace) -> int:
@@ -112,32 +168,61 @@ def steps_for(n: int, schedule: str, args: argparse.Namespace) -> int:
     return min(args.max_steps, round(args.steps * n / BASE_CAPTIONS))
 
 
-def train_and_probe(py: str, out: Path, shards: Path, n: int, seed: int, schedule: str, args) -> dict:
-    """Train one adapter, generate a clip per held-out caption, probe it; the run's figures."""
-    run_dir = out / f"c{n}" / "runs" / f"{schedule}-s{seed}"
-    steps = steps_for(n, schedule, args)
+def plan_runs(sizes: list[int], args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """(captions, seed, steps) of every training run, each once: a `scaled` run with the `fixed` steps (the 240
+    point) is the fixed run. Ordered by point, so a point's runs can start once its shards exist."""
+    runs = {(n, seed, steps_for(n, sched, args)) for sched in args.schedules for n in sizes for seed in args.seeds}
+    return sorted(runs, key=lambda r: (r[0], r[2], args.seeds.index(r[1])))
+
+
+def run_dir_for(out: Path, n: int, seed: int, steps: int) -> Path:
+    """One run per (point, seed, steps): a `scaled` run with the `fixed` steps (the 240 point) is the fixed run."""
+    return out / f"c{n}" / "runs" / f"steps{steps}-s{seed}"
+
+
+def train_and_probe(py: str, out: Path, shards: list[Path], n: int, seed: int, steps: int, args) -> dict[str, float]:
+    """Train one adapter, generate a clip per held-out caption, probe it. Returns each stage's wall seconds
+    (0 for a stage found done)."""
+    run_dir = run_dir_for(out, n, seed, steps)
     models = out / "models"
-    common = [f"data.shards=[{shards}]", f"model.llm={models / 'llm'}", f"model.audio_lm={models / 'musicgen'}",
+    threads = 1 if args.parallel > 1 else None  # runs side by side get one intra-op thread each
+    common = [f"data.shards=[{','.join(map(str, shards))}]", f"model.llm={models / 'llm'}", f"model.audio_lm={models / 'musicgen'}",
               f"trainer.seed={seed}", f"trainer.output_dir={run_dir}", f"trainer.max_steps={steps}",
               f"trainer.eval_every={steps}", f"trainer.ckpt_every={steps}", *args.overrides]  # fmt: skip
-    log = out / "logs" / f"c{n}-{schedule}-s{seed}"
+    log = out / "logs" / f"c{n}-steps{steps}-s{seed}"
+    seconds = {"train": 0.0, "generate": 0.0, "probe": 0.0}
     if not (run_dir / "final_metrics.json").is_file():
-        run([py, "-m", "adapter_trainer", "+experiment=demo", *common], log.with_suffix(".train.log"))
+        seconds["train"] = run([py, "-m", "adapter_trainer", "+experiment=demo", *common],
+                               log.with_suffix(".train.log"), threads)  # fmt: skip
     report = run_dir / "generation_report.json"
     if args.generate_n >= 0 and not report.is_file():
-        run([py, "-m", "adapter_trainer.generate", "+experiment=demo", *common, "generate.checkpoint=latest",
+        seconds["generate"] = run(
+            [py, "-m", "adapter_trainer.generate", "+experiment=demo", *common, "generate.checkpoint=latest",
              "generate.captions=eval", f"generate.n={args.generate_n}", f"generate.seconds={args.generate_seconds}",
-             "generate.overwrite=true"], log.with_suffix(".generate.log"))  # fmt: skip
-        run([py, "-m", "adapter_trainer.probe", "--shards", str(shards), "--generated", str(run_dir / "generated"),
-             "--out", str(report)], log.with_suffix(".probe.log"))  # fmt: skip
+             "generate.overwrite=true"], log.with_suffix(".generate.log"), threads)  # fmt: skip
+        seconds["probe"] = run(  # the probe is fitted on the set holding the held-out clips
+            [py, "-m", "adapter_trainer.probe", "--shards", str(shards[0]), "--generated", str(run_dir / "generated"),
+             "--out", str(report)], log.with_suffix(".probe.log"), threads)  # fmt: skip
+    return seconds
+
+
+def figures(out: Path, n: int, seed: int, schedule: str, args) -> dict:
+    """One (point, seed, schedule)'s figures from its run's final_metrics.json and generation report."""
+    steps = steps_for(n, schedule, args)
+    run_dir = run_dir_for(out, n, seed, steps)
     lc = json.loads((run_dir / "final_metrics.json").read_text())["learning_check"]
     first = lc["caption_gain_by_position"]["frames_0_10"]
     fig = {
         "captions": n, "seed": seed, "schedule": schedule, "steps": steps, "clip_seconds": duration_for(n, args),
+        "run": str(run_dir.relative_to(out)),
         "gain_first10": first["gain"], "gain_first10_ci95": first["ci95"],
         "gain_window": lc["caption_gain"], "gain_window_ci95": lc["caption_gain_ci95"],
         "ce_rel_pct": lc["rel_to_unigram_pct"], "ce_rel_pct_ci95": None, "eval_ce": lc["eval_ce"],
     }  # fmt: skip
+    for key in ("n_train_clips", "n_train_captions", "train_windows", "train_end_targets"):
+        if key in lc:
+            fig[key] = lc[key]
+    report = run_dir / "generation_report.json"
     if report.is_file():
         probe = json.loads(report.read_text())
         fig["probe_fraction"] = probe.get("fraction_of_ceiling")
@@ -225,6 +310,44 @@ def plot(summary: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def build_and_run(py: str, out: Path, rows_csv: Path, sizes: list[int], args) -> tuple[list[dict], dict]:
+    """Corpora, the shared LLM and codec, then every point's shards and runs, `parallel` stages at a time (a point's
+    runs start as soon as its shards exist). Returns the figures of every (schedule, point, seed) and the runs'
+    stage seconds."""
+    for n in sizes:  # rendering is cheap (~0.3 s per 10-s clip on 2 cores)
+        build_corpus(py, out, rows_csv, n, args)
+    build_codec(py, out, sizes[0], args)
+    if not (out / "models" / "config_done").is_file():
+        # the LLM sees no caption of any point: every corpus row of the largest point, which holds every smaller one
+        exclude = out / f"c{sizes[-1]}" / "corpus" / "musiccaps-subset.csv"
+        cmd = [py, "-m", "adapter_trainer.demo_models", "--out", str(out / "models"), "--captions-csv", str(CSV),
+               "--exclude-csv", str(exclude)]  # fmt: skip
+        if args.pretrain_steps is not None:
+            cmd += ["--pretrain-steps", str(args.pretrain_steps)]
+        run(cmd, out / "logs" / "models.log")
+        (out / "models" / "config_done").write_text("demo_models finished\n")
+    runs = plan_runs(sizes, args)
+    stage_seconds: dict[str, dict[str, float]] = {}
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        shard_futures: dict = {}
+        for n in sizes:  # a nested point waits for the smaller point's set inside its own stage, so it comes later
+            shard_futures[n] = pool.submit(build_shards, py, out, n, sizes, shard_futures, args)
+        run_futures = {}
+        try:
+            for n in sizes:
+                shards = shard_futures[n].result()
+                for r in (r for r in runs if r[0] == n):
+                    run_futures[r] = pool.submit(train_and_probe, py, out, shards, *r, args)
+            for (n, seed, steps), fut in run_futures.items():
+                stage_seconds[f"c{n}-steps{steps}-s{seed}"] = fut.result()
+        except StageFailed:
+            for f in [*shard_futures.values(), *run_futures.values()]:
+                f.cancel()
+            raise
+    points = [figures(out, n, seed, sched, args) for sched in args.schedules for n in sizes for seed in args.seeds]
+    return points, stage_seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "scaling")
@@ -240,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pretrain-steps", type=int, default=None, help="demo LLM pretraining steps (its default)")
     ap.add_argument("--generate-n", type=int, default=0, help="clips for the probe (0 = every held-out; -1 = none)")
     ap.add_argument("--generate-seconds", type=float, default=5.0)
+    ap.add_argument("--parallel", type=int, default=2, help="runs at a time (each with one thread when > 1)")
     ap.add_argument("--split-seed", type=int, default=0, help="which rows are the held-out captions")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
     args = ap.parse_args(argv)
@@ -250,24 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows_csv = write_rows_csv(out, args.eval_captions, args.split_seed)
     sizes = sorted(set(args.captions))
-    shards = {n: build_point(py, out, rows_csv, n, args) for n in sizes}
-    if not (out / "models" / "config_done").is_file():
-        # the LLM sees no caption of any point: every corpus row of the largest point, which holds every smaller one
-        exclude = out / f"c{sizes[-1]}" / "corpus" / "musiccaps-subset.csv"
-        cmd = [py, "-m", "adapter_trainer.demo_models", "--out", str(out / "models"), "--captions-csv", str(CSV),
-               "--exclude-csv", str(exclude)]  # fmt: skip
-        if args.pretrain_steps is not None:
-            cmd += ["--pretrain-steps", str(args.pretrain_steps)]
-        run(cmd, out / "logs" / "models.log")
-        (out / "models" / "config_done").write_text("demo_models finished\n")
-    points = [
-        train_and_probe(py, out, shards[n], n, seed, sched, args)
-        for sched in args.schedules
-        for n in sizes
-        for seed in args.seeds
-    ]
+    try:
+        points, stage_seconds = build_and_run(py, out, rows_csv, sizes, args)
+    except StageFailed as e:
+        sys.exit(str(e))
     summary = summarise(points, args.schedules)
     summary["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    summary["stage_seconds"] = stage_seconds  # this invocation's wall seconds per run stage (0: found done)
     (out / "curve.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "curve.md").write_text(table_md(summary))
     plot(summary, out / "curve.png")

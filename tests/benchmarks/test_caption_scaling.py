@@ -46,3 +46,32 @@ def test_the_log2_fit_recovers_a_known_slope_and_predicts_musiccaps() -> None:
     assert fit["rmse"] == pytest.approx(0.0, abs=1e-9)
     assert fit["predicted"]["all of MusicCaps (5,521)"] == pytest.approx(0.01 + 0.02 * math.log2(5521 / 240))
     assert caption_scaling.fit_log2(points[:3], "g") is None  # one caption count: no trend to state
+
+
+def test_each_run_is_planned_once_and_a_scaled_run_with_the_fixed_steps_is_the_fixed_run() -> None:
+    args = Namespace(seeds=[1234, 1, 2], schedules=["fixed", "scaled"], steps=600, max_steps=4800)
+    runs = caption_scaling.plan_runs([240, 960, 3840], args)
+    assert len(runs) == len(set(runs)) == 3 + 6 + 6  # 240: scaled == fixed (600 steps)
+    assert {r[2] for r in runs if r[0] == 960} == {600, 2400}
+    assert {r[2] for r in runs if r[0] == 3840} == {600, 4800}  # 9600 capped at --max-steps
+    assert [r[0] for r in runs] == sorted(r[0] for r in runs)  # by point: a point's runs start with its shards
+    assert caption_scaling.run_dir_for(Path("o"), 240, 1, 600).name == "steps600-s1"
+
+
+def test_a_point_nested_in_a_smaller_one_of_the_same_clip_length_encodes_only_the_rows_it_adds(tmp_path: Path) -> None:
+    args = Namespace(train_seconds=2400.0, min_duration_s=2.5)
+    assert caption_scaling.nested_in(3840, [240, 960, 3840], args) == 960  # both 2.5-s clips
+    assert caption_scaling.nested_in(960, [240, 960, 3840], args) is None  # 240 has 10-s clips
+    rows_csv = caption_scaling.write_rows_csv(tmp_path, n_eval=8, seed=0)
+    with rows_csv.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    for n in (16, 48):  # the rows each point's corpus holds, as the stand-in corpus selects them
+        (tmp_path / f"c{n}" / "corpus").mkdir(parents=True)
+        with (tmp_path / f"c{n}" / "corpus" / "musiccaps-subset.csv").open("w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows[i] for i in select_rows(rows, n + 8, 8 / (n + 8), seed=0))
+    with caption_scaling._write_added_rows(tmp_path, 48, 16).open(newline="", encoding="utf-8") as f:
+        added = list(csv.DictReader(f))
+    assert len(added) == 32 and all(r["is_audioset_eval"] == "False" for r in added)
