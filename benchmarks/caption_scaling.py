@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -53,20 +56,86 @@ class StageFailed(RuntimeError):
     """A stage exited non-zero; the message names its log."""
 
 
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an exited child nobody has waited for yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    status = Path(f"/proc/{pid}/status")
+    return not (status.is_file() and "\nState:\tZ" in status.read_text())
+
+
+def wait_for_lock(lock: Path, poll_s: float = 10.0) -> None:
+    """Wait while `lock` names a live process: a stage another invocation (or one stopped mid-stage) still runs
+    writes the same output, so this invocation takes it over only once it has ended."""
+    while lock.is_file():
+        try:
+            pid = int(lock.read_text().split()[0])
+        except (ValueError, IndexError):
+            return
+        if not _alive(pid):
+            return
+        time.sleep(poll_s)
+
+
 def run(cmd: list[str], log: Path, threads: int | None = None) -> float:
-    """One stage in its own process (`threads`: its OMP/MKL threads); output to `log`. Returns its wall seconds."""
+    """One stage in its own process (`threads`: its OMP/MKL threads); output to `log`. Returns its wall seconds.
+    While it runs, `<log>.lock` holds its pid (`wait_for_lock`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads is not None:
         env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     t0 = time.time()
     print(f"[{time.strftime('%H:%M:%S')}] {' '.join(cmd[2:] if cmd[1] == '-m' else cmd[1:])[:160]}", flush=True)
+    lock = log.with_name(log.name + ".lock")
     with log.open("w") as f:
-        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        lock.write_text(f"{proc.pid}\n")
+        rc = proc.wait()
+    lock.unlink(missing_ok=True)
     if rc != 0:
         raise StageFailed(f"caption_scaling: stage failed (exit {rc}); see {log}")
     print(f"    done in {time.time() - t0:.0f} s: {log.name}", flush=True)
     return time.time() - t0
+
+
+class PriorityPool:
+    """`workers` threads running submitted jobs lowest `priority` first, FIFO among equals (concurrent.futures'
+    pool is FIFO only: a point whose shards finish late must still get its fixed-steps runs before the long
+    scaled runs queued earlier)."""
+
+    def __init__(self, workers: int) -> None:
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, priority: tuple, fn, *args) -> Future:
+        fut: Future = Future()
+        self._queue.put((priority, next(self._seq), fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            _, _, fut, fn, args = self._queue.get()
+            if fut is None:  # shutdown
+                return
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # handed to whoever waits on the future
+                fut.set_exception(e)
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put(((math.inf,), next(self._seq), None, None, None))
+        for t in self._threads:
+            t.join()
 
 
 def write_rows_csv(out: Path, n_eval: int, seed: int) -> Path:
@@ -150,6 +219,7 @@ def build_shards(py: str, out: Path, n: int, sizes: list[int], shards: dict, arg
     point, dur = out / f"c{n}", duration_for(n, args)
     m = nested_in(n, sizes, args)
     csv_path, out_dir = point / "corpus" / "musiccaps-subset.csv", point / "shards"
+    wait_for_lock(out / "logs" / f"c{n}-shards.log.lock")
     if m is not None:
         out_dir = point / f"shards-added-to-c{m}"
         if not (out_dir / "manifest.json").is_file():
@@ -191,6 +261,8 @@ def train_and_probe(py: str, out: Path, shards: list[Path], n: int, seed: int, s
               f"trainer.eval_every={steps}", f"trainer.ckpt_every={steps}", *args.overrides]  # fmt: skip
     log = out / "logs" / f"c{n}-steps{steps}-s{seed}"
     seconds = {"train": 0.0, "generate": 0.0, "probe": 0.0}
+    for stage in ("train", "generate", "probe"):
+        wait_for_lock(log.with_suffix(f".{stage}.log.lock"))
     if not (run_dir / "final_metrics.json").is_file():
         seconds["train"] = run([py, "-m", "adapter_trainer", "+experiment=demo", *common],
                                log.with_suffix(".train.log"), threads)  # fmt: skip
@@ -260,9 +332,34 @@ def _cell(p: dict, key: str) -> str:
     return f"{v:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else f"{v:.1f}"
 
 
+def meets_targets(p: dict) -> bool:
+    """Issue 27's bar for one seed: first-10-frames gain >= +0.10 with its interval above 0, probe fraction >= 0.5,
+    held-out CE >= 20% under unigram."""
+    lo = (p.get("gain_first10_ci95") or [float("nan")])[0]
+    probe = p.get("probe_fraction")
+    return p["gain_first10"] >= 0.10 and lo > 0 and probe is not None and probe >= 0.5 and p["ce_rel_pct"] >= 20.0
+
+
+def means_md(summary: dict) -> list[str]:
+    """Per schedule and point: each figure's mean over seeds (min..max), and how many seeds meet the bar."""
+    lines = ["| schedule | captions | steps | seeds | " + " | ".join(t for _, t in FIGURES) + " | seeds meeting the bar |",
+             "|" + " --- |" * (5 + len(FIGURES))]  # fmt: skip
+    groups: dict[tuple, list[dict]] = {}
+    for p in summary["points"]:
+        groups.setdefault((p["schedule"], p["captions"], p["steps"]), []).append(p)
+    for (sched, n, steps), pts in groups.items():
+        cells = [sched, str(n), str(steps), str(len(pts))]
+        for key, _ in FIGURES:
+            v = [p[key] for p in pts if p.get(key) is not None]
+            cells.append(f"{np.mean(v):+.3f} ({min(v):+.3f}..{max(v):+.3f})" if v else "n/a")
+        cells.append(f"{sum(meets_targets(p) for p in pts)} of {len(pts)}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def table_md(summary: dict) -> str:
     head = "| captions | clip s | schedule | steps | seed | " + " | ".join(t for _, t in FIGURES) + " |"
-    lines = [head, "|" + " --- |" * (5 + len(FIGURES))]
+    lines = [*means_md(summary), head, "|" + " --- |" * (5 + len(FIGURES))]
     for p in summary["points"]:
         cells = [str(p["captions"]), f"{p['clip_seconds']:g}", p["schedule"], str(p["steps"]), str(p["seed"])]
         lines.append("| " + " | ".join(cells + [_cell(p, k) for k, _ in FIGURES]) + " |")
@@ -275,6 +372,7 @@ def table_md(summary: dict) -> str:
                 lines.append(
                     f"- {sched}, {title}: {f['per_doubling']:+.4f} per doubling (rmse {f['rmse']:.3f}); {pred}"
                 )
+    lines += [f"- not run: {m}" for m in summary.get("missing", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -310,6 +408,24 @@ def plot(summary: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def collect(out: Path, sizes: list[int], args: argparse.Namespace) -> list[dict]:
+    """The figures of every planned (schedule, point, seed) whose run has finished; the others are listed as
+    missing (printed, and in curve.json's `missing`), never filled in."""
+    points, missing = [], []
+    for sched in args.schedules:
+        for n in sizes:
+            for seed in args.seeds:
+                run_dir = run_dir_for(out, n, seed, steps_for(n, sched, args))
+                if (run_dir / "final_metrics.json").is_file():
+                    points.append(figures(out, n, seed, sched, args))
+                else:
+                    missing.append(f"{sched} c{n} seed {seed} ({run_dir.relative_to(out)})")
+    args.missing = missing
+    for m in missing:
+        print(f"caption_scaling: not run yet: {m}", file=sys.stderr)
+    return points
+
+
 def build_and_run(py: str, out: Path, rows_csv: Path, sizes: list[int], args) -> tuple[list[dict], dict]:
     """Corpora, the shared LLM and codec, then every point's shards and runs, `parallel` stages at a time (a point's
     runs start as soon as its shards exist). Returns the figures of every (schedule, point, seed) and the runs'
@@ -328,22 +444,24 @@ def build_and_run(py: str, out: Path, rows_csv: Path, sizes: list[int], args) ->
         (out / "models" / "config_done").write_text("demo_models finished\n")
     runs = plan_runs(sizes, args)
     stage_seconds: dict[str, dict[str, float]] = {}
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        shard_futures: dict = {}
+    pool = PriorityPool(args.parallel)  # shards first, then runs by (steps, captions): fixed runs before scaled
+    shard_futures: dict = {}
+    run_futures: dict = {}
+    try:
         for n in sizes:  # a nested point waits for the smaller point's set inside its own stage, so it comes later
-            shard_futures[n] = pool.submit(build_shards, py, out, n, sizes, shard_futures, args)
-        run_futures = {}
-        try:
-            for n in sizes:
-                shards = shard_futures[n].result()
-                for r in (r for r in runs if r[0] == n):
-                    run_futures[r] = pool.submit(train_and_probe, py, out, shards, *r, args)
-            for (n, seed, steps), fut in run_futures.items():
-                stage_seconds[f"c{n}-steps{steps}-s{seed}"] = fut.result()
-        except StageFailed:
-            for f in [*shard_futures.values(), *run_futures.values()]:
-                f.cancel()
-            raise
+            shard_futures[n] = pool.submit((0, n), build_shards, py, out, n, sizes, shard_futures, args)
+        for n in sizes:
+            shards = shard_futures[n].result()
+            for r in (r for r in runs if r[0] == n):
+                run_futures[r] = pool.submit((1, r[2], n), train_and_probe, py, out, shards, *r, args)
+        for (n, seed, steps), fut in run_futures.items():
+            stage_seconds[f"c{n}-steps{steps}-s{seed}"] = fut.result()
+    except StageFailed:
+        for f in [*shard_futures.values(), *run_futures.values()]:
+            f.cancel()
+        raise
+    finally:
+        pool.shutdown()
     points = [figures(out, n, seed, sched, args) for sched in args.schedules for n in sizes for seed in args.seeds]
     return points, stage_seconds
 
@@ -364,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generate-n", type=int, default=0, help="clips for the probe (0 = every held-out; -1 = none)")
     ap.add_argument("--generate-seconds", type=float, default=5.0)
     ap.add_argument("--parallel", type=int, default=2, help="runs at a time (each with one thread when > 1)")
+    ap.add_argument("--collect", action="store_true", help="only collect the runs that finished (no stage runs)")
     ap.add_argument("--split-seed", type=int, default=0, help="which rows are the held-out captions")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every training run")
     args = ap.parse_args(argv)
@@ -374,12 +493,18 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows_csv = write_rows_csv(out, args.eval_captions, args.split_seed)
     sizes = sorted(set(args.captions))
-    try:
-        points, stage_seconds = build_and_run(py, out, rows_csv, sizes, args)
-    except StageFailed as e:
-        sys.exit(str(e))
+    if args.collect:  # the figures of the runs that finished; no stage runs
+        points, stage_seconds = collect(out, sizes, args), {}
+    else:
+        try:
+            points, stage_seconds = build_and_run(py, out, rows_csv, sizes, args)
+        except StageFailed as e:
+            sys.exit(str(e))
     summary = summarise(points, args.schedules)
-    summary["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    summary["missing"] = getattr(args, "missing", [])
+    summary["settings"] = {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("missing", "collect")
+    }
     summary["stage_seconds"] = stage_seconds  # this invocation's wall seconds per run stage (0: found done)
     (out / "curve.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "curve.md").write_text(table_md(summary))

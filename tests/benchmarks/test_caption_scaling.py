@@ -75,3 +75,50 @@ def test_a_point_nested_in_a_smaller_one_of_the_same_clip_length_encodes_only_th
     with caption_scaling._write_added_rows(tmp_path, 48, 16).open(newline="", encoding="utf-8") as f:
         added = list(csv.DictReader(f))
     assert len(added) == 32 and all(r["is_audioset_eval"] == "False" for r in added)
+
+
+def test_the_bar_needs_every_figure_and_the_table_counts_seeds_meeting_it() -> None:
+    ok = {"captions": 960, "steps": 600, "schedule": "fixed", "seed": 1, "gain_first10": 0.12,
+          "gain_first10_ci95": [0.01, 0.2], "probe_fraction": 0.6, "ce_rel_pct": 21.0, "gain_window": 0.05}  # fmt: skip
+    assert caption_scaling.meets_targets(ok)
+    for change in ({"gain_first10": 0.09}, {"gain_first10_ci95": [-0.01, 0.2]}, {"probe_fraction": 0.49},
+                   {"probe_fraction": None}, {"ce_rel_pct": 19.9}):  # fmt: skip
+        assert not caption_scaling.meets_targets({**ok, **change})
+    table = caption_scaling.means_md({"points": [ok, {**ok, "seed": 2, "probe_fraction": 0.4}]})
+    assert "| fixed | 960 | 600 | 2 |" in table[2] and table[2].endswith("| 1 of 2 |")
+
+
+def test_a_stage_another_process_still_runs_is_waited_for_and_a_dead_ones_lock_is_not(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    lock = tmp_path / "c960-shards.log.lock"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    lock.write_text(f"{proc.pid}\n")
+    t0 = time.time()
+    caption_scaling.wait_for_lock(lock, poll_s=0.1)  # returns on the first poll after the process ended
+    assert proc.poll() is not None and time.time() - t0 >= 1.0
+    lock.write_text(f"{proc.pid}\n")  # that process is gone now
+    t0 = time.time()
+    caption_scaling.wait_for_lock(lock)
+    assert time.time() - t0 < 1.0
+
+
+def test_the_pool_runs_queued_jobs_lowest_priority_first_and_hands_errors_to_the_waiter() -> None:
+    import threading
+
+    pool, gate, order = caption_scaling.PriorityPool(1), threading.Event(), []
+    try:
+        first = pool.submit((1, 0), gate.wait)  # holds the only worker while the rest queue up
+        jobs = [pool.submit(p, order.append, name) for p, name in
+                [((1, 2400, 960), "scaled 960"), ((1, 600, 3840), "fixed 3840"), ((0, 3840), "shards")]]  # fmt: skip
+        failing = pool.submit((2,), caption_scaling.duration_for, 1, None)  # AttributeError inside the job
+        gate.set()
+        assert first.result(timeout=5) and all(j.result(timeout=5) is None for j in jobs)
+        assert order == ["shards", "fixed 3840", "scaled 960"]
+        with pytest.raises(AttributeError):
+            failing.result(timeout=5)
+    finally:
+        gate.set()
+        pool.shutdown()
