@@ -8,6 +8,11 @@ DEMO := build/demo
 # stand-in corpus size (rows of the real CSV, 3:1 train:eval). Fewer = faster encode (~1.5 s per clip here),
 # but the caption-gain check needs the caption variety: at 160 clips it did not clear zero, at 320 it did.
 DEMO_CLIPS ?= 320
+# stand-in clip length (s) and held-out share. Shorter clips give more captions for the same encode time (the
+# caption scaling curve, docs/results.md): the curve's 960-caption point is DEMO_CLIPS=1040 DEMO_SECONDS=2.5
+# DEMO_EVAL_FRACTION=0.0769 DEMO_CODEC_CLIPS=160 (rm -rf build/demo first: built steps are kept)
+DEMO_SECONDS ?= 10
+DEMO_EVAL_FRACTION ?= 0.25
 # make corpus LAYOUT=audiocraft|audiofolder: the stand-in corpus as your-own-audio layouts instead, full-length
 # TRACK_SECONDS-s stereo 44.1 kHz tracks in build/demo/corpus-<layout> (README, "Your own audio")
 LAYOUT ?= musiccaps
@@ -50,7 +55,7 @@ $(DEMO)/corpus-%/.done: | setup
 	touch $@
 $(DEMO)/corpus/.done: | setup
 	$(PY) -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \
-		--out $(DEMO)/corpus --n-clips $(DEMO_CLIPS)
+		--out $(DEMO)/corpus --n-clips $(DEMO_CLIPS) --duration-s $(DEMO_SECONDS) --eval-fraction $(DEMO_EVAL_FRACTION)
 	touch $@
 
 codec: $(DEMO)/codec/config.json
@@ -59,8 +64,12 @@ $(DEMO)/codec/config.json: $(DEMO)/corpus/.done
 		--n-clips $(DEMO_CODEC_CLIPS)
 
 demo-shards: $(DEMO)/shards/manifest.json
+# clips shorter than MusicCaps' 10-s window are the stand-in's length, not a bad download: widen the tolerance
+ifneq ($(DEMO_SECONDS),10)
+DEMO_SHARD_ARGS := duration_tolerance_s=$(shell $(PYTHON) -c 'print(round(10 - $(DEMO_SECONDS) + 0.5, 3))')
+endif
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
-	$(PY) -m tokenizer_pipeline +preset=demo
+	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 
 # tiny Llama pretrained (1 thread, seeded, ~2 min) on the MusicCaps captions NOT in the demo corpus, tiny MusicGen
 demo-models: $(DEMO)/models/.done
