@@ -351,7 +351,9 @@ def means_md(summary: dict) -> list[str]:
         cells = [sched, str(n), str(steps), str(len(pts))]
         for key, _ in FIGURES:
             v = [p[key] for p in pts if p.get(key) is not None]
-            cells.append(f"{np.mean(v):+.3f} ({min(v):+.3f}..{max(v):+.3f})" if v else "n/a")
+            fmt = "{:.1f}" if key == "ce_rel_pct" else "{:+.3f}"
+            span = f"{fmt.format(np.mean(v))} ({fmt.format(min(v))}..{fmt.format(max(v))})" if v else "n/a"
+            cells.append(span)
         cells.append(f"{sum(meets_targets(p) for p in pts)} of {len(pts)}")
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
