@@ -446,7 +446,7 @@ def build_and_run(py: str, out: Path, rows_csv: Path, sizes: list[int], args) ->
         (out / "models" / "config_done").write_text("demo_models finished\n")
     runs = plan_runs(sizes, args)
     stage_seconds: dict[str, dict[str, float]] = {}
-    pool = PriorityPool(args.parallel)  # shards first, then runs by (steps, captions): fixed runs before scaled
+    pool = PriorityPool(args.parallel)  # shards first, then runs by steps: fixed runs before scaled
     shard_futures: dict = {}
     run_futures: dict = {}
     try:
@@ -455,7 +455,8 @@ def build_and_run(py: str, out: Path, rows_csv: Path, sizes: list[int], args) ->
         for n in sizes:
             shards = shard_futures[n].result()
             for r in (r for r in runs if r[0] == n):
-                run_futures[r] = pool.submit((1, r[2], n), train_and_probe, py, out, shards, *r, args)
+                # among equal steps the largest point first: no smaller point tells what it will show
+                run_futures[r] = pool.submit((1, r[2], -n), train_and_probe, py, out, shards, *r, args)
         for (n, seed, steps), fut in run_futures.items():
             stage_seconds[f"c{n}-steps{steps}-s{seed}"] = fut.result()
     except StageFailed:
