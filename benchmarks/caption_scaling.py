@@ -386,19 +386,19 @@ def plot(summary: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(FIGURES), figsize=(4.2 * len(FIGURES), 3.6))
     for ax, (key, title) in zip(axes, FIGURES):
-        for sched, marker in (("fixed", "o"), ("scaled", "s")):
+        for sched, marker, color, shift in (("fixed", "o", "tab:blue", 1.0), ("scaled", "s", "tab:green", 1.08)):
             pts = [p for p in summary["points"] if p["schedule"] == sched and p.get(key) is not None]
             if not pts:
                 continue
-            x = [p["captions"] for p in pts]
+            x = [p["captions"] * shift for p in pts]  # scaled markers a little right: the 240 point is both
             y = [p[key] for p in pts]
             ci = [p.get(f"{key}_ci95") or [v, v] for p, v in zip(pts, y)]  # CE has no interval: a bare point
             err = [[max(0.0, v - c[0]) for v, c in zip(y, ci)], [max(0.0, c[1] - v) for v, c in zip(y, ci)]]
-            ax.errorbar(x, y, yerr=err, fmt=marker, label=f"{sched} steps", alpha=0.7, capsize=2)
+            ax.errorbar(x, y, yerr=err, fmt=marker, color=color, label=f"{sched} steps", alpha=0.7, capsize=2)
             f = summary["fits"][sched].get(key)
             if f:
-                xs = np.geomspace(min(x), max(MUSICCAPS_CAPTIONS.values()), 50)
-                ax.plot(xs, f["intercept"] + f["per_doubling"] * np.log2(xs), alpha=0.6)
+                xs = np.geomspace(min(p["captions"] for p in pts), max(MUSICCAPS_CAPTIONS.values()), 50)
+                ax.plot(xs, f["intercept"] + f["per_doubling"] * np.log2(xs), color=color, ls="--", alpha=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training captions")
         ax.set_title(title, fontsize=9)
