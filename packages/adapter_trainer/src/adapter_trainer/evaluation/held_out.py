@@ -93,12 +93,9 @@ class HeldOutEval:
         n_bootstrap: int,
         seed: int,
         n_overlap_clips: int = 0,
-        n_train_clips: int | None = None,
-        n_train_captions: int | None = None,
     ) -> EvalReport:
         """Score this rank's share of the clips with `model` and return the gathered report (same on every rank).
-        The model's train/eval mode is restored afterwards. n_overlap_clips, n_train_clips and n_train_captions are
-        facts about the splits, carried into the report as given (`make_report`)."""
+        The model's train/eval mode is restored afterwards."""
         was_training = model.training
         model.eval()
         K = self.spec.vocab.n_codebooks
@@ -154,8 +151,6 @@ class HeldOutEval:
             n_bootstrap=n_bootstrap,
             seed=seed,
             n_overlap_clips=n_overlap_clips,
-            n_train_clips=n_train_clips,
-            n_train_captions=n_train_captions,
         )
         report.per_shard_set = per_set_figures(final["true"], shuffled, final["uni"], self.set_spans)
         return report

@@ -401,8 +401,6 @@ def make_report(
     n_bootstrap: int,
     seed: int,
     n_overlap_clips: int = 0,
-    n_train_clips: int | None = None,
-    n_train_captions: int | None = None,
 ) -> EvalReport:
     """Combine per-target sums into the report. Raises if the three runs did not score the same targets."""
     for name, other in (("shuffled-caption", model_shuf), ("unigram", unigram)):
@@ -447,8 +445,6 @@ def make_report(
         caption_gain_verdict=caption_gain_verdict(len(per_clip_true), lo),
         held_out=n_overlap_clips == 0,
         n_overlap_clips=n_overlap_clips,
-        n_train_clips=n_train_clips,
-        n_train_captions=n_train_captions,
         caption_gain_by_position=by_position,
         caption_gain_by_frame=by_frame,
         caption_gain_by_position_total=safe_div(

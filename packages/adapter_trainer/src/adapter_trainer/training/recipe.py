@@ -415,10 +415,9 @@ class MoTAdapterRecipe:
             n_bootstrap=t.eval_bootstrap,
             seed=t.seed,
             n_overlap_clips=self.n_overlap_clips,
-            n_train_clips=len(self.train_index),
-            n_train_captions=self.n_train_captions,
         )
-        p = self.progress
+        p = self.progress  # what training saw, set here: the eval itself does not know it
+        report.n_train_clips, report.n_train_captions = len(self.train_index), self.n_train_captions
         report.train_windows, report.train_end_targets = p.train_windows, p.train_end_targets
         report.train_counted_from_step = p.counted_from_step
         return report
