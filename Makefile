@@ -45,7 +45,7 @@ $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/p
 
 # ---- embedded default (offline): stand-in corpus -> demo codec -> shards -> tiny models -> training
 ifeq ($(LAYOUT),musiccaps)
-corpus: $(DEMO)/corpus/.done
+corpus: demo-settings $(DEMO)/corpus/.done
 else
 corpus: $(DEMO)/corpus-$(LAYOUT)/.done
 endif
@@ -58,12 +58,19 @@ $(DEMO)/corpus/.done: | setup
 		--out $(DEMO)/corpus --n-clips $(DEMO_CLIPS) --duration-s $(DEMO_SECONDS) --eval-fraction $(DEMO_EVAL_FRACTION)
 	touch $@
 
-codec: $(DEMO)/codec/config.json
+# a build/demo made with other DEMO_* settings (e.g. the 320 x 10-s default before 2026-11-26) stops the build, naming
+# the fix, instead of feeding its old corpus to the next steps (make keeps built steps)
+.PHONY: demo-settings
+demo-settings: | setup
+	@$(PY) -m tokenizer_pipeline.standin_corpus --check-built --out $(DEMO)/corpus --n-clips $(DEMO_CLIPS) \
+		--duration-s $(DEMO_SECONDS) --eval-fraction $(DEMO_EVAL_FRACTION)
+
+codec: demo-settings $(DEMO)/codec/config.json
 $(DEMO)/codec/config.json: $(DEMO)/corpus/.done
 	$(PY) -m tokenizer_pipeline.demo_codec --corpus $(DEMO)/corpus --out $(DEMO)/codec \
 		--n-clips $(DEMO_CODEC_CLIPS)
 
-demo-shards: $(DEMO)/shards/manifest.json
+demo-shards: demo-settings $(DEMO)/shards/manifest.json
 # clips shorter than MusicCaps' 10-s window are the stand-in's length, not a bad download: widen the tolerance
 ifneq ($(DEMO_SECONDS),10)
 DEMO_SHARD_ARGS := duration_tolerance_s=$(shell $(PYTHON) -c 'print(round(10 - $(DEMO_SECONDS) + 0.5, 3))')
@@ -72,7 +79,7 @@ $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 
 # tiny Llama pretrained (1 thread, seeded, ~2 min) on the MusicCaps captions NOT in the demo corpus, tiny MusicGen
-demo-models: $(DEMO)/models/.done
+demo-models: demo-settings $(DEMO)/models/.done
 $(DEMO)/models/.done: $(DEMO)/corpus/.done
 	$(PY) -m adapter_trainer.demo_models --out $(DEMO)/models \
 		--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv $(DEMO)/corpus/musiccaps-subset.csv

@@ -7,6 +7,7 @@ model has something caption-dependent to learn. It is NOT music from MusicCaps.
 
     python -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \\
         --out build/demo/corpus --n-clips 320 [--eval-fraction 0.25] [--seed 0]
+        [--duration-s 10] [--workers N] [--check-built]
         [--layout audiocraft|audiofolder --duration-s 30 --sample-rate 44100 --channels 2]   (standin_layouts.py)
 
 Output (`--out`):
@@ -172,6 +173,29 @@ def build_corpus(
     return corpus
 
 
+def check_built(out: Path, n_clips: int, eval_fraction: float, duration_s: float) -> None:
+    """Refuse a musiccaps-layout corpus already in `out` that was built with other settings.
+
+    `make` keeps what it built, so after a change of DEMO_CLIPS / DEMO_SECONDS / DEMO_EVAL_FRACTION (or of their
+    defaults) the codec, shards and models would silently come from the old corpus. No corpus yet: nothing to check.
+    """
+    path = out / CORPUS_JSON
+    if not path.is_file():
+        return
+    built = json.loads(path.read_text(encoding="utf-8"))
+    have = (built.get("n_clips"), built.get("n_eval"), float(built.get("duration_s", DURATION_S)))
+    want = (n_clips, int(round(n_clips * eval_fraction)), float(duration_s))
+    if have != want:
+        n, n_eval, dur = have
+        raise ConfigError(
+            f"{path}: this corpus has {n} clips x {dur:g} s ({n_eval} held out), the settings ask for {want[0]} x "
+            f"{want[2]:g} s ({want[1]} held out); the codec, shards and models built from it would not match them. "
+            f"Rebuild: remove the build directory it belongs to (make demo: rm -rf build/demo), or keep it by asking "
+            f"for what it was built with (--n-clips {n} --duration-s {dur:g} --eval-fraction {n_eval / n:.4g}; "
+            f"make demo DEMO_CLIPS={n} DEMO_SECONDS={dur:g} DEMO_EVAL_FRACTION={n_eval / n:.4g})"
+        )
+
+
 def _render_musiccaps_clip(job: tuple[str, str, int, float, str]) -> None:
     """Render one row's clip and write `{ytid}.wav` through a temp file (a worker process's unit of work)."""
     aspect_list, ytid, seed, duration_s, out = job
@@ -183,7 +207,7 @@ def _render_musiccaps_clip(job: tuple[str, str, int, float, str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.standin_corpus", description=__doc__.split("\n")[0])
-    p.add_argument("--csv", type=Path, required=True, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
+    p.add_argument("--csv", type=Path, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
     p.add_argument("--out", type=Path, required=True, help="output directory (wavs, subset CSV, corpus.json)")
     p.add_argument(
         "--n-clips",
@@ -206,13 +230,22 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=0,
         help="processes rendering musiccaps-layout clips (0: one per CPU core); the clips do not depend on it",
     )  # fmt: skip
+    p.add_argument(
+        "--check-built", action="store_true",
+        help="render nothing: exit 2 if --out holds a corpus built with other --n-clips/--duration-s/--eval-fraction",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.csv is None and not args.check_built:
+        p.error("--csv is required (data/musiccaps/musiccaps-public.csv)")
     workers = args.workers if args.workers > 0 else (os.cpu_count() or 1)
     full = args.layout != "musiccaps"
     duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
     channels = args.channels if args.channels is not None else (2 if full else 1)
     t0 = time.perf_counter()
     try:
+        if args.check_built:
+            check_built(args.out, args.n_clips, args.eval_fraction, duration)
+            return 0
         corpus = build_corpus(
             args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, duration, args.layout, args.sample_rate,
             channels, workers,
