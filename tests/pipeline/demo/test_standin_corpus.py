@@ -190,6 +190,23 @@ def test_check_built_refuses_a_corpus_of_other_settings(
     assert _digest(built) == before
 
 
+@pytest.mark.parametrize(
+    "text",
+    ['{"n_clips": 16, "duration_s": 10.0', '[1, 2]', '{"n_clips": 16, "duration_s": 10.0}',
+     '{"n_clips": 0, "n_eval": 0, "duration_s": 10.0}', '{"n_clips": 16, "n_eval": 4, "duration_s": null}',
+     '{"n_clips": 16, "n_eval": 4, "duration_s": 10.0, "layout": "audiocraft"}'],
+    ids=["truncated", "not_an_object", "no_n_eval", "no_clips", "null_duration", "other_layout"],
+)  # fmt: skip
+def test_check_built_refuses_what_is_not_a_demo_corpus_with_exit_2(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged or foreign corpus.json is a user error naming the file and the fix, never a traceback."""
+    (tmp_path / "corpus.json").write_text(text)
+    assert main(["--check-built", "--out", str(tmp_path), "--n-clips", "16", "--eval-fraction", "0.25"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "corpus.json") in err and "rm -rf build/demo" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("layout", ["audiocraft", "audiofolder"])
 def test_layouts_are_read_by_their_sources(tmp_path: Path, layout: str) -> None:
     """--layout writes full-length stereo tracks that source=<layout> reads: every clip, its caption, its split."""

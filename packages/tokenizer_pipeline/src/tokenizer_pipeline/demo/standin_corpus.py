@@ -1,17 +1,17 @@
 """Embedded offline default, step 1: a synthetic stand-in for MusicCaps audio, rendered from the captions.
 
 MusicCaps ships metadata only; its audio lives on YouTube and cannot be fetched offline. This module picks
-a deterministic subset of the real CSV rows and renders, for each row, a 10-s clip whose sound is a fixed
-function of the row's `aspect_list` keywords (plus a melody seeded from the ytid), so that a downstream
-model has something caption-dependent to learn. It is NOT music from MusicCaps.
+a deterministic subset of the real CSV rows and renders, for each row, a clip (10 s unless --duration-s; make
+demo uses 2.5 s) whose sound is a fixed function of the row's `aspect_list` keywords (plus a melody seeded from
+the ytid), so that a downstream model has something caption-dependent to learn. It is NOT music from MusicCaps.
 
     python -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \\
-        --out build/demo/corpus --n-clips 320 [--eval-fraction 0.25] [--seed 0]
-        [--duration-s 10] [--workers N] [--check-built]
+        --out build/demo/corpus --n-clips 1040 --duration-s 2.5 --eval-fraction 0.0769   (make corpus)
+        [--seed 0] [--workers N] [--check-built]
         [--layout audiocraft|audiofolder --duration-s 30 --sample-rate 44100 --channels 2]   (standin_layouts.py)
 
 Output (`--out`):
-    {ytid}.wav              44.1 kHz, 16-bit PCM, mono, 10 s (like a yt-dlp download of the window)
+    {ytid}.wav              44.1 kHz, 16-bit PCM, mono, --duration-s long (10 s: like a yt-dlp download of the window)
     musiccaps-subset.csv    the selected rows, original header, columns and values verbatim, CSV order
     corpus.json             per clip: the attributes the renderer derived and the keywords that set them
 
@@ -174,7 +174,7 @@ def build_corpus(
 
 
 def check_built(out: Path, n_clips: int, eval_fraction: float, duration_s: float) -> None:
-    """Refuse a musiccaps-layout corpus already in `out` that was built with other settings.
+    """Refuse a corpus already in `out` that was built with other settings, or is not a musiccaps-layout one.
 
     `make` keeps what it built, so after a change of DEMO_CLIPS / DEMO_SECONDS / DEMO_EVAL_FRACTION (or of their
     defaults) the codec, shards and models would silently come from the old corpus. No corpus yet: nothing to check.
@@ -182,15 +182,22 @@ def check_built(out: Path, n_clips: int, eval_fraction: float, duration_s: float
     path = out / CORPUS_JSON
     if not path.is_file():
         return
-    built = json.loads(path.read_text(encoding="utf-8"))
-    have = (built.get("n_clips"), built.get("n_eval"), float(built.get("duration_s", DURATION_S)))
+    rebuild = "remove the build directory it belongs to (make demo: rm -rf build/demo) and build again"
+    try:
+        built = json.loads(path.read_text(encoding="utf-8"))
+        have = (int(built["n_clips"]), int(built["n_eval"]), float(built["duration_s"]))
+        layout = built.get("layout", "musiccaps")
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ConfigError(f"{path}: not a stand-in corpus.json ({type(e).__name__}: {e}); {rebuild}") from e
+    if layout != "musiccaps" or have[0] < 1:
+        raise ConfigError(f"{path}: a {layout} corpus of {have[0]} clips, not the musiccaps-layout corpus; {rebuild}")
     want = (n_clips, int(round(n_clips * eval_fraction)), float(duration_s))
     if have != want:
         n, n_eval, dur = have
         raise ConfigError(
             f"{path}: this corpus has {n} clips x {dur:g} s ({n_eval} held out), the settings ask for {want[0]} x "
             f"{want[2]:g} s ({want[1]} held out); the codec, shards and models built from it would not match them. "
-            f"Rebuild: remove the build directory it belongs to (make demo: rm -rf build/demo), or keep it by asking "
+            f"Rebuild: {rebuild}; or keep it by asking "
             f"for what it was built with (--n-clips {n} --duration-s {dur:g} --eval-fraction {n_eval / n:.4g}; "
             f"make demo DEMO_CLIPS={n} DEMO_SECONDS={dur:g} DEMO_EVAL_FRACTION={n_eval / n:.4g})"
         )
@@ -237,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.csv is None and not args.check_built:
         p.error("--csv is required (data/musiccaps/musiccaps-public.csv)")
+    if args.check_built and args.layout != "musiccaps":
+        p.error("--check-built checks a musiccaps-layout corpus (make demo's); drop --layout")
     workers = args.workers if args.workers > 0 else (os.cpu_count() or 1)
     full = args.layout != "musiccaps"
     duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
