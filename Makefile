@@ -5,21 +5,21 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := build/demo
-# stand-in corpus size (rows of the real CSV, 3:1 train:eval). Fewer = faster encode (~1.5 s per clip here),
-# but the caption-gain check needs the caption variety: at 160 clips it did not clear zero, at 320 it did.
-DEMO_CLIPS ?= 320
-# stand-in clip length (s) and held-out share. Shorter clips give more captions for the same encode time (the
-# caption scaling curve, docs/results.md): the curve's 960-caption point is DEMO_CLIPS=1040 DEMO_SECONDS=2.5
-# DEMO_EVAL_FRACTION=0.0769 DEMO_CODEC_CLIPS=160 (rm -rf build/demo first: built steps are kept)
-DEMO_SECONDS ?= 10
-DEMO_EVAL_FRACTION ?= 0.25
+# stand-in corpus: DEMO_CLIPS rows of the real CSV, DEMO_EVAL_FRACTION of them held out (80 of 1040), each rendered
+# as a DEMO_SECONDS-s clip. 960 x 2.5 s train clips encode in the time of 240 x 10 s and follow their captions
+# better (more captions, and a clip's start in more windows: docs/results.md, "Caption scaling"). The old default
+# was DEMO_CLIPS=320 DEMO_SECONDS=10 DEMO_EVAL_FRACTION=0.25 DEMO_CODEC_CLIPS=40 (rm -rf build/demo first: built
+# steps are kept)
+DEMO_CLIPS ?= 1040
+DEMO_SECONDS ?= 2.5
+DEMO_EVAL_FRACTION ?= 0.0769
 # make corpus LAYOUT=audiocraft|audiofolder: the stand-in corpus as your-own-audio layouts instead, full-length
 # TRACK_SECONDS-s stereo 44.1 kHz tracks in build/demo/corpus-<layout> (README, "Your own audio")
 LAYOUT ?= musiccaps
 TRACK_SECONDS ?= 30
 LAYOUT_CLIPS ?= 32
-# clips whose encoder latents fit the demo codec's RVQ codebooks
-DEMO_CODEC_CLIPS ?= 40
+# clips whose encoder latents fit the demo codec's RVQ codebooks (160 x 2.5 s: the 400 audio-seconds of 40 x 10 s)
+DEMO_CODEC_CLIPS ?= 160
 # extra Hydra overrides, e.g. make train ARGS="+experiment=demo trainer.max_steps=10"; for make bench, its flags
 # (make bench ARGS="--only pipeline --pipeline-clips 32")
 ARGS ?=
@@ -72,9 +72,7 @@ $(DEMO)/codec/config.json: $(DEMO)/corpus/.done
 
 demo-shards: demo-settings $(DEMO)/shards/manifest.json
 # clips shorter than MusicCaps' 10-s window are the stand-in's length, not a bad download: widen the tolerance
-ifneq ($(DEMO_SECONDS),10)
 DEMO_SHARD_ARGS := duration_tolerance_s=$(shell $(PYTHON) -c 'print(round(10 - $(DEMO_SECONDS) + 0.5, 3))')
-endif
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 

@@ -39,8 +39,9 @@ def peak_rss_mb() -> float:
 
 
 def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) -> tuple[Path, Path]:
-    """A CSV of `n` rows and an audio dir of `n` links to the corpus's 10-s wavs (reused round-robin);
-    with `seconds`, links to the first `seconds` of each wav instead, and windows of that length."""
+    """A CSV of `n` rows and an audio dir of `n` links to the corpus's wavs (reused round-robin), each row's window
+    as long as the clips (make demo's are 2.5 s, corpus.json says); with a shorter `seconds`, links to the first
+    `seconds` of each wav instead, and windows of that length."""
     with (corpus / "musiccaps-subset.csv").open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields, base = reader.fieldnames, list(reader)
@@ -48,9 +49,10 @@ def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) ->
         newline="", encoding="utf-8"
     ) as f:
         real = list(csv.DictReader(f))
+    clip_s = float(json.loads((corpus / "corpus.json").read_text())["duration_s"])
     audio, src_dir = out / "audio", corpus
     audio.mkdir(parents=True, exist_ok=True)
-    if seconds is not None:
+    if seconds is not None and seconds < clip_s:
         import soundfile as sf
 
         src_dir = out / "cropped"
@@ -58,11 +60,12 @@ def subset_csv(corpus: Path, out: Path, n: int, seconds: float | None = None) ->
         for b in base:
             x, sr = sf.read(corpus / f"{b['ytid']}.wav", frames=int(seconds * 44100), dtype="int16")
             sf.write(src_dir / f"{b['ytid']}.wav", x, sr)
+    window_s = min(seconds, clip_s) if seconds is not None else clip_s
     rows = []
     for i in range(n):  # real rows for real ids; every clip links to a corpus wav
         row = dict(real[i]) if n > len(base) else dict(base[i])
-        if seconds is not None:  # the CSV window must match the file (duration policy: else duration_mismatch)
-            row["end_s"] = f"{float(row['start_s']) + seconds:g}"
+        # the CSV window must match the file (duration policy: else duration_mismatch)
+        row["end_s"] = f"{float(row['start_s']) + window_s:g}"
         (audio / f"{row['ytid']}.wav").symlink_to((src_dir / f"{base[i % len(base)]['ytid']}.wav").resolve())
         rows.append(row)
     path = out / "rows.csv"

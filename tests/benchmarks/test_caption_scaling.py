@@ -122,3 +122,19 @@ def test_the_pool_runs_queued_jobs_lowest_priority_first_and_hands_errors_to_the
     finally:
         gate.set()
         pool.shutdown()
+
+
+def test_training_runs_use_random_crops_unless_an_override_says_otherwise(tmp_path: Path, monkeypatch) -> None:
+    """The demo preset now starts every crop at frame 0; the curve was measured with random crops, so its runs pin
+    data.start_crop_prob=0.0 and a knob sweep's own override (given later on the command line) wins."""
+    cmds: list[list[str]] = []
+    monkeypatch.setattr(caption_scaling, "run", lambda cmd, log, threads=None: cmds.append(cmd) or 0.0)
+    args = Namespace(parallel=1, generate_n=-1, overrides=[])
+    caption_scaling.train_and_probe("python", tmp_path, [tmp_path / "shards"], 960, 1, 600, args)
+    args.overrides = ["data.start_crop_prob=1.0"]
+    caption_scaling.train_and_probe("python", tmp_path / "knob", [tmp_path / "shards"], 960, 1, 600, args)
+
+    def crop(cmd: list[str]) -> str:  # Hydra applies overrides in order: the last one is the value
+        return [a for a in cmd if a.startswith("data.start_crop_prob=")][-1]
+
+    assert [crop(c) for c in cmds] == ["data.start_crop_prob=0.0", "data.start_crop_prob=1.0"]

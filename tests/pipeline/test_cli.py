@@ -62,6 +62,7 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
         assert cfg.csv == "build/demo/corpus/musiccaps-subset.csv" and cfg.audio_dir == "build/demo/corpus"
         assert cfg.codec.name_or_path == "build/demo/codec" and cfg.out_dir == "build/demo/shards"
         assert cfg.shard.max_samples == 32
+        assert cfg.duration_tolerance_s == 8.0  # the 2.5-s stand-in clips against the CSV's 10-s windows
     else:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
