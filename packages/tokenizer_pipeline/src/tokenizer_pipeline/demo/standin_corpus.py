@@ -77,13 +77,18 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
     return header, rows, lines
 
 
+def n_eval_rows(n_clips: int, eval_fraction: float) -> int:
+    """How many of n_clips rows are held out (the rule `select_rows` and `check_built` share)."""
+    return int(round(n_clips * eval_fraction))
+
+
 def select_rows(rows: list[dict[str, str]], n_clips: int, eval_fraction: float, seed: int) -> list[int]:
     """Indices (CSV order) of n_clips rows: round(n*eval_fraction) eval rows, the rest train, by seeded hash."""
     if n_clips < 1:
         raise ConfigError(f"--n-clips must be >= 1, got {n_clips}")
     if not 0.0 <= eval_fraction <= 1.0:
         raise ConfigError(f"--eval-fraction must be in [0, 1], got {eval_fraction}")
-    n_eval = int(round(n_clips * eval_fraction))
+    n_eval = n_eval_rows(n_clips, eval_fraction)
     picked: list[int] = []
     for flag, want in (("True", n_eval), ("False", n_clips - n_eval)):
         pool = [i for i, r in enumerate(rows) if r["is_audioset_eval"] == flag]
@@ -191,7 +196,7 @@ def check_built(out: Path, n_clips: int, eval_fraction: float, duration_s: float
         raise ConfigError(f"{path}: not a stand-in corpus.json ({type(e).__name__}: {e}); {rebuild}") from e
     if layout != "musiccaps" or have[0] < 1:
         raise ConfigError(f"{path}: a {layout} corpus of {have[0]} clips, not the musiccaps-layout corpus; {rebuild}")
-    want = (n_clips, int(round(n_clips * eval_fraction)), float(duration_s))
+    want = (n_clips, n_eval_rows(n_clips, eval_fraction), float(duration_s))
     if have != want:
         n, n_eval, dur = have
         raise ConfigError(
