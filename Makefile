@@ -194,9 +194,11 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt constra
 bench: demo-shards demo-models bench-setup
 	$(PY) benchmarks/run_benchmarks.py $(ARGS)
 
-# CUDA figures (benchmarks/bench_gpu.py); the demo codec + corpus feed its encoder figures. Without CUDA: one line, exit 0
+# CUDA figures (benchmarks/bench_gpu.py); the demo codec + corpus feed its encoder figures. Without CUDA: one line, exit 0.
+# A build/demo of other DEMO_* settings stops it (make demo-settings); a codec that fails to build is recorded instead
 bench-gpu: | setup
 	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+		$(MAKE) demo-settings || exit 2; \
 		$(MAKE) codec || echo "make codec failed: the encoder figures will record why" >&2; fi
 	@$(PY) benchmarks/run_benchmarks.py --device cuda
 

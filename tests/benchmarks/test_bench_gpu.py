@@ -85,6 +85,33 @@ def test_make_bench_gpu_without_cuda() -> None:
     assert len(lines) == 1 and "nothing was measured" in lines[0], r.stdout
 
 
+def test_make_bench_gpu_stops_on_a_demo_build_of_other_settings(tmp_path: Path) -> None:
+    """With CUDA, a build/demo of other DEMO_* settings (make demo-settings exits 2) stops bench-gpu before anything is
+    measured on its old corpus; only a codec that fails to build is recorded and passed over. The interpreter is a
+    stand-in that logs its arguments: CUDA "available", the settings check refusing."""
+    calls = tmp_path / "calls.txt"
+    fake_py = tmp_path / "python"
+    fake_py.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> "{calls}"\n'
+        'case "$*" in *--check-built*) echo "built with other settings" >&2; exit 2;; esac\n'
+        "exit 0\n"
+    )
+    fake_py.chmod(0o755)
+    r = subprocess.run(
+        ["make", "-s", "bench-gpu", f"PY={fake_py}", f"DEMO={tmp_path / 'demo'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0, r.stdout
+    assert "built with other settings" in r.stderr
+    logged = calls.read_text()
+    assert "--check-built" in logged
+    assert "run_benchmarks.py" not in logged and "demo_codec" not in logged  # nothing measured, no codec built
+
+
 def test_a_failed_flop_count_or_a_mispredicted_kernel_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ok_kernels = {"train_unpadded": {"ran": ["cudnn"], "expected": ["cudnn"]}}
     good = {"flops": {"flops_per_position": 1.0}, "peak_bf16_flops": 989e12, "device": "H100",
