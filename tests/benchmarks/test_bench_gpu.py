@@ -1,5 +1,6 @@
-"""`make bench-gpu` without CUDA: one line saying nothing was measured, exit 0, nothing written. And what the GPU run
-counts, checked on CPU: FLOPs of the CUDA-side attention ops on meta tensors at cuda_1b shapes."""
+"""`make bench-gpu` without CUDA: one line saying nothing was measured, exit 0, nothing written; with CUDA, a build/demo
+of other DEMO_* settings stops it. And what the GPU run counts, checked on CPU: FLOPs of the CUDA-side attention ops
+on meta tensors at cuda_1b shapes."""
 
 from __future__ import annotations
 
