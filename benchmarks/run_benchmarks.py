@@ -99,16 +99,21 @@ def merge_results(path: Path, machine: str, rows: list[dict], summary: dict) -> 
     return {"machine": machine, "rows": merged_rows, "summary": {**old.get("summary", {}), **summary}}
 
 
+def clips_text(r: dict) -> str:
+    """The "8 × 2.5-s clips" of a row: its clip count and mean clip length ("8 clips" for rows that did not record it)."""
+    return f"{r['clips']} × {r['clip_seconds']:.3g}-s clips" if "clip_seconds" in r else f"{r['clips']} clips"
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| stage | setting | device | throughput | peak RSS |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
         if r.get("stage") in SUMMARY_ONLY_STAGES or "peak_rss_mb" not in r:
             continue
         if r["stage"] == "pipeline":
-            setting = f"{r['case']}, batch {r['batch_size']}, {r['threads']} threads, {r['clips']} × 10-s clips"
+            setting = f"{r['case']}, batch {r['batch_size']}, {r['threads']} threads, {clips_text(r)}"
             thr = f"{r['audio_s_per_s']:.2f} audio-s/s" if "audio_s_per_s" in r else f"{r['clips_per_s']:.1f} clips/s"
         elif r["stage"] == "encode":
-            setting = f"{r['dtype']}, batch {r['batch_size']}, {r['clips']} × 10-s clips"
+            setting = f"{r['dtype']}, batch {r['batch_size']}, {clips_text(r)}"
             if "code_agreement_vs_fp32" in r:
                 setting += f" (codes equal to fp32: {100 * r['code_agreement_vs_fp32']:.1f}%)"
             thr = f"{r['clips_per_s']:.2f} clips/s = {r['x_realtime']:.1f}× real time"
