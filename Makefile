@@ -21,7 +21,7 @@ LAYOUT_CLIPS ?= 32
 # clips whose encoder latents fit the demo codec's RVQ codebooks (160 x 2.5 s: the 400 audio-seconds of 40 x 10 s)
 DEMO_CODEC_CLIPS ?= 160
 # extra Hydra overrides, e.g. make train ARGS="+experiment=demo trainer.max_steps=10"; for make bench, its flags
-# (make bench ARGS="--only pipeline --pipeline-clips 32")
+# (make bench ARGS="--only pipeline --pipeline-clips 128")
 ARGS ?=
 # real MusicCaps audio directory for `make shards`, and the shard-set output directory
 DATA ?=

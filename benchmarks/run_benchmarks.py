@@ -132,7 +132,8 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=20)
     ap.add_argument("--encode-clips", type=int, default=8)
     # full-size codec: ~1.7 s per clip on 2 idle cores; fewer clips let the pipeline's fixed start-up dominate
-    ap.add_argument("--pipeline-clips", type=int, default=32)
+    # 128 x 2.5-s demo clips = 320 audio-seconds; at 32 (80 s) codec load and worker start decide the ratios
+    ap.add_argument("--pipeline-clips", type=int, default=128)
     ap.add_argument("--byo-tracks", type=int, default=6)  # 30-s tracks: 3 segments each
     ap.add_argument("--byo-repeats", type=int, default=2)  # byo/musiccaps pairs, interleaved
     ap.add_argument(
