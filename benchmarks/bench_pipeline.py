@@ -138,12 +138,13 @@ def case_pipeline(args: argparse.Namespace, work: Path) -> dict:
     res = run_pipeline(_pipeline_cfg(csv_path, audio, work / "out", args.codec, args), progress=False)
     secs = time.perf_counter() - t0
     assert res.manifest.totals["encoded"] == args.clips, res.message
+    audio_s = res.manifest.totals["audio_seconds"]
     return {
         "case": "pipeline",
         "clips": args.clips,
-        "clip_seconds": res.manifest.totals["audio_seconds"] / args.clips,
+        "clip_seconds": audio_s / args.clips,
         "seconds": secs,
-        "audio_s_per_s": res.manifest.totals["audio_seconds"] / secs,
+        "audio_s_per_s": audio_s / secs,
         "workers": "default (CPU count)",
     }
 
