@@ -33,7 +33,7 @@ from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.data.token_layout import AudioVocab, decode_audio_tokens, n_slots
 from adapter_trainer.generation.generate import to_generate_config
 from adapter_trainer.generation.sampling import GenerationResult, SamplingConfig, generate_codes, left_pad
-from adapter_trainer.model.mot import MoTKVCache
+from adapter_trainer.model.kv_cache import MoTKVCache
 
 # ----------------------------------------------------------------------------------------------------------------
 # The replaced sampler, copied as it was (only `ConcatCache()` instead of `None` on the prefill call: the model's
@@ -193,7 +193,8 @@ def old_generate_codes(
 
 def main() -> None:
     from adapter_trainer.config import shard_paths
-    from adapter_trainer.data.shards import load_split, open_shard_sets
+    from adapter_trainer.data.samples import load_split
+    from adapter_trainer.data.shards import open_shard_sets
     from adapter_trainer.data.streaming import text_of
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
     from adapter_trainer.training.checkpoint import load_checkpoint

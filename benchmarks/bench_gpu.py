@@ -232,7 +232,7 @@ def kernel_cases(model, optimizer, cfg, vocab) -> dict:
     from realsize_model import full_batch, train_step
 
     from adapter_trainer.data.token_layout import IGNORE_INDEX, Batch
-    from adapter_trainer.model.mot import MoTKVCache
+    from adapter_trainer.model.kv_cache import MoTKVCache
     from adapter_trainer.training.device import autocast
 
     model.activation_checkpointing = False
@@ -287,7 +287,7 @@ def generation_speed(model, cfg, vocab, captions: int = 8, prompt: int = 66, ste
     """Decoding steps only, as generate runs them: `captions` conditioned rows + as many CFG rows (2-token prompts,
     left-padded), a prefill into MoTKVCache.allocate(prompt + steps) (not timed), then `steps` decode_step calls.
     positions/s counts the conditioned rows only (generate's own metric; CFG doubles the compute)."""
-    from adapter_trainer.model.mot import MoTKVCache
+    from adapter_trainer.model.kv_cache import MoTKVCache
     from adapter_trainer.training.device import autocast
 
     rows = 2 * captions

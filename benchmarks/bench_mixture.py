@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from adapter_trainer.data.mixture import MixtureOrder
-from adapter_trainer.data.shards import SplitIndex
+from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.streaming import TrainBatches
 
 WEIGHTS = (3.0, 1.0)

@@ -336,8 +336,8 @@ def _cell(p: dict, key: str) -> str:
 
 
 def meets_targets(p: dict) -> bool:
-    """Issue 27's bar for one seed: first-10-frames gain >= +0.10 with its interval above 0, probe fraction >= 0.5,
-    held-out CE >= 20% under unigram."""
+    """The caption-conditioning bar for one seed (docs/results.md): first-10-frames gain >= +0.10 with its interval
+    above 0, probe fraction >= 0.5, held-out CE >= 20% under unigram."""
     lo = (p.get("gain_first10_ci95") or [float("nan")])[0]
     probe = p.get("probe_fraction")
     return p["gain_first10"] >= 0.10 and lo > 0 and probe is not None and probe >= 0.5 and p["ce_rel_pct"] >= 20.0

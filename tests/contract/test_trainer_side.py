@@ -1,5 +1,6 @@
 """Trainer side of the shard contract (docs/shard-format.md): shards written with tarfile + numpy + json only
-(shard_fixture.py) are read by adapter_trainer.data.shards; bad sets are refused with a message; pickles never run."""
+(shard_fixture.py) are read by adapter_trainer.data (shards, samples, split_index); bad sets are refused with a
+message; pickles never run."""
 
 from __future__ import annotations
 
@@ -11,14 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.data.shards import (
-    ShardFormatError,
-    build_index,
-    load_split,
-    open_shard_sets,
-    read_manifest,
-    verify_files,
-)
+from adapter_trainer.data.samples import load_split
+from adapter_trainer.data.shards import ShardFormatError, open_shard_sets, read_manifest, verify_files
+from adapter_trainer.data.split_index import build_index
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 
 

@@ -1,6 +1,6 @@
 """Shared trainer-test fixtures.
 
-- The shard-index cache (adapter_trainer.data.shards.default_index_cache) stays out of the user's home.
+- The shard-index cache (adapter_trainer.data.split_index.default_index_cache) stays out of the user's home.
 - `models` (tests/conftest.py): the tiny demo models, built once per session and shared with tests/trainer/generation.
 - `model_dirs`: the tiny Llama (no tokenizer) and MusicGen decoder saved as checkpoints, for the MoT model tests.
 - `one_thread`: one intra-op thread for a module's tiny matmuls (`pytestmark = pytest.mark.usefixtures("one_thread")`).

@@ -1,4 +1,4 @@
-"""Own audio you can trust (issue 24): split names checked for every source, track ids that survive a move, one bad
+"""Own audio you can trust: split names checked for every source, track ids that survive a move, one bad
 track is that track's failure, audiocraft's own rules for paths and metadata, dropped short audio named."""
 
 from __future__ import annotations

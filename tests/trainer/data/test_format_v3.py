@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets
+from adapter_trainer.data.clip_reader import ClipReader
+from adapter_trainer.data.samples import load_split
+from adapter_trainer.data.shards import ShardFormatError, open_shard_sets
+from adapter_trainer.data.split_index import build_index
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.data.v3_sets import make_v3
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
-from adapter_trainer.data.shards import ShardFormatError, build_index, open_shard_sets
+from adapter_trainer.data.shards import ShardFormatError, open_shard_sets
+from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import ConcatOrder, TrainBatches, epoch_permutation, train_loader
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 from tests.trainer.data.test_streaming import SPEC, _WordTokenizer

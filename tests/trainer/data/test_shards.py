@@ -1,4 +1,5 @@
-"""adapter_trainer.data.shards beyond the contract: manifest hygiene, sample/manifest consistency, limits."""
+"""adapter_trainer.data.shards and .samples beyond the contract: manifest hygiene, sample/manifest consistency,
+limits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.data.shards import ShardFormatError, iter_clips, load_split, open_shard_sets, read_manifest
+from adapter_trainer.data.samples import iter_clips, load_split
+from adapter_trainer.data.shards import ShardFormatError, open_shard_sets, read_manifest
 from tests.contract.shard_fixture import npy_bytes, sample_json, synthetic_clips, write_shard_set, write_synthetic_set
 
 

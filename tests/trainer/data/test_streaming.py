@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.data.shards import ClipReader, ShardFormatError, build_index, load_split, open_shard_sets
+from adapter_trainer.data.clip_reader import ClipReader
+from adapter_trainer.data.samples import load_split
+from adapter_trainer.data.shards import ShardFormatError, open_shard_sets
+from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import (
     ExampleSpec,
     TrainBatches,
@@ -185,7 +188,7 @@ def test_default_workers_is_bounded() -> None:
 
 
 def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import adapter_trainer.data.shards as shards_mod
+    import adapter_trainer.data.split_index as split_index_mod
 
     sets = _open(*two_sets)
     first = build_index(sets, "train", cache=tmp_path / "c")
@@ -194,7 +197,7 @@ def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monke
     def no_scan(path):
         raise AssertionError(f"scanned {path} although it is cached")
 
-    monkeypatch.setattr(shards_mod, "scan_shard", no_scan)
+    monkeypatch.setattr(split_index_mod, "scan_shard", no_scan)
     again = build_index(sets, "train", cache=tmp_path / "c")
     for name in ("keys", "codes_offset", "codes_size", "json_offset", "json_size", "shard"):
         assert np.array_equal(getattr(first, name), getattr(again, name)), name
@@ -306,7 +309,7 @@ def test_distinct_texts_counts_a_shared_caption_once_from_the_json_members_alone
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two train clips share one caption: 3 clips, 2 distinct captions; the codes are never decoded to count them."""
-    import adapter_trainer.data.shards as shards_module
+    import adapter_trainer.data.clip_reader as clip_reader_module
     from adapter_trainer.data.streaming import distinct_texts
 
     clips = [(k, cap, c) for (k, _, c), cap in zip(synthetic_clips(3, seed=4, prefix="dc"), ("same", "same", "other"))]
@@ -316,7 +319,7 @@ def test_distinct_texts_counts_a_shared_caption_once_from_the_json_members_alone
     def no_codes(*args, **kwargs):
         raise AssertionError("counting captions decoded a clip's codes")
 
-    monkeypatch.setattr(shards_module, "_decode_sample", no_codes)
+    monkeypatch.setattr(clip_reader_module, "_decode_sample", no_codes)
     monkeypatch.setattr(np, "load", no_codes)
     want = len({cap for _, cap, _ in clips + more})
     assert want == 2 + len({cap for _, cap, _ in more}) < len(index) == 12

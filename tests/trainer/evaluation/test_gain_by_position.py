@@ -12,13 +12,9 @@ import pytest
 import torch
 
 from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example, target_frames
-from adapter_trainer.evaluation.learning_check import (
-    FRAME_BINS,
-    TargetCE,
-    learning_check_summary,
-    learning_check_text,
-    make_report,
-)
+from adapter_trainer.evaluation.learning_check import learning_check_summary, learning_check_text
+from adapter_trainer.evaluation.report import FRAME_BINS, make_report
+from adapter_trainer.evaluation.target_ce import TargetCE
 from adapter_trainer.training.recipe import recipe_main
 from tests.trainer.helpers import make_cfg
 

@@ -8,14 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.evaluation.learning_check import (
-    MIN_GAIN_CLIPS,
-    EvalOverlapError,
-    TargetCE,
-    learning_check_summary,
-    learning_check_text,
-    make_report,
-)
+from adapter_trainer.evaluation.held_out import EvalOverlapError
+from adapter_trainer.evaluation.learning_check import learning_check_summary, learning_check_text
+from adapter_trainer.evaluation.report import make_report
+from adapter_trainer.evaluation.stats import MIN_GAIN_CLIPS
+from adapter_trainer.evaluation.target_ce import TargetCE
 from adapter_trainer.training.recipe import MoTAdapterRecipe
 from tests.trainer.helpers import make_cfg
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from adapter_trainer.data.mixture import split_spans
-from adapter_trainer.data.shards import build_index, open_shard_sets
+from adapter_trainer.data.shards import open_shard_sets
+from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import ExampleSpec
 from adapter_trainer.evaluation.held_out import HeldOutEval
 from adapter_trainer.evaluation.learning_check import learning_check_summary, learning_check_text

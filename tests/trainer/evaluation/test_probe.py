@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adapter_trainer.data.shards import Clip
+from adapter_trainer.data.samples import Clip
 from adapter_trainer.errors import UserError
 from adapter_trainer.evaluation.probe import (
     FOLLOWS,
@@ -179,7 +179,7 @@ def test_fraction_of_ceiling_math() -> None:
 def test_below_30_clips_the_verdict_is_too_few_clips() -> None:
     """A caption-blind generator (per-clip true - deranged centred on 0) passes the percentile-bootstrap rule far
     more often than the nominal 2.5% at a few clips; at 30 it is near nominal. So no verdict below 30."""
-    from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci
+    from adapter_trainer.evaluation.stats import bootstrap_mean_ci
 
     rng = np.random.default_rng(0)
 

@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from adapter_trainer.data.token_layout import collate
 from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
-from adapter_trainer.model.mot import MoTKVCache
+from adapter_trainer.model.kv_cache import MoTKVCache
 from tests.trainer.helpers import example, tiny_mot
 
 TOL = dict(rtol=1e-5, atol=1e-5)  # fp32, the same ops in the same order (expected bitwise equal)

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.data.shards import load_split, read_manifest
+from adapter_trainer.data.samples import load_split
+from adapter_trainer.data.shards import read_manifest
 from adapter_trainer.generation.config import GenerateRunConfig
 from adapter_trainer.generation.generate import run_generate, to_generate_config
 from adapter_trainer.training.checkpoint import ResumeError
@@ -281,7 +282,7 @@ def test_generate_n_0_takes_every_caption_once_and_is_the_default(tmp_path: Path
     """generate.n=0 (the default: the probe needs every eval caption for its power) = the whole eval split, or each
     line of a captions file once; n=N the first N (eval) or N cycling (file); n < 0 is refused naming the key."""
     from adapter_trainer.config import ConfigError
-    from adapter_trainer.data.shards import Clip
+    from adapter_trainer.data.samples import Clip
     from adapter_trainer.generation.config import GenerateConfig, validate_generate
     from adapter_trainer.generation.generate import _caption_rows
 

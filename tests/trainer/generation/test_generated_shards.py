@@ -16,7 +16,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from adapter_trainer.data.shards import ShardFormatError, load_split, read_manifest
+from adapter_trainer.data.samples import load_split
+from adapter_trainer.data.shards import ShardFormatError, read_manifest
 from adapter_trainer.generation.generated_shards import SPLIT, GeneratedClip, write_generated_set
 from tests.pipeline.helpers import make_tiny_codec
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
-from adapter_trainer.model.mot import MoTKVCache
+from adapter_trainer.model.kv_cache import MoTKVCache
 from tests.trainer.helpers import tiny_mot
 
 SAMPLING = SamplingConfig(temperature=1.0, top_k=50, top_p=0.0, cfg_scale=3.0)

@@ -79,11 +79,11 @@ def test_checkpointed_training_keeps_no_layer_keys_alive(model_dirs: dict[str, P
     import gc
     import weakref
 
-    import adapter_trainer.model.mot as mot_module
+    import adapter_trainer.model.layers as layers_module  # MoTLayer looks attend up there
 
     mot = make(model_dirs, "shared", "delay").train()
     mot.activation_checkpointing = True
-    real_attend = mot_module.attend
+    real_attend = layers_module.attend
     refs: list[weakref.ref] = []
     alive_at_call: list[int] = []
 
@@ -93,7 +93,7 @@ def test_checkpointed_training_keeps_no_layer_keys_alive(model_dirs: dict[str, P
         refs.extend([weakref.ref(k), weakref.ref(v)])
         return real_attend(q, k, v, *args, **kwargs)
 
-    monkeypatch.setattr(mot_module, "attend", spy)
+    monkeypatch.setattr(layers_module, "attend", spy)
     mot.compute_loss(make_batch("delay")).loss.backward()
     n = len(mot.layers)
     assert len(alive_at_call) == 2 * n  # forward, then the recompute in backward

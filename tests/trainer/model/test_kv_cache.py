@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from adapter_trainer.data.token_layout import collate
-from adapter_trainer.model.mot import MoTKVCache
+from adapter_trainer.model.kv_cache import MoTKVCache
 from tests.trainer.helpers import example, tiny_mot
 
 TOL = dict(rtol=1e-5, atol=1e-5)  # fp32, same math in a different order

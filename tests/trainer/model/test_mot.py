@@ -10,6 +10,7 @@ import torch
 
 from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, collate, encode_example
 from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
+from adapter_trainer.model.loss import local_targets
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig, default_layer_map
 
 V, K, C = 128_256, 4, 2048
@@ -159,21 +160,17 @@ def test_logits_shapes_and_loss_bookkeeping(model_dirs: dict[str, Path], pattern
     torch.testing.assert_close(out.loss, total / n)
     torch.testing.assert_close(out.ce_sum_per_example.sum(), out.ce_sum_per_codebook.sum())
     # loss == CE of the forward logits at the labelled cells, with head-local targets
-    local, _ = mot.local_targets(batch.labels)
+    local, _ = local_targets(batch.labels, mot.vocab, mot.pattern)
     valid = local != IGNORE_INDEX
     ce = torch.nn.functional.cross_entropy(logits[valid], local[valid] if pattern == "delay" else local[valid])
     torch.testing.assert_close(out.loss, ce, rtol=1e-5, atol=1e-5)
 
 
 def test_local_targets() -> None:
-    class Dummy:  # only the attributes local_targets reads
-        vocab, pattern = VOCAB, "delay"
-
     labels = torch.tensor([[VOCAB.code_id(0, 5), VOCAB.code_id(1, 0), VOCAB.audio_end, IGNORE_INDEX]])
-    local, book = MoTAdapterModel.local_targets(Dummy(), labels)
+    local, book = local_targets(labels, VOCAB, "delay")
     assert local.tolist() == [[5, 0, C, IGNORE_INDEX]] and book.tolist() == [[0, 1, -1, -1]]
-    Dummy.pattern = "flatten"
-    local, _ = MoTAdapterModel.local_targets(Dummy(), torch.tensor([[VOCAB.code_id(3, 7)], [VOCAB.audio_end]]))
+    local, _ = local_targets(torch.tensor([[VOCAB.code_id(3, 7)], [VOCAB.audio_end]]), VOCAB, "flatten")
     assert local.tolist() == [[3 * C + 7], [K * C]]
 
 

@@ -17,7 +17,8 @@ from transformers import LlamaForCausalLM
 
 from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
 from adapter_trainer.model.builders import load_llm, load_musicgen_decoder
-from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig, MoTKVCache
+from adapter_trainer.model.kv_cache import MoTKVCache
+from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 
 V, K, C = 128_256, 4, 2048
 VOCAB = AudioVocab(V, K, C)

@@ -22,9 +22,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import adapter_trainer.model.layers as layers_module
 import adapter_trainer.model.mot as mot_module
 from adapter_trainer.data.token_layout import Batch
-from adapter_trainer.model.mot import MoTAdapterModel, attention_mask_4d
+from adapter_trainer.model import attention
+from adapter_trainer.model.attention import attention_mask_4d
+from adapter_trainer.model.kv_cache import MoTKVCache
+from adapter_trainer.model.mot import MoTAdapterModel
 from tests.trainer.model.test_mot_attention import VARIANTS, left_pad, make, make_batch
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -52,7 +56,7 @@ def use_reference(monkeypatch: pytest.MonkeyPatch):
     def ctx():
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(mot_module, "sdpa_mask", reference_mask)
-            mp.setattr(mot_module, "attend", reference_attend)
+            mp.setattr(layers_module, "attend", reference_attend)  # MoTLayer looks attend up in layers
             yield
 
     return ctx
@@ -237,7 +241,7 @@ def test_half_precision_without_mask_keeps_grouped_heads_for_flash(
 def test_attend_refuses_no_mask_for_several_queries_after_a_past() -> None:
     q, kv = torch.zeros(1, 4, 2, 8), torch.zeros(1, 2, 5, 8)
     with pytest.raises(ValueError, match="S == S_k"):
-        mot_module.attend(q, kv, kv, None, 1.0)
+        attention.attend(q, kv, kv, None, 1.0)
 
 
 @pytest.mark.parametrize("prompt_padding", ["left", "none"])
@@ -255,7 +259,7 @@ def test_a_decoding_step_reads_the_cache_without_copying_it(
             b.tokens[:, : S - 1],
             b.is_audio[:, : S - 1],
             b.attention_mask[:, : S - 1],
-            mot_module.MoTKVCache.allocate(S),
+            MoTKVCache.allocate(S),
         )
     buffers = {k.untyped_storage().data_ptr() for k in cache._k} | {v.untyped_storage().data_ptr() for v in cache._v}
     seen: list[int] = []
@@ -285,6 +289,6 @@ def test_mha_with_a_mask_passes_the_cache_buffers_without_a_copy(monkeypatch: py
         return real(q_, k_, v_, *args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    out = mot_module.attend(q, k, v, allowed, 0.5)
+    out = attention.attend(q, k, v, allowed, 0.5)
     assert seen == [k.data_ptr(), v.data_ptr()]
     torch.testing.assert_close(out, real(q, k, v, attn_mask=allowed, scale=0.5))

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from adapter_trainer.data.token_layout import Batch, collate
-from adapter_trainer.model.mot import MoTKVCache
+from adapter_trainer.model.kv_cache import MoTKVCache
 from adapter_trainer.model.sdpa_kernels import A100, H100, Call, Device, expected_kernel
 from tests.trainer.helpers import example, tiny_mot
 

@@ -201,7 +201,8 @@ def test_a_folder_that_does_not_fit_the_towers_is_refused_in_one_line(
 def test_generate_from_the_folder_alone_gives_the_run_s_codes(
     models, shards, codec: Path, run_dir: Path, exported: Path, tmp_path: Path
 ) -> None:
-    from adapter_trainer.data.shards import load_split, read_manifest
+    from adapter_trainer.data.samples import load_split
+    from adapter_trainer.data.shards import read_manifest
     from adapter_trainer.generation.generate import run_generate, to_generate_config
 
     texts = '["a calm solo piano ballad with soft reverb","loud distorted electric guitar rock with fast drums"]'
@@ -303,3 +304,4 @@ def test_make_generate_leaves_wav_files(exported: Path, codec: Path, tmp_path: P
     assert Path(decoded["codec"]["loaded_from"]).resolve() == codec.resolve()  # via the folder's path_from_set
     captions = [json.loads(line)["caption"] for line in (out / "codes" / "captions.jsonl").read_text().splitlines()]
     assert captions == [text, text]
+

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapter_trainer.evaluation.learning_check import TargetCE, learning_check_text, make_report
+from adapter_trainer.evaluation.learning_check import learning_check_text
+from adapter_trainer.evaluation.report import make_report
+from adapter_trainer.evaluation.target_ce import TargetCE
 from adapter_trainer.training.distributed import teardown_distributed
 from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set

@@ -15,7 +15,8 @@ import pytest
 
 from adapter_trainer.config import ConfigError
 from adapter_trainer.data.mixture import MixtureOrder
-from adapter_trainer.data.shards import build_index, open_shard_sets
+from adapter_trainer.data.shards import open_shard_sets
+from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import epoch_permutation
 from adapter_trainer.training.checkpoint import ResumeError
 from adapter_trainer.training.recipe import MoTAdapterRecipe

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab
-from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement, unigram_ce, unigram_log_probs
+from adapter_trainer.evaluation.stats import bootstrap_mean_ci, derangement, unigram_log_probs
+from adapter_trainer.evaluation.target_ce import unigram_ce
 from adapter_trainer.training.checkpoint import ResumeError
 from adapter_trainer.training.metric_logging import read_jsonl
 from adapter_trainer.training.optim import WarmupCosine

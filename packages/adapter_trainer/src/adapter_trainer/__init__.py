@@ -4,7 +4,8 @@ shards alone. It never builds an audio codec and never imports tokenizer_pipelin
 
 Rooms (docs/architecture.md lists every module):
     config.py, errors.py   the structured config schema; the user-error base (exit 2)
-    model/                 the MoT adapter, LoRA, builders (`build_mot_model`), exported folders (`load_adapter`)
+    file_modes.py          safetensors files with the mode the umask gives (readable by teammates)
+    model/                 the MoT adapter (layer, attention, KV cache, loss), LoRA, builders, exported folders
     data/                  shard reader, token layout, caption dropout, streamed batches
     training/              the recipe (a leaf) and its library: device, step, optim, checkpoint, distributed, logging
     generation/            KV-cached sampling with CFG, generated shard sets

@@ -4,7 +4,7 @@ Every command of this package (`python -m adapter_trainer`, `.generate`, `.probe
 prints its message (which names the value or file and the fix) without a traceback and exits with
 `USER_ERROR_EXIT` (2, argparse's status for a refused command line). The subclasses live with the code that
 raises them: `config.ConfigError`, `data.shards.ShardFormatError`, `training.checkpoint.ResumeError`,
-`evaluation.learning_check.EvalOverlapError`. tokenizer_pipeline has the same contract in its own errors.py.
+`evaluation.held_out.EvalOverlapError`. tokenizer_pipeline has the same contract in its own errors.py.
 """
 
 from __future__ import annotations

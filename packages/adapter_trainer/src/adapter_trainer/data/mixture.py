@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet, SplitIndex, default_index_cache
+from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet
+from adapter_trainer.data.split_index import SplitIndex, default_index_cache
 
 MIX = 0x4D4958  # "MIX": the tag of this module's random streams
 

@@ -27,7 +27,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from adapter_trainer.data.caption_dropout import drop_caption, drop_words
-from adapter_trainer.data.shards import Clip, ClipReader, SplitIndex
+from adapter_trainer.data.clip_reader import ClipReader
+from adapter_trainer.data.samples import Clip
+from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.token_layout import AudioVocab, Batch, Example, collate, encode_example
 
 

@@ -61,7 +61,7 @@ from adapter_trainer.evaluation.audio_inputs import (
     resample,
 )
 from adapter_trainer.evaluation.frechet import frechet_distance_of
-from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement
+from adapter_trainer.evaluation.stats import bootstrap_mean_ci, derangement
 
 __all__ = ["AudioMetricsError", "Clip", "clap_scores", "kl_divergence", "main"]
 

@@ -1,5 +1,6 @@
-"""Score held-out clips for the learning check: the model's CE with each clip's own caption, with deranged captions
-(the caption gain) and under the unigram baseline, on exactly the same code targets.
+"""Held-out clips for the learning check: refuse eval clips that are also train clips (`check_held_out`), and score
+them: the model's CE with each clip's own caption, with deranged captions (the caption gain) and under the unigram
+baseline, on exactly the same code targets.
 
 Deterministic: every clip's sequence is `data.streaming.eval_example` (crop at the start, one audio budget whatever
 the caption's length). AUDIO_END is scored where it exists: on a second window per clip that ends at the clip's
@@ -11,27 +12,51 @@ gathered in clip order, so the bootstrap sees what one process computes. The mod
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
-from adapter_trainer.data.shards import ClipReader, SplitIndex
+from adapter_trainer.data.clip_reader import ClipReader
+from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.streaming import ExampleSpec, caption_ids, eval_example
 from adapter_trainer.data.token_layout import collate, max_frames, target_frames
-from adapter_trainer.evaluation.learning_check import (
+from adapter_trainer.errors import UserError
+from adapter_trainer.evaluation.report import EvalReport, make_report, per_set_figures
+from adapter_trainer.evaluation.stats import derangement, unigram_log_probs
+from adapter_trainer.evaluation.target_ce import (
     CEAccumulator,
-    EvalReport,
     average_runs,
-    derangement,
     gather_target_ce,
-    make_report,
     per_frame_sums,
-    per_set_figures,
     unigram_ce,
-    unigram_log_probs,
 )
+
+
+class EvalOverlapError(UserError, ValueError):
+    """Eval clips are also train clips, so the eval would not be held-out; the message names the fix."""
+
+
+def check_held_out(train_keys: Iterable[str], eval_keys: Iterable[str], *, allow_overlap: bool, where: str) -> int:
+    """Refuse eval clips whose keys are also train keys (unless `allow_overlap`). Returns the overlap count.
+
+    Args:
+        where: the shard sets / splits, for the message (e.g. "data.train_split='train' / data.eval_split='train'").
+    Raises:
+        EvalOverlapError: the splits overlap and `allow_overlap` is False.
+    """
+    eval_set = set(eval_keys)
+    overlap = sorted(set(train_keys) & eval_set)
+    eval_n = len(eval_set)
+    if overlap and not allow_overlap:
+        raise EvalOverlapError(
+            f"train/eval overlap: {len(overlap)} of {eval_n} eval clips are also train clips ({where}; first keys: "
+            f"{overlap[:5]}), so the eval would not be held-out. Fix: point data.eval_split (or the eval shard set) "
+            f"at clips disjoint from training, or pass data.allow_eval_overlap=true to run anyway (the report then "
+            f"says the check is NOT held-out)"
+        )
+    return len(overlap)
 
 
 def unigram_baseline(index: SplitIndex, n_codebooks: int, codebook_size: int, max_clips: int = 0) -> np.ndarray:

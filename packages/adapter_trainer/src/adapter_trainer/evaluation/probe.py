@@ -38,9 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adapter_trainer.data.shards import Clip, ShardFormatError, load_split, read_manifest
+from adapter_trainer.data.samples import Clip, load_split
+from adapter_trainer.data.shards import ShardFormatError, read_manifest
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
-from adapter_trainer.evaluation.learning_check import bootstrap_mean_ci, derangement
+from adapter_trainer.evaluation.stats import bootstrap_mean_ci, derangement
 
 # attribute -> (positive words, negative words or None = "absence is negative"); whole words / phrases, lowercase
 ATTRIBUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {

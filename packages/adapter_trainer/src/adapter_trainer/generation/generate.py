@@ -88,7 +88,8 @@ def check_uncond_trained(g: GenerateConfig, ckpt_dir: Path) -> None:
 
 def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
     """The run's checkpoint (generate.checkpoint under trainer.output_dir), refused unless its fingerprint matches."""
-    from adapter_trainer.data.shards import load_split, open_shard_sets
+    from adapter_trainer.data.samples import load_split
+    from adapter_trainer.data.shards import open_shard_sets
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
     from adapter_trainer.training.checkpoint import load_checkpoint, run_fingerprint
 
@@ -138,7 +139,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     to generation_stats.json."""
     from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
     from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
-    from adapter_trainer.model.mot import MoTKVCache
+    from adapter_trainer.model.kv_cache import MoTKVCache
     from adapter_trainer.training.device import autocast, check_precision, resolve_device
 
     g = cfg.generate

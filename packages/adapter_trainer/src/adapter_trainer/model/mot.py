@@ -1,6 +1,6 @@
 """Mixture-of-Transformers adapter: a frozen Llama whose audio positions get MusicGen's FFNs as experts.
 
-Per Llama layer l (names/shapes here are the contract with recipe.py):
+Per Llama layer l (names/shapes here are the contract with recipe.py; the layer itself is `layers.MoTLayer`):
 
     x ─ input_layernorm ─ q/k/v ─ RoPE ─ ONE attention over all positions ─ o ─────────────────────────────── + ─┐
     ┌───────────────────────────────────────────────────────────────────────────────────────────────────────┘
@@ -15,16 +15,13 @@ Attention (`MoTConfig.audio_attention`; text rows always use the frozen Llama's 
 Every position's key/value comes from its own modality's projections; one scaled_dot_product_attention runs over
 all positions (causal AND key padding), so the attention implementation the Llama was loaded with (eager/sdpa/...)
 does not matter and left or right padding both work. Positions (RoPE) are cumsum(attention_mask) - 1, as in HF
-generation. The call is shaped for the fused GPU kernels (`sdpa_mask`, `attend`, rules in `sdpa_kernels`): no mask
-at all (is_causal) when causal order alone is exact, which flash attention needs; otherwise an explicit mask, with
-grouped k/v where cuDNN runs (sm90, bf16) and k/v expanded to the query heads elsewhere, which the memory-efficient
-kernel takes (it rejects enable_gqa); the math kernel is only the fallback.
+generation. The call's shape for the fused kernels: `attention` (`sdpa_mask`, `attend`, rules in `sdpa_kernels`).
 
-Routing is index_select / index_copy over the flattened [B*S] positions: each MLP runs only on its own rows.
 At init the up adapters are zero (and LoRA / separate projections start equal to the Llama's), so the model
 equals the frozen LLM at every text position; text positions never depend on audio-side parameters.
 
-Generation: `forward_step` runs new positions against a `MoTKVCache` (per-layer keys/values of past positions).
+Rooms of this model, one concern each: `layers` (the MoT layer, its audio expert, CaptionCond), `attention`,
+`kv_cache` (generation: `forward_step` / `decode_step` run new positions against a `MoTKVCache`), `loss`.
 
 Inputs: tokens [B, S, J] combined-vocab ids (token_layout), is_audio [B, S]. Audio positions embed through one
 table over the audio range (K*C codes + START/END/PAD), summing the J slot embeddings (delay: J = K).
@@ -39,16 +36,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
-from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
-from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, n_slots, target_frames
-from adapter_trainer.model import sdpa_kernels
-from adapter_trainer.model.lora import LoRADelta
+from adapter_trainer.data.token_layout import AudioVocab, Batch, n_slots
+from adapter_trainer.model.attention import sdpa_mask
+from adapter_trainer.model.kv_cache import MoTKVCache
+from adapter_trainer.model.layers import AudioExpert, CaptionCond, MoTLayer
+from adapter_trainer.model.loss import LossOutput, compute_loss
 
 
 @dataclass
@@ -64,391 +61,11 @@ class MoTConfig:
     caption_cond_rank: int = 0  # > 0: CaptionCond per layer (the caption summary into audio rows); 0 = off
 
 
-@dataclass
-class LossOutput:
-    loss: torch.Tensor  # [] mean CE over all target tokens (codes + AUDIO_END), differentiable
-    ce_sum_per_codebook: torch.Tensor  # [K] float, summed CE over code targets of codebook k (detached)
-    count_per_codebook: torch.Tensor  # [K] long
-    ce_sum_per_example: torch.Tensor  # [B] float, summed CE over code targets (detached)
-    count_per_example: torch.Tensor  # [B] long
-    end_ce_sum: torch.Tensor  # [] AUDIO_END targets
-    end_count: torch.Tensor  # []
-    # [B, S, J] float, CE of the code target in each label cell, 0 where none (detached); with
-    # token_layout.target_frames it gives the CE per audio frame (the learning check's caption gain by position)
-    ce_per_target: torch.Tensor | None = None
-
-
 def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
     """Evenly spaced: m(l) = round(l * (M - 1) / (L - 1)); 16 -> 24 gives 0, 2, 3, 5, ..., 23."""
     if n_llm_layers == 1:
         return [0]
     return [round(l * (n_audio_layers - 1) / (n_llm_layers - 1)) for l in range(n_llm_layers)]
-
-
-class AudioExpert(nn.Module):
-    """Audio FFN of one MoT layer: RMSNorm(d_llm) -> down -> MusicGen FFN block -> up (zero init).
-
-    The MusicGen block (final_layer_norm, fc1, activation, fc2) is referenced, not copied: several
-    MoT layers may share one MusicGen layer when the LLM is deeper than the audio LM.
-    """
-
-    def __init__(
-        self, d_llm: int, d_audio: int, eps: float, musicgen_layer: nn.Module, norm_init: torch.Tensor
-    ) -> None:
-        super().__init__()
-        w = norm_init
-        self.norm = LlamaRMSNorm(d_llm, eps=eps).to(device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            self.norm.weight.copy_(norm_init)  # start from the LLM's own post-attention norm scale
-        self.down = nn.Linear(d_llm, d_audio, bias=False, device=w.device, dtype=w.dtype)
-        self.ffn_norm = musicgen_layer.final_layer_norm  # LayerNorm(d_audio), MusicGen's
-        self.fc1 = musicgen_layer.fc1  # d_audio -> ffn_dim
-        self.act = musicgen_layer.activation_fn
-        self.fc2 = musicgen_layer.fc2  # ffn_dim -> d_audio
-        self.up = nn.Linear(d_audio, d_llm, bias=False, device=w.device, dtype=w.dtype)
-        nn.init.zeros_(self.up.weight)  # the expert contributes exactly 0 at init
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h [N, d_llm] (audio rows, post-attention residual stream) -> update [N, d_llm]."""
-        a = self.down(self.norm(h))  # [N, d_audio]
-        a = self.fc2(self.act(self.fc1(self.ffn_norm(a))))  # [N, d_audio]
-        return self.up(a)  # [N, d_llm]
-
-
-class CaptionCond(nn.Module):
-    """The caption summary of one MoT layer into its audio rows: a rank-r map, up initialised to zero (so training
-    starts exactly from the model without it), like a conditioning vector added to MusicGen's input.
-
-    The summary is the mean over a row's text positions (BOS + caption) of the layer's input after the Llama layer's
-    own input norm: text rows are the frozen LLM's, so it is a fixed function of the caption, available to every
-    audio position at full strength from the first frame, whatever attention makes of the caption keys.
-    """
-
-    def __init__(self, d_llm: int, rank: int, ref: torch.Tensor) -> None:
-        super().__init__()
-        self.down = nn.Linear(d_llm, rank, bias=False, device=ref.device, dtype=ref.dtype)
-        self.up = nn.Linear(rank, d_llm, bias=False, device=ref.device, dtype=ref.dtype)
-        nn.init.zeros_(self.up.weight)
-
-    def forward(self, summary: torch.Tensor) -> torch.Tensor:
-        """summary [B, D] -> update [B, D] for the row's audio positions."""
-        return self.up(self.down(summary))  # [B, D]
-
-
-class MoTKVCache:
-    """Keys and values of every MoT layer for the positions seen so far (what `forward_step` returns and takes).
-
-    Preallocated and written in place, like transformers' `StaticCache`: `MoTKVCache.allocate(max_len)` reserves
-    room for max_len positions; layer l's buffers [B, n_kv_heads, capacity, head_dim] are made on its first
-    `update` (dtype and device of its keys), and each `update` writes the new positions at `seq_len` and returns
-    the filled views, so a decoding step copies only its own keys (growing by torch.cat copied the whole past
-    every step). `forward_step(cache=None)` returns a cache that is exactly full; if a cache runs out of room its
-    buffers double (an amortised copy, never per step).
-
-    keys[l], values[l]: [B, n_kv_heads, S_total, head_dim], layer l's keys after RoPE and values, before the GQA
-    repeat. S_total is the length of the attention_mask passed to the last `forward_step` (pads included: they
-    stay masked). Each position's key/value comes from its own modality's projections.
-    """
-
-    def __init__(self, keys: list[torch.Tensor] | None = None, values: list[torch.Tensor] | None = None) -> None:
-        """A full cache of the given per-layer keys/values [B, KV, S_total, hd] (or an empty one)."""
-        self._k, self._v = list(keys or []), list(values or [])  # per layer [B, KV, capacity, hd]
-        self._len = int(self._k[0].shape[2]) if self._k else 0
-        self.capacity = self._len
-        # layer -> (sum [B, D], count [B, 1]) of the normed text rows seen so far (caption_cond_rank > 0)
-        self.summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.has_pads = False  # a pad among the cached positions (set by forward_step; decode_step needs a mask)
-
-    @classmethod
-    def allocate(cls, max_len: int) -> MoTKVCache:
-        """An empty cache with room for `max_len` positions (buffers are made by each layer's first update)."""
-        cache = cls()
-        cache.capacity = int(max_len)
-        return cache
-
-    @property
-    def seq_len(self) -> int:
-        return self._len
-
-    @property
-    def keys(self) -> list[torch.Tensor]:
-        return [k[:, :, : self._len] for k in self._k]  # per layer [B, KV, S_total, hd]
-
-    @property
-    def values(self) -> list[torch.Tensor]:
-        return [v[:, :, : self._len] for v in self._v]
-
-    def layer(self, index: int) -> _LayerKV:
-        """Layer `index`'s handle, what MoTLayer.forward takes as `past`."""
-        return _LayerKV(self, index)
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write layer's new keys/values k, v [B, KV, S_new, hd] at seq_len -> filled views [B, KV, S_total + S_new, hd].
-
-        seq_len itself moves on in `advance`, once every layer has written the same new positions.
-        """
-        end = self._len + k.shape[2]
-        if layer == len(self._k):  # this layer's first write: make its buffers
-            shape = (k.shape[0], k.shape[1], max(self.capacity, end), k.shape[3])
-            self._k.append(k.new_empty(shape))  # [B, KV, capacity, hd]
-            self._v.append(v.new_empty(shape))
-        if end > self._k[layer].shape[2]:  # out of room: double (keeps appends amortised O(1))
-            grow = max(end, 2 * self._k[layer].shape[2]) - self._k[layer].shape[2]
-            pad = (0, 0, 0, grow)  # pads dim 2 (positions) at the end
-            self._k[layer] = F.pad(self._k[layer], pad)
-            self._v[layer] = F.pad(self._v[layer], pad)
-        self._k[layer][:, :, self._len : end] = k
-        self._v[layer][:, :, self._len : end] = v
-        self.capacity = max(self.capacity, self._k[layer].shape[2])
-        return self._k[layer][:, :, :end], self._v[layer][:, :, :end]  # [B, KV, S_total + S_new, hd]
-
-    def advance(self, n_new: int) -> MoTKVCache:
-        """Count the n_new positions every layer has just written (returns self)."""
-        self._len += int(n_new)
-        return self
-
-    def select(self, batch_idx: torch.Tensor) -> MoTKVCache:
-        """Rows batch_idx [B'] of the batch (reorder, repeat for sampling several continuations, drop finished)."""
-        out = MoTKVCache()
-        out._k = [k.index_select(0, batch_idx) for k in self._k]  # [B', n_kv, capacity, hd]
-        out._v = [v.index_select(0, batch_idx) for v in self._v]
-        out._len, out.capacity, out.has_pads = self._len, self.capacity, self.has_pads
-        out.summaries = {
-            l: (s.index_select(0, batch_idx), n.index_select(0, batch_idx)) for l, (s, n) in self.summaries.items()
-        }  # [B', D], [B', 1]
-        return out
-
-
-@dataclass
-class _LayerKV:
-    """One layer's view of a MoTKVCache: `update(k, v)` writes there and returns the filled keys/values."""
-
-    cache: MoTKVCache
-    index: int
-
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cache.update(self.index, k, v)
-
-
-def attention_mask_4d(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
-    """attention_mask [B, S_k] bool (True = real token) -> allowed [B, 1, S_new, S_k] for the last n_new queries.
-
-    Query i (absolute position S_k - n_new + i) sees key j when j <= i (causal) and key j is real (padding).
-    Each query also sees itself, so a pad query is never fully masked (a fully masked row would make sdpa return
-    NaN, and NaN values leak through zero attention weights). Hand-written: transformers' create_causal_mask needs
-    a model config and cache objects; this is four lines.
-    """
-    S_k = attention_mask.shape[1]
-    q_pos = torch.arange(S_k - n_new, S_k, device=attention_mask.device)[:, None]  # [S_new, 1]
-    k_pos = torch.arange(S_k, device=attention_mask.device)[None]  # [1, S_k]
-    allowed = (k_pos <= q_pos)[None] & attention_mask[:, None, :].bool()  # [B, S_new, S_k]
-    return (allowed | (k_pos == q_pos)[None])[:, None]  # [B, 1, S_new, S_k]
-
-
-def sdpa_mask(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor | None:
-    """attention_mask [B, S_k] bool (True = real) -> attn_mask [B, 1, n_new, S_k] for `attend`, or None.
-
-    None means causal order alone is exact, so sdpa can run without a mask (flash attention takes none):
-      - no past (n_new == S_k) and no row has a pad before a real token (right padding or none): a real query i
-        sees keys j <= i, all real. Pad queries see earlier pads too, unlike attention_mask_4d; their outputs are
-        never read by a real position (every later query of the row is a pad) and carry no loss target.
-      - one new query against a cache (n_new == 1) and no pad anywhere: it sees every key.
-    Otherwise attention_mask_4d's explicit mask (left padding, pads inside a cache, several new queries after a
-    past: sdpa's is_causal aligns the triangle top-left, which is wrong when n_new < S_k). One host sync per call.
-    """
-    S_k = attention_mask.shape[1]
-    m = attention_mask.bool()
-    if n_new == S_k and not bool((m[:, 1:] & ~m[:, :-1]).any()):  # no real token right after a pad
-        return None
-    if n_new == 1 and bool(m.all()):
-        return None
-    return attention_mask_4d(m, n_new)  # [B, 1, n_new, S_k]
-
-
-def _flash_takes_it(q: torch.Tensor) -> bool:
-    """Whether a maskless call can keep grouped k/v (enable_gqa): fp16/bf16 compute (q's dtype, or autocast's) on
-    CUDA sm80+ or CPU, whose flash kernels take it. Elsewhere (fp32, older GPUs, MPS) k/v are expanded so the
-    memory-efficient kernel, which rejects enable_gqa, stays reachable."""
-    dev = q.device.type
-    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else q.dtype
-    if dtype not in (torch.float16, torch.bfloat16):
-        return False
-    return dev == "cpu" or (dev == "cuda" and torch.cuda.get_device_capability(q.device) >= (8, 0))
-
-
-def _cudnn_takes_grouped(q, k, v, allowed, is_causal: bool, dropout_p: float) -> bool:
-    """Whether CUDA would run this call with grouped k/v (enable_gqa) on cuDNN (sdpa_kernels' replay of torch's
-    rules; host-side queries only). False off CUDA, so CPU keeps its calls."""
-    if q.device.type != "cuda":
-        return False
-    call = sdpa_kernels.Call.of(q, k, v, allowed, dropout_p, is_causal, enable_gqa=True)
-    return sdpa_kernels.expected_kernel(call, sdpa_kernels.cuda_device(q.device)) == "cudnn"
-
-
-def attend(
-    q: torch.Tensor,  # [B, H, S, hd]
-    k: torch.Tensor,  # [B, KV, S_k, hd]
-    v: torch.Tensor,  # [B, KV, S_k, hd]
-    allowed: torch.Tensor | None,  # [B, 1, S, S_k] bool, or None (sdpa_mask)
-    scale: float,
-    dropout_p: float = 0.0,
-) -> torch.Tensor:
-    """Scaled dot-product attention with grouped k/v heads, in the form the fused kernels accept -> [B, H, S, hd].
-
-    Kernel eligibility (torch 2.11's sdp_utils, restated in sdpa_kernels): flash takes no attn_mask and needs
-    fp16/bf16 but takes enable_gqa; cuDNN (first on sm90) takes a mask and enable_gqa but needs fp16/bf16;
-    memory-efficient takes a mask but not enable_gqa. So k/v are expanded to the H query heads (as transformers'
-    repeat_kv) unless there is no mask and flash can run (`_flash_takes_it`), or a mask and cuDNN runs
-    (`_cudnn_takes_grouped`), with enable_gqa and the un-expanded k/v. One query (S == 1, a decoding step) with grouped heads folds each group into the query axis
-    instead, so the cache's k/v are read in place. allowed=None means causal (S == S_k) or one query seeing every key
-    (S == 1).
-    """
-    S, S_k = q.shape[2], k.shape[2]
-    if allowed is None and S not in (1, S_k):
-        raise ValueError(f"attend without a mask needs S == S_k or S == 1 (got S={S}, S_k={S_k}); pass sdpa_mask's")
-    is_causal = allowed is None and S > 1
-    if allowed is None and _flash_takes_it(q):
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
-        )  # [B, H, S, hd]
-    B, H, _, hd = q.shape
-    KV = k.shape[1]
-    rep = H // KV
-    if rep > 1 and S > 1 and _cudnn_takes_grouped(q, k, v, allowed, is_causal, dropout_p):
-        # A mask and half precision on a GPU where cuDNN runs first (sm90: H100): cuDNN takes enable_gqa, so the
-        # k/v stay grouped (the x4 expansion exists for the memory-efficient kernel, which rejects enable_gqa).
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=allowed, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
-        )  # [B, H, S, hd]
-    if S == 1 and rep > 1:
-        # One query (a decoding step): fold each group's query heads into the query axis, so k/v stay the cache's
-        # own buffers (expanding them would copy the whole past every step, H/KV times what torch.cat copied).
-        # Query head h reads k/v head h // rep, as repeat_interleave pairs them; the mask [B, 1, 1, S_k] broadcasts.
-        o = F.scaled_dot_product_attention(
-            q.reshape(B, KV, rep, hd), k, v, attn_mask=allowed, scale=scale, dropout_p=dropout_p
-        )  # [B, KV, rep, hd]
-        return o.reshape(B, H, 1, hd)  # [B, KV, rep, hd] -> [B, H, 1, hd]
-    if rep > 1:  # MHA (rep 1) has nothing to expand: repeat_interleave(1) would copy the whole cache
-        k = k.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
-        v = v.repeat_interleave(rep, dim=1)  # [B, KV, S_k, hd] -> [B, H, S_k, hd]
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=allowed, is_causal=is_causal, scale=scale, dropout_p=dropout_p
-    )  # [B, H, S, hd]
-
-
-class MoTLayer(nn.Module):
-    """One Llama decoder layer with a second (audio) FFN path and modality-routed attention projections.
-
-    Args:
-        llm_layer: LlamaDecoderLayer (frozen); its input_layernorm, q/k/v/o, post_attention_layernorm and MLP serve
-            text rows (and audio rows under audio_attention="shared"/"lora").
-        expert: the audio FFN path.
-        audio_attention: "shared" | "lora" | "separate" (module docstring).
-    """
-
-    def __init__(
-        self, llm_layer: nn.Module, expert: AudioExpert, audio_attention: str, lora_rank: int, lora_alpha: float
-    ) -> None:
-        super().__init__()
-        self.llm_layer = llm_layer
-        self.audio = expert
-        self.audio_attention = audio_attention
-        attn = llm_layer.self_attn
-        self.head_dim, self.scaling = attn.head_dim, attn.scaling
-        w = attn.q_proj.weight
-        if audio_attention == "lora":
-            self.audio_lora = nn.ModuleDict(
-                {
-                    name: LoRADelta(
-                        getattr(attn, name).in_features, getattr(attn, name).out_features, lora_rank, lora_alpha, w
-                    )
-                    for name in ("q_proj", "v_proj")
-                }
-            )
-        elif audio_attention == "separate":
-            # Copies of the Llama layer's norm and projections: the audio rows start exactly as under "shared".
-            self.audio_attn = nn.ModuleDict(
-                {
-                    "input_layernorm": copy.deepcopy(llm_layer.input_layernorm),
-                    **{name: copy.deepcopy(getattr(attn, name)) for name in ("q_proj", "k_proj", "v_proj", "o_proj")},
-                }
-            ).requires_grad_(True)
-
-    def _qkv(self, flat: torch.Tensor, idx_text: torch.Tensor, idx_audio: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """flat [B*S, D] residual stream -> q [B*S, H*hd], k, v [B*S, KV*hd], each row from its modality's weights."""
-        layer, attn = self.llm_layer, self.llm_layer.self_attn
-        if self.audio_attention != "separate":
-            x = layer.input_layernorm(flat)  # [B*S, D]
-            q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)  # [B*S, H*hd], [B*S, KV*hd] x2
-            if self.audio_attention == "lora" and idx_audio.numel():
-                xa = x.index_select(0, idx_audio)  # [N_audio, D]
-                q = q.index_add(0, idx_audio, self.audio_lora["q_proj"](xa).to(q.dtype))  # audio rows only
-                v = v.index_add(0, idx_audio, self.audio_lora["v_proj"](xa).to(v.dtype))
-            return q, k, v
-        a = self.audio_attn
-        xt = layer.input_layernorm(flat.index_select(0, idx_text))  # [N_text, D]
-        xa = a["input_layernorm"](flat.index_select(0, idx_audio))  # [N_audio, D]
-        return tuple(
-            self._route(getattr(attn, name)(xt), a[name](xa), flat.shape[0], idx_text, idx_audio)
-            for name in ("q_proj", "k_proj", "v_proj")
-        )
-
-    @staticmethod
-    def _route(
-        yt: torch.Tensor, ya: torch.Tensor, n: int, idx_text: torch.Tensor, idx_audio: torch.Tensor
-    ) -> torch.Tensor:
-        """Text rows yt [N_text, F] and audio rows ya [N_audio, F] -> [n, F] in position order."""
-        out = yt.new_zeros(n, yt.shape[1])  # [B*S, F]
-        return out.index_copy(0, idx_text, yt).index_copy(0, idx_audio, ya.to(yt.dtype))  # [B*S, F]
-
-    def forward(
-        self,
-        h: torch.Tensor,  # [B, S, D]
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [B, S, head_dim]
-        idx_text: torch.Tensor,  # [N_text] rows of the flattened [B*S]
-        idx_audio: torch.Tensor,  # [N_audio]
-        allowed: torch.Tensor | None,  # [B, 1, S, S_past + S] bool, or None = causal order suffices (sdpa_mask)
-        past: _LayerKV | None = None,  # this layer's MoTKVCache handle (keys, values [B, KV, S_past, hd])
-        keep_kv: bool = True,  # False: return no keys/values (training: nothing caches them)
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
-        """-> (h [B, S, D], (keys, values) [B, KV, S_past + S, hd] for the cache, or None when not keep_kv)."""
-        layer, attn = self.llm_layer, self.llm_layer.self_attn
-        B, S, D = h.shape
-        hd = self.head_dim
-        flat = h.reshape(B * S, D)  # [B, S, D] -> [B*S, D]
-        q, k, v = self._qkv(flat, idx_text, idx_audio)  # [B*S, H*hd], [B*S, KV*hd], [B*S, KV*hd]
-        q = q.view(B, S, -1, hd).transpose(1, 2)  # [B*S, H*hd] -> [B, H, S, hd]
-        k = k.view(B, S, -1, hd).transpose(1, 2)  # [B*S, KV*hd] -> [B, KV, S, hd]
-        v = v.view(B, S, -1, hd).transpose(1, 2)  # [B, KV, S, hd]
-        cos, sin = position_embeddings
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [B, H, S, hd], [B, KV, S, hd]
-        # cos/sin are in the towers' dtype (fp32 under bf16 autocast) and promote q and k: back to v's (the compute
-        # dtype), so the cache stores K as V and sdpa gets one dtype (autocast made this same cast in every call,
-        # re-casting the whole cached K every layer every step). A no-op without autocast.
-        q, k = q.to(v.dtype), k.to(v.dtype)
-        if past is not None:
-            k, v = past.update(k, v)  # [B, KV, S_past + S, hd], written in place into the cache
-        o = attend(q, k, v, allowed, self.scaling, attn.attention_dropout if self.training else 0.0)  # [B, H, S, hd]
-        o = o.transpose(1, 2).reshape(B * S, -1)  # [B, H, S, hd] -> [B*S, H*hd]
-        if self.audio_attention == "separate":
-            o = self._route(
-                attn.o_proj(o.index_select(0, idx_text)),
-                self.audio_attn["o_proj"](o.index_select(0, idx_audio)),
-                B * S,
-                idx_text,
-                idx_audio,
-            )  # [B*S, D]
-        else:
-            o = attn.o_proj(o)  # [B*S, D]
-        flat = flat + o.to(flat.dtype)  # [B*S, D]
-        delta = torch.zeros_like(flat)  # [B*S, D]
-        if idx_text.numel():
-            t = flat.index_select(0, idx_text)  # [N_text, D]
-            delta = delta.index_copy(0, idx_text, layer.mlp(layer.post_attention_layernorm(t)).to(flat.dtype))
-        if idx_audio.numel():
-            a = flat.index_select(0, idx_audio)  # [N_audio, D]
-            delta = delta.index_copy(0, idx_audio, self.audio(a).to(flat.dtype))
-        return (flat + delta).reshape(B, S, D), ((k, v) if keep_kv else None)  # [B*S, D] -> [B, S, D]
 
 
 class MoTAdapterModel(nn.Module):
@@ -818,85 +435,9 @@ class MoTAdapterModel(nn.Module):
         return out.index_copy(0, idx_audio, logits_a).reshape(B, S, self.n_heads, self.head_size)  # [B, S, H, size]
 
     # --------------------------------------------------------------------------------------------- loss
-    def local_targets(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Global label ids [..., J] -> (head-local targets [..., J] with IGNORE_INDEX kept, codebook [..., J]).
-
-        codebook is k for code targets, -1 for AUDIO_END and ignored targets.
-        """
-        V, C, K = self.vocab.text_vocab_size, self.vocab.codebook_size, self.vocab.n_codebooks
-        rel = labels - V  # [..., J]
-        is_end = labels == self.vocab.audio_end
-        is_code = (rel >= 0) & (rel < K * C)
-        ignored = labels == IGNORE_INDEX
-        if bool((~(is_end | is_code | ignored)).any()):
-            raise ValueError("labels must be code ids, AUDIO_END or IGNORE_INDEX (text/START/PAD never are targets)")
-        book = torch.where(is_code, rel // C, torch.full_like(rel, -1))  # [..., J]
-        if self.pattern == "delay":
-            slot = torch.arange(K, device=labels.device)
-            if bool((is_code & (book != slot)).any()):
-                raise ValueError("delay labels: slot k must hold codes of codebook k (see token_layout.DelayPattern)")
-            local = torch.where(is_code, rel - book * C, torch.full_like(rel, C))  # [..., K]; END -> C
-        else:
-            local = torch.where(is_code, rel, torch.full_like(rel, K * C))  # [..., 1]; END -> K*C
-        local = torch.where(ignored, torch.full_like(local, IGNORE_INDEX), local)
-        return local, book
-
-    def compute_loss(self, batch) -> LossOutput:
-        """CE over code and AUDIO_END targets of a token_layout.Batch (tokens/labels [B, S, J], is_audio [B, S]).
-
-        Heads run only on positions that have a target, so text positions never produce logits.
-        """
-        tokens, is_audio, labels = batch.tokens, batch.is_audio, batch.labels
-        B, S, J = labels.shape
-        K = self.vocab.n_codebooks
-        # The loss mask is the audio positions: a label at a text position (token_layout never writes one) is ignored.
-        labels = torch.where(is_audio[..., None], labels, torch.full_like(labels, IGNORE_INDEX))  # [B, S, J]
-        has_label = (labels != IGNORE_INDEX).any(-1)  # [B, S]
-        h = self.hidden_states(tokens, is_audio, batch.attention_mask)  # [B, S, D]
-        idx = has_label.reshape(-1).nonzero().squeeze(1)  # [N]
-        logits = self.audio_logits(h.reshape(B * S, -1).index_select(0, idx)).float()  # [N, H, size]
-        local, book = self.local_targets(labels.reshape(B * S, J).index_select(0, idx))  # [N, J], [N, J]
-        ce = F.cross_entropy(
-            logits.reshape(-1, self.head_size), local.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
-        ).reshape(local.shape)  # [N*J] -> [N, J]
-        valid = local != IGNORE_INDEX  # [N, J]
-        is_code = book >= 0  # [N, J]
-        is_end = valid & ~is_code
-        n_valid = valid.sum()
-        n_early, w_early = self.early_frame_weight
-        if n_early > 0 and w_early != 1.0:  # weigh the codes of each window's first n_early frames w_early times
-            frames = target_frames(tokens, labels, vocab=self.vocab, pattern=self.pattern)  # [B, S, J]
-            frames = frames.reshape(B * S, J).index_select(0, idx)  # [N, J]
-            early = (frames >= 0) & (frames < n_early)  # [N, J]
-            ce_w = ce * torch.where(early, torch.full_like(ce, w_early), torch.ones_like(ce))  # [N, J]
-        else:
-            ce_w = ce
-        # [] summed (weighted) CE / number of targets (0 with a graph when there is no target); plain CE by default
-        loss = (ce_w * valid).sum() / n_valid.clamp(min=1)
-
-        ce_d = ce.detach()
-        example = (idx // S)[:, None].expand_as(book)  # [N, J] batch row of each target
-        ce_book = torch.zeros(K, device=ce.device).index_add(0, book[is_code], ce_d[is_code])  # [K]
-        n_book = torch.zeros(K, dtype=torch.long, device=ce.device).index_add(
-            0, book[is_code], torch.ones_like(book[is_code])
-        )
-        ce_ex = torch.zeros(B, device=ce.device).index_add(0, example[is_code], ce_d[is_code])  # [B]
-        n_ex = torch.zeros(B, dtype=torch.long, device=ce.device).index_add(
-            0, example[is_code], torch.ones_like(book[is_code])
-        )
-        ce_cells = torch.zeros(B * S, J, device=ce.device).index_copy(
-            0, idx, torch.where(is_code, ce_d, torch.zeros_like(ce_d))
-        )  # [B*S, J]
-        return LossOutput(
-            loss=loss,
-            ce_sum_per_codebook=ce_book,
-            count_per_codebook=n_book,
-            ce_sum_per_example=ce_ex,
-            count_per_example=n_ex,
-            end_ce_sum=ce_d[is_end].sum(),
-            end_count=is_end.sum(),
-            ce_per_target=ce_cells.reshape(B, S, J),  # [B*S, J] -> [B, S, J]
-        )
+    def compute_loss(self, batch: Batch) -> LossOutput:
+        """CE over the audio targets of a token_layout.Batch (`loss.compute_loss`: heads run only where a target is)."""
+        return compute_loss(self, batch)
 
     def train(self, mode: bool = True) -> MoTAdapterModel:
         """Train mode for the trainable modules only: frozen modules (the Llama and the referenced MusicGen blocks)

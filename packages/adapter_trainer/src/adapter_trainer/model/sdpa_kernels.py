@@ -1,7 +1,7 @@
 """Which scaled_dot_product_attention kernel CUDA runs for a call: torch 2.11's rules, replayed on the host.
 
 A transcription of `select_sdp_backend` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.11) for the
-dense calls `mot.attend` makes; its checks need a CUDA device (`torch.backends.cuda.can_use_*` stop at "All tensors
+dense calls `attention.attend` makes; its checks need a CUDA device (`torch.backends.cuda.can_use_*` stop at "All tensors
 need to be on cuda device"), so they are restated here and tested on CPU, and `make bench-gpu` compares them with
 the kernel the profiler saw. The rules that matter here:
 

@@ -6,7 +6,8 @@ from collections.abc import Iterator, Sequence
 
 from adapter_trainer.config import ConfigError, DataConfig, TrainConfig, shard_paths, shard_weights
 from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
-from adapter_trainer.data.shards import ShardSet, SplitIndex
+from adapter_trainer.data.shards import ShardSet
+from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, train_loader
 from adapter_trainer.data.token_layout import AudioVocab, Batch
 from adapter_trainer.training.checkpoint import TrainingProgress

@@ -7,7 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from adapter_trainer.evaluation.learning_check import EvalReport, learning_check_summary, learning_check_text
+from adapter_trainer.evaluation.learning_check import learning_check_summary, learning_check_text
+from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training.checkpoint import TrainingProgress
 from adapter_trainer.training.metric_logging import finite_or_none
 from adapter_trainer.training.plots import plot_caption_gain_by_frame, plot_loss_curve

@@ -8,7 +8,7 @@ It reads ONLY shard sets (docs/shard-format.md): batches are plain integer tenso
 this process never builds a codec nor imports tokenizer_pipeline (what cured the original "Trying to backward
 through the graph a second time": codes used to come out of a live codec graph). The library it stands on:
     model.builders.build_mot_model    frozen towers + adapter, fp32 master weights (shared with generation)
-    data.shards, data.streaming       header-only shard index; DataLoader workers read, crop and collate
+    data.split_index, data.streaming  header-only shard index; DataLoader workers read, crop and collate
     data.mixture                      the example order of a weighted mixture of shard sets
     training.data_setup               the example spec, order and resumed loader the recipe builds from the config
     training.step                     forward + backward of one accumulation window (target-weighted loss)
@@ -18,8 +18,9 @@ through the graph a second time": codes used to come out of a live codec graph).
     training.distributed              torchrun: the one-process example order, trainable gradients summed
     training.metric_logging, plots    metrics.jsonl + TensorBoard, the loss-curve PNG
     training.final_report             final_metrics.json, the PNGs, the printed learning check and summary
-    evaluation.held_out               held-out scoring: true vs deranged captions, the unigram baseline
-    evaluation.learning_check         bootstrap intervals, the report and its targets
+    evaluation.held_out               the train/eval overlap refusal; held-out scoring: true vs deranged captions
+    evaluation.report, stats          the report: CE vs the unigram baseline, caption gain, bootstrap intervals
+    evaluation.learning_check         the report's target, its final_metrics.json block and printed block
 
 Raises:
     ConfigError: a config value cannot work here (missing device, fp16 off CUDA, missing model dir); names the fix.
@@ -43,11 +44,12 @@ from tqdm import tqdm
 
 from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, shard_paths
 from adapter_trainer.data.mixture import MixtureOrder
-from adapter_trainer.data.shards import SplitIndex, build_index, open_shard_sets
+from adapter_trainer.data.shards import open_shard_sets
+from adapter_trainer.data.split_index import SplitIndex, build_index
 from adapter_trainer.data.streaming import TrainBatches, default_num_workers, distinct_texts
 from adapter_trainer.data.token_layout import Batch
-from adapter_trainer.evaluation.held_out import HeldOutEval, unigram_baseline
-from adapter_trainer.evaluation.learning_check import EvalReport, check_held_out
+from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
+from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint
 from adapter_trainer.training.data_setup import eval_set_spans, example_spec, resumed_batches, train_order
 from adapter_trainer.training.device import autocast, check_precision, resolve_device
@@ -60,7 +62,8 @@ from adapter_trainer.training.step import (
     backward_window,
     batch_facts,
     check_plain_integer_batch,
-    count_targets,
+    sum_step_figures,
+    window_targets,
     windows_with_end,
 )
 
@@ -310,11 +313,7 @@ class MoTAdapterRecipe:
             # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
             # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
             window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
-            # [] this rank's targets in the window, then all ranks'
-            n_local = torch.tensor(
-                float(sum(map(count_targets, window_batches))), dtype=torch.float64, device=self.device
-            )
-            n_window = int(self.dist.all_reduce_sum(n_local).item())  # [] all ranks' targets in the window
+            n_window = window_targets(window_batches, self.dist, self.device)  # all ranks' targets in the window
             window = backward_window(
                 model,
                 window_batches,
@@ -323,17 +322,12 @@ class MoTAdapterRecipe:
                 n_window=n_window,
                 step=self.progress.step + 1,
             )
-            loss_acc, n_tok_step = window.loss, window.n_tokens
-            ce_k, n_k = window.ce_sum_per_codebook, window.count_per_codebook  # [K] float64, [K] long
             self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
-            windows, end_windows = self.step_windows, self.step_end_windows  # this rank's, this step
+            # logged figures over all ranks (one small all-reduce per step): loss, tokens, windows, [K] CE sums
+            loss_acc, n_tok_step, windows, end_windows, ce_k, n_k = sum_step_figures(
+                window, self.step_windows, self.step_end_windows, self.dist, self.device
+            )
             self.step_windows, self.step_end_windows = 0, 0
-            if self.dist.is_distributed:  # logged figures over all ranks (one small all-reduce per step)
-                head = torch.tensor([loss_acc, n_tok_step, windows, end_windows], dtype=torch.float64)
-                stats = torch.cat([head, ce_k, n_k.double()])
-                stats = self.dist.all_reduce_sum(stats.to(self.device)).cpu()  # [4 + 2K]
-                loss_acc, (n_tok_step, windows, end_windows) = float(stats[0]), stats[1:4].long().tolist()
-                ce_k, n_k = stats[4 : 4 + K], stats[4 + K :].long()
             tokens_log += n_tok_step
             self.progress.tokens_seen += n_tok_step
             self.progress.train_windows += windows
@@ -373,12 +367,7 @@ class MoTAdapterRecipe:
                 t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0
             if cfg.eval_every and step % cfg.eval_every == 0:
                 self.last_eval = self.evaluate()  # every rank scores its share; all get the gathered report
-                self.log_eval(self.last_eval, step)
-                if self.dist.is_main:
-                    tqdm.write(
-                        f"step {step}: eval CE {self.last_eval.ce:.4f} (unigram {self.last_eval.unigram_ce:.4f}), "
-                        f"caption gain {self.last_eval.caption_gain:+.4f}"
-                    )
+                self.log_eval(self.last_eval, step, announce=True)
             if cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 if self.dist.is_main:
                     path = self.save_checkpoint()
@@ -422,10 +411,15 @@ class MoTAdapterRecipe:
         report.train_counted_from_step = p.counted_from_step
         return report
 
-    def log_eval(self, r: EvalReport, step: int) -> None:
-        """The report's scalars (metrics.jsonl, TensorBoard) and its caption-gain-by-frame curve (TensorBoard)."""
+    def log_eval(self, r: EvalReport, step: int, *, announce: bool = False) -> None:
+        """The report's scalars (metrics.jsonl, TensorBoard), its caption-gain-by-frame curve (TensorBoard) and, with
+        announce, one line on rank 0's console (an eval during training; the final one is the learning check)."""
         self.logger.log_dict(r.scalars(), step)
         self.logger.log_curve("eval/caption_gain_by_frame", r.caption_gain_by_frame, step)
+        if announce and self.dist.is_main:
+            tqdm.write(
+                f"step {step}: eval CE {r.ce:.4f} (unigram {r.unigram_ce:.4f}), caption gain {r.caption_gain:+.4f}"
+            )
 
     # ---------------------------------------------------------------------------------------------- cleanup
     def cleanup(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from adapter_trainer.data.token_layout import IGNORE_INDEX, Batch
+from adapter_trainer.training.distributed import RankInfo
 
 
 def batch_facts(batch: Batch) -> dict[str, dict[str, Any]]:
@@ -51,6 +52,13 @@ def windows_with_end(batch: Batch, end_id: int) -> int:
     Call it on the loader's CPU batch: the count then costs no device sync."""
     is_end = (batch.labels == end_id) & batch.is_audio[..., None]  # [B, S, J]
     return int(is_end.flatten(1).any(dim=1).sum())  # [B] -> []
+
+
+def window_targets(batches: list[Batch], dist: RankInfo, device: torch.device) -> int:
+    """The targets of an accumulation window summed over ranks: the loss's normaliser (`backward_window`'s n_window),
+    so the summed gradients are exactly those of one process's big batch."""
+    n_local = torch.tensor(float(sum(map(count_targets, batches))), dtype=torch.float64, device=device)  # []
+    return int(dist.all_reduce_sum(n_local).item())
 
 
 @dataclass
@@ -105,3 +113,20 @@ def backward_window(
     return WindowStats(
         loss=loss_sum, n_targets=n_window, ce_sum_per_codebook=ce_k, count_per_codebook=n_k, n_tokens=n_tok
     )
+
+
+def sum_step_figures(
+    window: WindowStats, windows: int, end_windows: int, dist: RankInfo, device: torch.device
+) -> tuple[float, int, int, int, torch.Tensor, torch.Tensor]:
+    """One step's logged figures summed over ranks (one small all-reduce; as they are in one process).
+
+    Returns (loss, input tokens, windows, windows with an AUDIO_END target, CE sums [K] float64, counts [K] long).
+    """
+    ce_k, n_k = window.ce_sum_per_codebook, window.count_per_codebook  # [K] float64, [K] long
+    if not dist.is_distributed:
+        return window.loss, window.n_tokens, windows, end_windows, ce_k, n_k
+    K = ce_k.numel()
+    head = torch.tensor([window.loss, window.n_tokens, windows, end_windows], dtype=torch.float64)
+    stats = dist.all_reduce_sum(torch.cat([head, ce_k, n_k.double()]).to(device)).cpu()  # [4 + 2K]
+    n_tok, windows, end_windows = stats[1:4].long().tolist()
+    return float(stats[0]), n_tok, windows, end_windows, stats[4 : 4 + K], stats[4 + K :].long()

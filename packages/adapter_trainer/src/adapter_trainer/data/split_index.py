@@ -1,0 +1,188 @@
+"""The split index: where each clip of a split lives, from the tar headers only, with an on-disk cache.
+
+Memory: the recipe never holds a split's codes. `build_index` scans only the tar HEADERS (each member's name,
+size and `offset_data`; no payload is read) and keeps a `SplitIndex` of ~40 bytes per clip in numpy arrays;
+`ClipReader.read(i)` (adapter_trainer.data.clip_reader) then seeks to one clip's two members and decodes them with
+the same checks. DataLoader workers read, crop, tokenize and collate (adapter_trainer.data.streaming).
+
+Why random access by member offsets rather than shard-level shuffling with a shuffle buffer: the recipe's
+order is a seeded permutation of ALL clips per epoch, so resume is one integer and 1 process x batch 8 sees
+exactly the examples of 2 ranks x batch 4 (each rank reads its own slice of each global batch, whatever the
+number of shards: no nodesplitter, no hang with fewer shards than ranks x workers). A shuffle buffer would
+change the order (and the learning curve) with the buffer size, the number of shards per rank and the
+workers, and makes exact resume a buffer snapshot. The cost is one seek per clip, which on local disk
+(page cache or SSD) is far below a training step (see trainer_data_wait_fraction in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from adapter_trainer.data.samples import ALLOWED_MEMBERS, CODES_MEMBER, JSON_MEMBER, check_member
+from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet, verify_files
+
+
+@dataclass(frozen=True)
+class SplitIndex:
+    """Where each clip of one split lives, across shard sets (in data.shards order, shard order, tar order).
+
+    Numpy arrays only (no per-clip Python objects): ~40 bytes per clip with 11-character ytids, so a million
+    clips cost ~40 MB per rank, not the ~5 GB of keeping the codes.
+    """
+
+    shard_paths: tuple[str, ...]  # tar paths; `shard` below indexes into this
+    shard: np.ndarray  # [N] int32
+    codes_offset: np.ndarray  # [N] int64 byte offset of <key>.codes.npy's payload in its tar
+    codes_size: np.ndarray  # [N] int32 payload bytes
+    json_offset: np.ndarray  # [N] int64
+    json_size: np.ndarray  # [N] int32
+    keys: np.ndarray  # [N] fixed-width bytes (ytid, ASCII)
+    n_codebooks: int  # K, for the decode checks
+    codebook_size: int  # C
+
+    def __len__(self) -> int:
+        return int(self.shard.shape[0])
+
+    def key(self, i: int) -> str:
+        return self.keys[i].decode("ascii")
+
+    def nbytes(self) -> int:
+        """Resident bytes of the per-clip arrays (the part that grows with the corpus)."""
+        return sum(
+            a.nbytes
+            for a in (self.shard, self.codes_offset, self.codes_size, self.json_offset, self.json_size, self.keys)
+        )
+
+
+_SCAN_FIELDS = ("keys", "codes_offset", "codes_size", "json_offset", "json_size")
+
+
+def scan_shard(path: Path) -> dict[str, np.ndarray]:
+    """Tar headers only -> {keys, codes_offset, codes_size, json_offset, json_size} ([n] arrays, tar order).
+
+    Every member must be a regular file `<key>.codes.npy` / `<key>.json`, and every key must have both.
+    `tarfile` seeks over payloads when iterating a seekable file, so only 512-byte header blocks are read.
+    """
+    found: dict[str, dict[str, tuple[int, int]]] = {}
+    with tarfile.open(path, "r:") as tar:  # "r:" = uncompressed tar: offsets are file offsets
+        for m in tar:
+            key, member = check_member(m, path)
+            members = found.setdefault(key, {})
+            if member in members:
+                raise ShardFormatError(f"{path}: member {m.name!r} appears twice; regenerate the shard")
+            members[member] = (m.offset_data, m.size)
+    for key, members in found.items():
+        if set(members) != ALLOWED_MEMBERS:
+            raise ShardFormatError(
+                f"{path}: sample {key!r} has members {sorted(members)}, expected both {key}.codes.npy and "
+                f"{key}.json (docs/shard-format.md); regenerate the shard"
+            )
+        if not key.isascii():
+            raise ShardFormatError(f"{path}: sample key {key!r} is not ASCII; MusicCaps keys are ytids")
+    vals = list(found.values())
+    return {
+        "keys": np.array([k.encode("ascii") for k in found], dtype=np.bytes_) if found else np.zeros(0, "S1"),
+        "codes_offset": np.array([v[CODES_MEMBER][0] for v in vals], dtype=np.int64),
+        "codes_size": np.array([v[CODES_MEMBER][1] for v in vals], dtype=np.int32),
+        "json_offset": np.array([v[JSON_MEMBER][0] for v in vals], dtype=np.int64),
+        "json_size": np.array([v[JSON_MEMBER][1] for v in vals], dtype=np.int32),
+    }
+
+
+def default_index_cache() -> Path | None:
+    """Where per-shard header scans are cached: $ADAPTER_TRAINER_INDEX_CACHE ("" = off), else
+    $XDG_CACHE_HOME/adapter_trainer/shard-index (~/.cache/... by default)."""
+    import os
+
+    env = os.environ.get("ADAPTER_TRAINER_INDEX_CACHE")
+    if env is not None:
+        return Path(env).expanduser() if env else None
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "adapter_trainer" / "shard-index"
+
+
+def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]:
+    """scan_shard, cached under `cache` by the shard's manifest sha256 + size (the shard's content identity).
+
+    The header scan costs ~0.1-0.3 ms per member in Python's tarfile (seconds for 100k clips); the cache
+    makes a restart cost one small .npz read per shard. Written atomically (temp + rename), so concurrent
+    ranks on one node can share it.
+    """
+    if cache is None:
+        return scan_shard(entry.tar)
+    f = cache / f"{entry.sha256}-{entry.bytes}.npz"
+    if f.is_file():
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                return {k: z[k] for k in _SCAN_FIELDS}
+        except (OSError, ValueError, KeyError) as e:
+            raise ShardFormatError(
+                f"{f}: unreadable shard-index cache entry for {entry.tar} ({e}); delete the "
+                f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''"
+            ) from e
+    scan = scan_shard(entry.tar)
+    import os
+
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{f.name}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **scan)
+    os.replace(tmp, f)
+    return scan
+
+
+def build_index(
+    sets: list[ShardSet], split: str, *, max_clips: int = 0, sha256: bool = False, cache: Path | None | str = "default"
+) -> SplitIndex:
+    """Index `split` across `sets` from tar headers (no payload read); max_clips > 0 keeps the first N clips.
+
+    Same checks as `load_split` that do not need the payload: files match the manifest (size, and sha256 if
+    asked), member names, sample counts, keys unique across sets. Payload checks run when a clip is read.
+    cache: a directory for per-shard scans, None for no cache, "default" for `default_index_cache()`.
+    """
+    cache_dir = default_index_cache() if cache == "default" else (Path(cache) if cache is not None else None)
+    paths: list[str] = []
+    parts: list[dict[str, np.ndarray]] = []
+    n = 0
+    for s in sets:
+        verify_files(s, split, sha256=sha256)
+        for entry in s.splits[split]:
+            if max_clips and n >= max_clips:
+                break
+            scan = _scan_cached(entry, cache_dir)
+            if len(scan["keys"]) != entry.n_samples:
+                raise ShardFormatError(
+                    f"{entry.tar}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
+                    f"{entry.n_samples}; regenerate the shard set"
+                )
+            if max_clips:
+                scan = {k: v[: max_clips - n] for k, v in scan.items()}
+            scan["shard"] = np.full(len(scan["keys"]), len(paths), dtype=np.int32)
+            paths.append(str(entry.tar))
+            parts.append(scan)
+            n += len(scan["keys"])
+    cols = {
+        k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in (*_SCAN_FIELDS, "shard")
+    }
+    if parts:
+        uniq, counts = np.unique(cols["keys"], return_counts=True)
+        if (counts > 1).any():
+            dup = uniq[counts > 1][0].decode("ascii")
+            where = sorted({paths[int(i)] for i in cols["shard"][cols["keys"] == uniq[counts > 1][0]]})
+            raise ShardFormatError(
+                f"sample key {dup!r} appears more than once ({', '.join(where)}); keys must be "
+                f"unique across data.shards (the same set listed twice?)"
+            )
+    return SplitIndex(
+        shard_paths=tuple(paths),
+        shard=cols["shard"].astype(np.int32),
+        codes_offset=cols["codes_offset"],
+        codes_size=cols["codes_size"],
+        json_offset=cols["json_offset"],
+        json_size=cols["json_size"],
+        keys=cols["keys"] if parts else np.zeros(0, "S1"),
+        n_codebooks=sets[0].n_codebooks,
+        codebook_size=sets[0].codebook_size,
+    )
