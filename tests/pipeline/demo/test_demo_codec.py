@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +132,15 @@ def test_errors_name_the_fix(tmp_path: Path) -> None:
         corpus_files(tmp_path / "nope", 4)
     with pytest.raises(ValueError, match="--n-clips"):
         fit_codebooks(build_random_model(0), np.zeros((100, 128), np.float32), seed=0)
+
+
+def test_saved_codec_files_follow_the_umask(fitted: dict, tmp_path: Path) -> None:
+    """Others on a shared disk can read the codec: save_pretrained's model.safetensors (0600 from safetensors) gets
+    the mode open() gives under the umask, as config.json has."""
+    old = os.umask(0o027)
+    try:
+        save_demo_codec(fitted["model"], tmp_path / "codec")
+    finally:
+        os.umask(old)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in (tmp_path / "codec").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o640}, modes

@@ -305,3 +305,12 @@ def test_make_generate_leaves_wav_files(exported: Path, codec: Path, tmp_path: P
     captions = [json.loads(line)["caption"] for line in (out / "codes" / "captions.jsonl").read_text().splitlines()]
     assert captions == [text, text]
 
+
+def test_the_run_and_its_export_are_readable_as_the_umask_says(run_dir: Path, exported: Path) -> None:
+    """A teammate on a shared disk can load the checkpoint and the exported adapter: every file has the mode open()
+    gives under this process's umask (safetensors alone would leave adapter.safetensors 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    files = [f for root in (run_dir / "checkpoints", exported) for f in root.rglob("*") if f.is_file()]
+    assert sum(f.name == "adapter.safetensors" for f in files) >= 2
+    assert {str(f): f.stat().st_mode & 0o777 for f in files} == {str(f): 0o666 & ~mask for f in files}

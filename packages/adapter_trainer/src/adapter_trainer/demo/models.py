@@ -24,10 +24,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast
 
 from adapter_trainer.demo.pretrain import PretrainConfig, PretrainReport, pretrain_on_captions, read_captions
+from adapter_trainer.file_modes import follow_umask, save_safetensors
 from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_decoder_config
 
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
@@ -177,6 +177,7 @@ def write_llm(
         cfg = pretrain or PretrainConfig(seed=seed)
         report = pretrain_on_captions(model, tokenizer, captions, cfg)
     model.save_pretrained(llm_dir, safe_serialization=True)
+    follow_umask(llm_dir)  # save_pretrained's model.safetensors is 0600
     if tokenizer is not None:
         tokenizer.save_pretrained(llm_dir)
     if report is not None:
@@ -201,7 +202,7 @@ def write_musicgen(out_dir: Path, seed: int, max_shard_size: str | None = None) 
     state = {f"decoder.{k}": v.detach().contiguous().clone() for k, v in decoder.state_dict().items()}
     meta = {"format": "pt"}
     if max_shard_size is None:
-        save_file(state, str(mg_dir / "model.safetensors"), metadata=meta)
+        save_safetensors(state, mg_dir / "model.safetensors", metadata=meta)
         return mg_dir
     limit = _parse_size(max_shard_size)
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -216,7 +217,7 @@ def write_musicgen(out_dir: Path, seed: int, max_shard_size: str | None = None) 
     weight_map = {}
     for i, shard in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(mg_dir / fname), metadata=meta)
+        save_safetensors(shard, mg_dir / fname, metadata=meta)
         weight_map.update(dict.fromkeys(shard, fname))
     total = sum(t.numel() * t.element_size() for t in state.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}

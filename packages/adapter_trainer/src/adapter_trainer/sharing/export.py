@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from adapter_trainer.config import ConfigError, TrainConfig, mot_fields, shard_sources
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.file_modes import save_safetensors
 from adapter_trainer.model.adapter_io import (
     ADAPTER_FORMAT,
     ADAPTER_FORMAT_VERSION,
@@ -239,7 +240,7 @@ def export_adapter(
     Raises:
         ExportError: no such run or checkpoint, a changed shard set, base towers not available, or `out` not empty.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from adapter_trainer.sharing.model_card import model_card
 
@@ -254,7 +255,7 @@ def export_adapter(
     if tmp.exists():
         shutil.rmtree(tmp)  # left by an export killed mid-write
     tmp.mkdir(parents=True)
-    save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "adapter_format": ADAPTER_FORMAT})
+    save_safetensors(tensors, tmp / WEIGHTS_FILE, metadata={"format": "pt", "adapter_format": ADAPTER_FORMAT})
     (tmp / CONFIG_FILE).write_text(json.dumps(acfg, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     (tmp / GENERATION_FILE).write_text(json.dumps(gen, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     (tmp / CARD_FILE).write_text(model_card(acfg, gen, reports, license=license, name=out.name), encoding="utf-8")

@@ -34,11 +34,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from adapter_trainer.config import TrainConfig, mot_fields, shard_weights
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.errors import UserError
+from adapter_trainer.file_modes import save_safetensors
 
 CKPT_DIRNAME = "checkpoints"
 STEP_FMT = "step-{:06d}"
@@ -121,7 +122,7 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)  # left by a run killed mid-write: never read, safe to drop
     tmp.mkdir()
-    save_file({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, str(tmp / "adapter.safetensors"))
+    save_safetensors({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, tmp / "adapter.safetensors")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     if scaler is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -190,6 +191,13 @@ def save_demo_codec(model: EncodecModel, out: Path) -> None:
     EncodecFeatureExtractor(
         feature_size=1, sampling_rate=SAMPLING_RATE, padding_value=0.0, chunk_length_s=None, overlap=None
     ).save_pretrained(out)
+    # save_pretrained writes model.safetensors through safetensors' private temporary file: mode 0600 whatever the
+    # umask. Give every file the mode open() gives (0o666 & ~umask), so others on a shared disk can read the codec.
+    mask = os.umask(0)
+    os.umask(mask)  # os.umask reads the mask only by setting it
+    for f in out.iterdir():
+        if f.is_file() and not f.is_symlink():
+            f.chmod(0o666 & ~mask)
 
 
 def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> dict:
