@@ -262,3 +262,23 @@ def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path)
     readme = (tmp_path / "m" / "README.md").read_text()
     assert "Pretrained as a language model on 4 MusicCaps captions (2 rows of the demo corpus excluded" in readme
     assert isinstance(load_llm(paths["llm"]), LlamaForCausalLM)
+
+
+def test_musicgen_s_special_ids_are_not_reported_but_other_bad_ids_are() -> None:
+    """MusicGen's pad/bos id 2048 is the extra row of its embedding tables (vocab_size 2048 codes + 1), so
+    transformers' "outside the vocabulary" warning is silenced for exactly those two; a wrong id elsewhere still warns.
+    A fresh process: transformers warns once per message per process."""
+    code = (
+        "import adapter_trainer.model.builders as b\n"
+        "from transformers import LlamaConfig\n"
+        "cfg = b.tiny_musicgen_decoder_config()\n"
+        "assert cfg.pad_token_id == cfg.bos_token_id == cfg.vocab_size == 2048\n"
+        "assert b.load_musicgen_decoder is not None\n"
+        "LlamaConfig(vocab_size=77, pad_token_id=99)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert "got 2048" not in out.stderr, out.stderr
+    assert "pad_token_id must be `None` or an integer within the vocabulary (between 0 and 76), got 99" in out.stderr
+    # the embedding tables really have the row: 2048 codes + the pad/bos row
+    model = MusicgenForCausalLM(tiny_musicgen_decoder_config())
+    assert {e.num_embeddings for e in model.model.decoder.embed_tokens} == {2049}

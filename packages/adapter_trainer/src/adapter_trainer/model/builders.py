@@ -8,7 +8,9 @@ constructs MusicGen's T5 text encoder or its EnCodec audio codec: this process o
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +91,26 @@ def tiny_llama_config() -> LlamaConfig:
         attention_bias=False,
         mlp_bias=False,
     )
+
+
+class MusicgenSpecialIdsFilter(logging.Filter):
+    """Drops exactly transformers' two warnings that MusicGen's pad and bos ids (2048) lie outside its vocabulary.
+
+    They do not: each codebook holds codes 0..2047 (`vocab_size` 2048) and MusicGen's embedding tables have one row
+    more, so 2048 is the pad / decoder-start row (the real facebook/musicgen-small config has the same ids).
+    transformers checks special ids against `vocab_size` alone and says so on every MusicGen config. Every other
+    warning, a wrong id in another config included, still shows.
+    """
+
+    PATTERN = re.compile(r"Model config: (pad|bos)_token_id must be .*\(between 0 and 2047\), got 2048\.")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.PATTERN.match(record.getMessage())
+
+
+_CONFIG_LOGGER = logging.getLogger("transformers.configuration_utils")  # where transformers logs that check
+if not any(isinstance(f, MusicgenSpecialIdsFilter) for f in _CONFIG_LOGGER.filters):
+    _CONFIG_LOGGER.addFilter(MusicgenSpecialIdsFilter())
 
 
 def tiny_musicgen_decoder_config() -> MusicgenDecoderConfig:

@@ -3,6 +3,7 @@ display needed)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,12 +11,30 @@ from pathlib import Path
 from adapter_trainer.training.metric_logging import read_jsonl
 
 
-def plot_loss_curve(metrics_path: Path, out_path: Path) -> Path:
-    """Train loss per logged step + eval CE and the unigram baseline, as a PNG."""
+class _FontCacheNote(logging.Filter):
+    """Drops matplotlib's one INFO line "generated new fontManager" (its font cache built on a fresh machine, which
+    Hydra's INFO-level logging shows in the middle of a run's report); every other matplotlib message still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "generated new fontManager"
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display), without the font-cache note."""
+    font_log = logging.getLogger("matplotlib.font_manager")
+    if not any(isinstance(f, _FontCacheNote) for f in font_log.filters):
+        font_log.addFilter(_FontCacheNote())
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_loss_curve(metrics_path: Path, out_path: Path) -> Path:
+    """Train loss per logged step + eval CE and the unigram baseline, as a PNG."""
+    plt = _pyplot()
 
     recs = read_jsonl(metrics_path)
     train = [(r["step"], r["train/loss"]) for r in recs if "train/loss" in r]
@@ -41,11 +60,8 @@ def plot_caption_gain_by_frame(
     gain_by_frame: Sequence[float], by_position: Mapping[str, Mapping], step: int, out_path: Path
 ) -> Path:
     """The caption gain (CE deranged - CE true captions, nats/code) per frame of the eval window, with each frame
-    range's gain and 95% interval (learning_check.FRAME_BINS) drawn as a band over its frames."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    range's gain and 95% interval (report.FRAME_BINS) drawn as a band over its frames."""
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     pts = [(t, g) for t, g in enumerate(gain_by_frame) if g is not None and math.isfinite(g)]
