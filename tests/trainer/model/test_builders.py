@@ -264,21 +264,34 @@ def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path)
     assert isinstance(load_llm(paths["llm"]), LlamaForCausalLM)
 
 
+def _config_warnings(filtered: bool) -> str:
+    """stderr of a fresh process (transformers warns once per message per process) that builds the demo's
+    musicgen-small-layout config (the composite MusicgenConfig, whose check reports the decoder's ids) and a Llama
+    config with a wrong pad id; with filtered=False the builders' filter is taken off first."""
+    code = (
+        "import logging\n"
+        "from transformers import LlamaConfig\n"
+        "from adapter_trainer.model import builders\n"
+        "from adapter_trainer.demo.models import musicgen_small_layout_config\n"
+        f"if not {filtered}:\n"
+        "    log = logging.getLogger('transformers.configuration_utils')\n"
+        "    log.filters = [f for f in log.filters if not isinstance(f, builders.MusicgenSpecialIdsFilter)]\n"
+        "cfg = musicgen_small_layout_config(builders.tiny_musicgen_decoder_config().to_dict())\n"
+        "assert cfg.decoder.pad_token_id == cfg.decoder.bos_token_id == cfg.decoder.vocab_size == 2048\n"
+        "LlamaConfig(vocab_size=77, pad_token_id=99)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True).stderr
+
+
 def test_musicgen_s_special_ids_are_not_reported_but_other_bad_ids_are() -> None:
     """MusicGen's pad/bos id 2048 is the extra row of its embedding tables (vocab_size 2048 codes + 1), so
     transformers' "outside the vocabulary" warning is silenced for exactly those two; a wrong id elsewhere still warns.
-    A fresh process: transformers warns once per message per process."""
-    code = (
-        "import adapter_trainer.model.builders as b\n"
-        "from transformers import LlamaConfig\n"
-        "cfg = b.tiny_musicgen_decoder_config()\n"
-        "assert cfg.pad_token_id == cfg.bos_token_id == cfg.vocab_size == 2048\n"
-        "assert b.load_musicgen_decoder is not None\n"
-        "LlamaConfig(vocab_size=77, pad_token_id=99)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    assert "got 2048" not in out.stderr, out.stderr
-    assert "pad_token_id must be `None` or an integer within the vocabulary (between 0 and 76), got 99" in out.stderr
+    The control (filter off) shows transformers does report them, so a reworded message would fail here."""
+    llama = "pad_token_id must be `None` or an integer within the vocabulary (between 0 and 76), got 99"
+    quiet, bare = _config_warnings(filtered=True), _config_warnings(filtered=False)
+    assert "got 2048" not in quiet and llama in quiet, quiet
+    for name in ("pad_token_id", "bos_token_id"):
+        assert f"{name} must be `None` or an integer within the vocabulary (between 0 and 2047), got 2048" in bare, bare
     # the embedding tables really have the row: 2048 codes + the pad/bos row
     model = MusicgenForCausalLM(tiny_musicgen_decoder_config())
     assert {e.num_embeddings for e in model.model.decoder.embed_tokens} == {2049}

@@ -306,11 +306,17 @@ def test_make_generate_leaves_wav_files(exported: Path, codec: Path, tmp_path: P
     assert captions == [text, text]
 
 
-def test_the_run_and_its_export_are_readable_as_the_umask_says(run_dir: Path, exported: Path) -> None:
+def test_the_run_and_its_export_are_readable_as_the_umask_says(run_dir: Path, exported: Path, tmp_path: Path) -> None:
     """A teammate on a shared disk can load the checkpoint and the exported adapter: every file has the mode open()
-    gives under this process's umask (safetensors alone would leave adapter.safetensors 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
+    gives under the umask (safetensors alone would leave adapter.safetensors 0600): the run's under this process's
+    umask, and an export made here under 027, which no earlier code path could match by chance."""
+    mask = os.umask(0o027)
+    try:
+        again = export_adapter(run_dir, tmp_path / "shared-adapter")
+    finally:
+        os.umask(mask)
+    modes = {str(f): f.stat().st_mode & 0o777 for f in again.rglob("*") if f.is_file()}
+    assert (again / "adapter.safetensors").is_file() and set(modes.values()) == {0o640}, modes
     files = [f for root in (run_dir / "checkpoints", exported) for f in root.rglob("*") if f.is_file()]
     assert sum(f.name == "adapter.safetensors" for f in files) >= 2
     assert {str(f): f.stat().st_mode & 0o777 for f in files} == {str(f): 0o666 & ~mask for f in files}

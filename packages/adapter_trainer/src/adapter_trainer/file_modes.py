@@ -17,7 +17,14 @@ if TYPE_CHECKING:
 
 
 def process_umask() -> int:
-    """The process umask (os.umask only reads it by setting it: set, then restore)."""
+    """The process umask: from /proc/self/status where Linux has it, else set and restored (os.umask only reads it
+    by setting it, which for that instant would give another thread's new files mode 0666)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -1,6 +1,6 @@
 """Token layout: how caption tokens and raw [T, K] codes become one training sequence.
 
-The names and shapes below are the contract with the model (model/mot.py), the training step and generation.
+The names and shapes below are the contract with the model (model/mot.py, its loss in model/loss.py), the training step and generation.
 
 Combined vocabulary (V = text vocab size, K codebooks, C codes per codebook):
     [0, V)                text ids (the LLM's tokenizer)
