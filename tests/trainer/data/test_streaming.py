@@ -319,7 +319,7 @@ def test_distinct_texts_counts_a_shared_caption_once_from_the_json_members_alone
     def no_codes(*args, **kwargs):
         raise AssertionError("counting captions decoded a clip's codes")
 
-    monkeypatch.setattr(clip_reader_module, "_decode_sample", no_codes)
+    monkeypatch.setattr(clip_reader_module, "decode_sample", no_codes)
     monkeypatch.setattr(np, "load", no_codes)
     want = len({cap for _, cap, _ in clips + more})
     assert want == 2 + len({cap for _, cap, _ in more}) < len(index) == 12

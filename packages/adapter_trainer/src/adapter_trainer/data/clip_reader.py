@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from adapter_trainer.data.samples import CODES_MEMBER, JSON_MEMBER, Clip, _decode_sample
+from adapter_trainer.data.samples import CODES_MEMBER, JSON_MEMBER, Clip, decode_sample
 from adapter_trainer.data.shards import ShardFormatError
 from adapter_trainer.data.split_index import SplitIndex
 
@@ -48,7 +48,7 @@ class ClipReader:
         f.seek(int(ix.json_offset[i]))  # type: ignore[attr-defined]
         meta = f.read(int(ix.json_size[i]))  # type: ignore[attr-defined]
         sample = {"__key__": ix.key(i), CODES_MEMBER: codes, JSON_MEMBER: meta}
-        return _decode_sample(sample, ix.shard_paths[shard], ix.n_codebooks, ix.codebook_size)
+        return decode_sample(sample, ix.shard_paths[shard], ix.n_codebooks, ix.codebook_size)
 
     def read_text_fields(self, i: int) -> tuple[str, tuple[str, ...]]:
         """(caption, aspects) of clip i from its json member alone: its codes are neither read nor decoded. Checks

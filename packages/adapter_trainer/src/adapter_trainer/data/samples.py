@@ -72,7 +72,9 @@ def _check_tar_members(path: Path) -> None:
             check_member(m, path)
 
 
-def _decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int) -> Clip:
+def decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int) -> Clip:
+    """One sample's raw members ({"__key__", "codes.npy", "json"} bytes) -> Clip, or ShardFormatError naming it:
+    exactly the two members, no pickles, int16 codes [T > 0, K] inside the codebook, a json that agrees with them."""
     key = sample["__key__"]
     _check_key(key, url, f"{key}.{CODES_MEMBER}")
     members = {k for k in sample if not k.startswith("__")}
@@ -118,11 +120,11 @@ def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
     for entry in entries:
         _check_tar_members(entry.tar)
         url = str(entry.tar)
-        # No .decode(): samples stay raw bytes; only _decode_sample turns them into arrays / dicts.
+        # No .decode(): samples stay raw bytes; only decode_sample turns them into arrays / dicts.
         ds = wds.WebDataset([url], shardshuffle=False, empty_check=False)
         n = 0
         for sample in ds:
-            yield _decode_sample(sample, url, shard_set.n_codebooks, shard_set.codebook_size)
+            yield decode_sample(sample, url, shard_set.n_codebooks, shard_set.codebook_size)
             n += 1
         if n != entry.n_samples:
             raise ShardFormatError(
