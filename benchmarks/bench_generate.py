@@ -230,7 +230,7 @@ def main() -> None:
     built = build_mot_model(cfg, device, fp32_trainable=True)  # as generate.py
     model, vocab = built.model.eval(), built.vocab
     if args.checkpoint:
-        model.load_trainable_state_dict(load_checkpoint(Path(args.checkpoint), device="cpu").adapter)
+        model.load_trainable_state_dict(load_checkpoint(Path(args.checkpoint)).adapter)
     clips = load_split(shard_sets, cfg.data.eval_split, max_clips=args.batch)
     captions = [
         list(built.tokenizer(text_of(c, cfg.data.text), add_special_tokens=False)["input_ids"])[

@@ -153,3 +153,19 @@ def test_cli_prints_codec_errors_without_traceback(corpus, tmp_path: Path) -> No
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("error: codec") and f"codec directory {tmp_path / 'no_codec'} does not exist" in r.stderr
     assert "make codec" in r.stderr
+
+
+@pytest.mark.parametrize("device", ["mps", "auto"])
+def test_encoder_on_mps_runs_within_its_limits_and_gives_the_cpu_codes(tiny_codec: Path, device: str) -> None:
+    """codec.device=mps (and auto on a Mac) under tests/mps_rules.EmulatedMPS, which raises where a real MPS device
+    refuses a call or gets it silently wrong; the emulation computes on the CPU, so the codes equal the CPU's."""
+    from tests.mps_rules import EmulatedMPS
+
+    wavs = _clips([32000, 25000])
+    on_cpu = CodecEncoder(str(tiny_codec), device="cpu").encode_batch(wavs)
+    with EmulatedMPS():
+        enc = CodecEncoder(str(tiny_codec), device=device)
+        on_mps = enc.encode_batch(wavs)
+    assert enc.device_type == "mps"
+    for a, b in zip(on_mps, on_cpu):
+        np.testing.assert_array_equal(a, b)

@@ -112,12 +112,28 @@ class Batch:
     keys: list[str]
 
     def to(self, device: torch.device | str) -> Batch:
-        """Move every tensor to `device` (non_blocking)."""
+        """Every tensor on `device`. Asynchronous only from pinned memory to CUDA (the DataLoader pins there): on
+        MPS a non-blocking copy can read host memory after this CPU batch is freed (pytorch#139550)."""
+        device = torch.device(device)
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=device.type == "cuda" and t.is_pinned())
+
         return Batch(
-            tokens=self.tokens.to(device, non_blocking=True),
-            is_audio=self.is_audio.to(device, non_blocking=True),
-            labels=self.labels.to(device, non_blocking=True),
-            attention_mask=self.attention_mask.to(device, non_blocking=True),
+            tokens=move(self.tokens),
+            is_audio=move(self.is_audio),
+            labels=move(self.labels),
+            attention_mask=move(self.attention_mask),
+            keys=list(self.keys),
+        )
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies of the tensors (the DataLoader calls this with pin_memory=True, for CUDA)."""
+        return Batch(
+            tokens=self.tokens.pin_memory(),
+            is_audio=self.is_audio.pin_memory(),
+            labels=self.labels.pin_memory(),
+            attention_mask=self.attention_mask.pin_memory(),
             keys=list(self.keys),
         )
 

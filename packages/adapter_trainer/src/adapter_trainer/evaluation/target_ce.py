@@ -40,7 +40,7 @@ def per_frame_sums(ce_per_target: torch.Tensor, frames: torch.Tensor, n_frames: 
     Returns:
         sums [B, F] float64, counts [B, F] int64.
     """
-    ce = ce_per_target.detach().to("cpu", torch.float64).numpy()  # [B, S, J]
+    ce = ce_per_target.detach().cpu().double().numpy()  # [B, S, J]; cast after the copy: MPS has no float64
     fr = frames.detach().cpu().numpy()  # [B, S, J]
     B = fr.shape[0]
     if fr.size and fr.max() >= n_frames:
@@ -134,7 +134,7 @@ def gather_target_ce(
 
 def _np(x: torch.Tensor | np.ndarray, dtype: type) -> np.ndarray:
     if isinstance(x, torch.Tensor):
-        x = x.detach().to("cpu", torch.float64 if dtype is np.float64 else torch.int64).numpy()
+        x = x.detach().cpu().to(torch.float64 if dtype is np.float64 else torch.int64).numpy()  # cast after the copy
     return np.asarray(x, dtype=dtype)
 
 

@@ -109,7 +109,7 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
     model, tokenizer, vocab = built.model.eval(), built.tokenizer, built.vocab
     # The training run's fingerprint (one definition of "same run"), computed on this config and model.
     fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
-    ckpt = load_checkpoint(ckpt_dir, device="cpu")
+    ckpt = load_checkpoint(ckpt_dir)
     try:
         check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     except ResumeError as e:

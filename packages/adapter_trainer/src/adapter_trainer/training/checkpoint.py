@@ -159,14 +159,15 @@ def find_checkpoint(resume: str, output_dir: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:
-    """Read everything back (weights_only loads: no pickled code runs)."""
+def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
+    """Read everything back to the CPU (weights_only loads: no pickled code runs). The model's and the optimizer's
+    load_state_dict move the tensors to their parameters' device; safetensors refuses some device strings (mps:0)."""
     path = Path(path)
     scaler_path = path / "scaler.pt"
     return LoadedCheckpoint(
         path=path,
-        adapter=load_file(str(path / "adapter.safetensors"), device=str(device)),
-        optimizer=torch.load(path / "optimizer.pt", map_location=device, weights_only=True),
+        adapter=load_file(str(path / "adapter.safetensors"), device="cpu"),
+        optimizer=torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
         scheduler=torch.load(path / "scheduler.pt", weights_only=True),
         scaler=torch.load(scaler_path, weights_only=True) if scaler_path.exists() else None,
         rng_torch=torch.load(path / "rng_torch.pt", weights_only=True),

@@ -63,8 +63,10 @@ def resumed_batches(
     n_micro_batches: int,
     num_workers: int,
     prefetch_factor: int,
+    pin_memory: bool = False,
 ) -> Iterator[Batch]:
-    """This rank's next n_micro_batches micro-batches from the saved data position, built ahead by DataLoader workers.
+    """This rank's next n_micro_batches micro-batches from the saved data position, built ahead by DataLoader workers
+    (in page-locked memory with pin_memory: for CUDA, whose copies from there are asynchronous).
 
     The position is the global example number n = epoch * E + index (E: all train clips, or a weighted mixture's
     epoch size; adapter_trainer/data/streaming.py): the same on
@@ -78,5 +80,6 @@ def resumed_batches(
             n_micro_batches=n_micro_batches,
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory,
         )
     )

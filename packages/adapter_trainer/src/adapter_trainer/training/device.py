@@ -59,3 +59,28 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=PRECISION_DTYPE[precision])
+
+
+def device_memory_gb(device: torch.device) -> dict[str, float]:
+    """The accelerator's memory in GiB, for the training log (empty on CPU: its process RSS is not the model's).
+
+    cuda: allocated now, the peak since the last call (reset here), reserved by the caching allocator.
+    mps: allocated by tensors, allocated by the Metal driver in all (caches included), and the working-set size
+    macOS recommends for this process: a run that stays above it pages, then fails.
+    """
+    gib = float(2**30)
+    if device.type == "cuda":
+        out = {
+            "mem_allocated_gb": torch.cuda.memory_allocated(device) / gib,
+            "mem_peak_gb": torch.cuda.max_memory_allocated(device) / gib,
+            "mem_reserved_gb": torch.cuda.memory_reserved(device) / gib,
+        }
+        torch.cuda.reset_peak_memory_stats(device)
+        return out
+    if device.type == "mps":
+        return {
+            "mem_allocated_gb": torch.mps.current_allocated_memory() / gib,
+            "mem_driver_gb": torch.mps.driver_allocated_memory() / gib,
+            "mem_recommended_max_gb": torch.mps.recommended_max_memory() / gib,
+        }
+    return {}

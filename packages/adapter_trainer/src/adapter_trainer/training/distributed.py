@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from adapter_trainer.config import ConfigError
+
 
 def env_world_size() -> int:
     """WORLD_SIZE as set by torchrun (1 without it)."""
@@ -73,9 +75,15 @@ class RankInfo:
             dist.barrier()
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        """Sum of `t` over ranks (in place; returns t). Identity for one process."""
-        if self.is_distributed:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        """Sum of the HOST tensor `t` over ranks, as a host tensor (identity for one process). Counts and logged
+        figures stay on the host, where float64 exists on every backend; NCCL reduces on this rank's GPU."""
+        if not self.is_distributed:
+            return t
+        if dist.get_backend() == "nccl":
+            on_gpu = t.to(torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+            return on_gpu.cpu()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
     def all_gather_object(self, obj: Any) -> list[Any]:
@@ -149,6 +157,11 @@ def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInf
     world = env_world_size()
     if world <= 1:
         return RankInfo()
+    if device.type == "mps":
+        raise ConfigError(
+            f"torchrun with trainer.device=mps (WORLD_SIZE={world}): a Mac has one GPU, and gloo cannot reduce MPS "
+            f"tensors; run one process (python -m adapter_trainer ...), or trainer.device=cpu under torchrun"
+        )
     info = RankInfo(
         rank=env_rank(),
         world_size=world,

@@ -52,7 +52,7 @@ from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, uni
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint
 from adapter_trainer.training.data_setup import eval_set_spans, example_spec, resumed_batches, train_order
-from adapter_trainer.training.device import autocast, check_precision, resolve_device
+from adapter_trainer.training.device import autocast, check_precision, device_memory_gb, resolve_device
 from adapter_trainer.training.distributed import RankInfo, device_for_rank, init_distributed, teardown_distributed
 from adapter_trainer.training.final_report import final_metrics, write_final_report
 from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger
@@ -242,7 +242,6 @@ class MoTAdapterRecipe:
         self.progress, self.optimizer_changes = resume_run(
             self.cfg.trainer.resume,
             self.output_dir,
-            device=self.device,
             fingerprint=self.fingerprint,
             model=self.model,
             optimizer=self.optimizer,
@@ -277,6 +276,7 @@ class MoTAdapterRecipe:
             n_micro_batches=(self.max_steps - self.progress.step) * self.grad_accum,
             num_workers=self.num_workers,
             prefetch_factor=self.cfg.trainer.prefetch_factor,
+            pin_memory=self.device.type == "cuda",
         )
 
     def next_train_batch(self, batches: Iterator[Batch]) -> Batch:
@@ -313,7 +313,7 @@ class MoTAdapterRecipe:
             # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
             # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
             window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
-            n_window = window_targets(window_batches, self.dist, self.device)  # all ranks' targets in the window
+            n_window = window_targets(window_batches, self.dist)  # all ranks' targets in the window
             window = backward_window(
                 model,
                 window_batches,
@@ -325,7 +325,7 @@ class MoTAdapterRecipe:
             self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
             # logged figures over all ranks (one small all-reduce per step): loss, tokens, windows, [K] CE sums
             loss_acc, n_tok_step, windows, end_windows, ce_k, n_k = sum_step_figures(
-                window, self.step_windows, self.step_end_windows, self.dist, self.device
+                window, self.step_windows, self.step_end_windows, self.dist
             )
             self.step_windows, self.step_end_windows = 0, 0
             tokens_log += n_tok_step
@@ -362,6 +362,7 @@ class MoTAdapterRecipe:
                     "train/step_s": step_s,
                     "train/data_wait_frac": self.data_wait_s / max(step_s, 1e-9),
                     **{f"train/ce_cb{k}": float(ce_k[k] / max(int(n_k[k]), 1)) for k in range(K)},
+                    **{f"train/{k}": v for k, v in device_memory_gb(self.device).items()},  # cuda / mps only
                 }
                 self.logger.log_dict(payload, step)
                 t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0

@@ -19,7 +19,6 @@ def resume_run(
     resume: str,
     output_dir: Path,
     *,
-    device: torch.device,
     fingerprint: dict[str, Any],
     model: MoTAdapterModel,
     optimizer: torch.optim.Optimizer,
@@ -30,7 +29,7 @@ def resume_run(
 ) -> tuple[checkpoint.TrainingProgress, list[str]]:
     """Load the checkpoint trainer.resume names into the just-built run. Returns (its progress, optimizer changes)."""
     ckpt_dir = checkpoint.find_checkpoint(resume, output_dir)
-    ckpt = checkpoint.load_checkpoint(ckpt_dir, device=device)
+    ckpt = checkpoint.load_checkpoint(ckpt_dir)
     checkpoint.check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     model.load_trainable_state_dict(ckpt.adapter)
     # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.

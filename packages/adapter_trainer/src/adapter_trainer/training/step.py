@@ -54,11 +54,11 @@ def windows_with_end(batch: Batch, end_id: int) -> int:
     return int(is_end.flatten(1).any(dim=1).sum())  # [B] -> []
 
 
-def window_targets(batches: list[Batch], dist: RankInfo, device: torch.device) -> int:
+def window_targets(batches: list[Batch], dist: RankInfo) -> int:
     """The targets of an accumulation window summed over ranks: the loss's normaliser (`backward_window`'s n_window),
     so the summed gradients are exactly those of one process's big batch."""
-    n_local = torch.tensor(float(sum(map(count_targets, batches))), dtype=torch.float64, device=device)  # []
-    return int(dist.all_reduce_sum(n_local).item())
+    n_local = torch.tensor([sum(map(count_targets, batches))], dtype=torch.long)  # [1], counted on the host
+    return int(dist.all_reduce_sum(n_local)[0])
 
 
 @dataclass
@@ -107,7 +107,7 @@ def backward_window(
         else:
             loss.backward()
         loss_sum += loss.item()
-        ce_k += out.ce_sum_per_codebook.detach().double().cpu()
+        ce_k += out.ce_sum_per_codebook.detach().cpu().double()  # cast after the copy: MPS has no float64
         n_k += out.count_per_codebook.detach().cpu()
         n_tok += int(batch.attention_mask.sum())
     return WindowStats(
@@ -116,7 +116,7 @@ def backward_window(
 
 
 def sum_step_figures(
-    window: WindowStats, windows: int, end_windows: int, dist: RankInfo, device: torch.device
+    window: WindowStats, windows: int, end_windows: int, dist: RankInfo
 ) -> tuple[float, int, int, int, torch.Tensor, torch.Tensor]:
     """One step's logged figures summed over ranks (one small all-reduce; as they are in one process).
 
@@ -127,6 +127,6 @@ def sum_step_figures(
         return window.loss, window.n_tokens, windows, end_windows, ce_k, n_k
     K = ce_k.numel()
     head = torch.tensor([window.loss, window.n_tokens, windows, end_windows], dtype=torch.float64)
-    stats = dist.all_reduce_sum(torch.cat([head, ce_k, n_k.double()]).to(device)).cpu()  # [4 + 2K]
+    stats = dist.all_reduce_sum(torch.cat([head, ce_k, n_k.double()]))  # [4 + 2K], host tensors
     n_tok, windows, end_windows = stats[1:4].long().tolist()
     return float(stats[0]), n_tok, windows, end_windows, stats[4 : 4 + K], stats[4 + K :].long()
