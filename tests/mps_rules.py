@@ -3,24 +3,29 @@
 Inside `with EmulatedMPS():`
   - `torch.backends.mps.is_available()` is true and `torch.mps`'s memory queries answer (fixed numbers);
   - every torch call whose target device is `mps` (a `device=` argument, `Tensor.to(...)`, `Module.to(...)`) runs on
-    the CPU instead and MARKS the tensors it makes as being on mps: `t.device` then reads `mps`, and the results of
-    torch calls on marked tensors stay marked (so `torch.zeros(..., device=x.device)` lands on "mps" as well);
-  - `.cpu()` / `.to("cpu")` of a marked tensor gives an unmarked one: the host copy;
+    the CPU instead and MARKS the tensors it makes as being on mps: `t.device` then reads `mps:0` (as on a Mac), and
+    the results of torch calls on marked tensors stay marked (`torch.zeros(..., device=x.device)` lands on "mps" too;
+    a marked parameter's `.grad` reads as marked);
+  - `.cpu()` / `.to("cpu")` of a marked tensor gives an unmarked copy: the host copy;
   - what torch 2.11 on a real MPS device refuses, or gets silently wrong, raises `MPSRuleError` (the rule's id first):
       float64-on-mps       a float64 tensor on mps: MPS has no float64 (TypeError there; pytorch#122602)
       cast-in-copy         `.to("cpu", torch.float64)` of an mps tensor in one call (raises, or in later torch
                            silently writes zeros: pytorch#197715): copy with `.cpu()`, then cast
-      async-unpinned       a non_blocking copy to mps from unpinned host memory (can read freed host memory once the
-                           source is dropped: pytorch#139550), or a non_blocking copy off mps (returns before the data
-                           is there): non_blocking only for CUDA with pinned memory
+      device-mix           one op on an mps tensor and a host tensor of one or more dimensions ("Expected all
+                           tensors to be on the same device"; 0-dim host scalars and host index tensors are allowed)
       numpy-of-mps         `.numpy()` of an mps tensor (torch raises: copy to the host first)
-      safetensors-device   `safetensors.torch.load_file(..., device="mps...")` (its safe_open) (refused by safetensors, its #674):
-                           load to the CPU, then move
-      map-location         `torch.load(..., map_location=<mps>)`: load to the CPU, then move (the emulated device
-                           cannot take a storage)
+  - and the project's policies for any accelerator (safe on every torch version and device, not MPS limits as such):
+      async-unpinned       a non_blocking copy to mps from unpinned host memory (torch 2.11's MPS copy could read
+                           host memory freed after the call: pytorch#139550), or a non_blocking copy off mps
+                           (returns before the data is there): non_blocking only for CUDA with pinned memory
+      safetensors-device   `safetensors.torch.load_file(..., device="mps...")` (its safe_open): load to the CPU, then
+                           move (older safetensors refused mps device strings, its #674)
+      map-location         `torch.load(..., map_location=<mps>)`: load to the CPU, then move (a limit of this
+                           emulation, whose device cannot hold a storage; a Mac accepts it)
 
-What it cannot see: kernels MPS lacks (PYTORCH_ENABLE_MPS_FALLBACK), numerics, speed and memory; tensors made by
-autograd in C++ (gradients) are not marked. Only a Mac confirms those (docs/architecture.md, "Apple MPS").
+What it cannot see: kernels MPS lacks (PYTORCH_ENABLE_MPS_FALLBACK), numerics, speed and memory, what autocast does
+on MPS (mps_small trains in fp32), and device RNG state (torch.utils.checkpoint saves none for MPS). Only a Mac
+confirms those (docs/real-data.md, "Apple MPS").
 """
 
 from __future__ import annotations
@@ -34,12 +39,30 @@ import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._pytree import tree_leaves
 
-MPS = torch.device("mps")
+MPS = torch.device("mps", 0)  # what a real MPS tensor's .device reads
 CPU = torch.device("cpu")
 _MARK = "_emulated_mps"
 _DEVICE_GET = torch.Tensor.device.__get__
 _IS_MPS_GET = torch.Tensor.is_mps.__get__
 _IS_CPU_GET = torch.Tensor.is_cpu.__get__
+_DATA_SET = torch.Tensor.data.__set__
+_PARSE_TO = torch._C._nn._parse_to  # Module.to's argument parser: its device must reach Tensor.to untouched
+# calls that may take an mps tensor with host tensors: copies (their own rules), indexing with host indices,
+# metadata and conversions to Python values
+_MIX_ALLOWED = {
+    torch.Tensor.to,
+    torch.Tensor.cpu,
+    torch.Tensor.copy_,
+    torch.Tensor.__getitem__,
+    torch.Tensor.__setitem__,
+    torch.Tensor.index_select,
+    torch.Tensor.__repr__,
+    torch.Tensor.__format__,
+    torch.Tensor.__deepcopy__,
+    torch.Tensor.__reduce_ex__,
+    torch.Tensor.set_,
+    torch._has_compatible_shallow_copy_type,  # Module._apply compares a parameter with its moved copy
+}
 # what torch.mps reports inside the emulation (bytes): fixed, so a test can recognise them in a log
 FAKE_ALLOCATED, FAKE_DRIVER, FAKE_RECOMMENDED = 1 << 30, 2 << 30, 12 << 30
 
@@ -100,12 +123,20 @@ class _MPSMode(TorchFunctionMode):
             return on_mps(args[0])
         if func == _IS_CPU_GET:
             return not on_mps(args[0]) and func(*args)
+        if func == _DATA_SET:  # Module.to: `param.data = moved` puts the parameter itself on the device
+            func(*args)
+            setattr(args[0], _MARK, on_mps(args[1]))
+            return None
+        if func is _PARSE_TO:
+            return func(*args, **kwargs)
         name = resolve_name(func) or repr(func)
         from_mps = any(on_mps(t) for t in tree_leaves((args, kwargs)))
+        if from_mps and func not in _MIX_ALLOWED and not name.endswith(("__get__", "__set__")):
+            self._check_one_device(args, kwargs, name)
         if func is torch.Tensor.to:
             return self._to(args, kwargs, name)
         if func is torch.Tensor.cpu:
-            return args[0].view_as(args[0]) if on_mps(args[0]) else func(*args, **kwargs)
+            return args[0].clone() if on_mps(args[0]) else func(*args, **kwargs)
         if func is torch.Tensor.numpy and on_mps(args[0]):
             raise _violation("numpy-of-mps", f"{name} of an mps tensor", "copy it with .cpu() first")
         if func is torch.Tensor.copy_:
@@ -131,10 +162,7 @@ class _MPSMode(TorchFunctionMode):
                     f"{name}(mps, non_blocking=True) from unpinned host memory",
                     "non_blocking only for CUDA with pinned memory",
                 )
-            if isinstance(src, torch.nn.Parameter) and (dtype is None or dtype == src.dtype):
-                out = src  # Module.to: the parameter itself moves (its .data is set to what this returns)
-            else:
-                out = src.to(CPU, copy=not on_mps(src), **kw)
+            out = src.to(CPU, copy=not on_mps(src), **kw)
             self._check_no_float64(out, name)
             _mark(out)
             return out
@@ -157,6 +185,16 @@ class _MPSMode(TorchFunctionMode):
             self._check_no_float64(out, name)
             _mark(out)
         return out
+
+    @staticmethod
+    def _check_one_device(args: tuple, kwargs: dict, name: str) -> None:
+        host = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and not on_mps(t) and t.dim()]
+        if host:
+            raise _violation(
+                "device-mix",
+                f"{name} takes an mps tensor and a host tensor of shape {tuple(host[0].shape)}",
+                "move the host tensor to the device first",
+            )
 
     @staticmethod
     def _check_copy(args: tuple, kwargs: dict) -> None:
@@ -213,6 +251,7 @@ def EmulatedMPS() -> Iterator[None]:
         patch = stack.enter_context
         patch(mock.patch.object(torch.backends.mps, "is_available", lambda: True))
         patch(mock.patch.object(torch.backends.mps, "is_built", lambda: True))
+        patch(mock.patch.object(torch.mps, "is_available", lambda: True))
         patch(mock.patch.object(torch.mps, "current_allocated_memory", lambda: FAKE_ALLOCATED))
         patch(mock.patch.object(torch.mps, "driver_allocated_memory", lambda: FAKE_DRIVER))
         patch(mock.patch.object(torch.mps, "recommended_max_memory", lambda: FAKE_RECOMMENDED))

@@ -23,6 +23,11 @@ def test_the_emulated_device_looks_like_mps() -> None:
         assert host.numpy().tolist() == [1.0, 1.0, 1.0]
         lin = torch.nn.Linear(2, 2).to("mps")
         assert lin.weight.device.type == "mps" and lin(torch.ones(1, 2, device="mps")).device.type == "mps"
+        assert isinstance(lin.weight, torch.nn.Parameter) and lin.weight.is_leaf
+        kw = torch.nn.Linear(2, 2).to(device="mps", dtype=torch.float32)  # Module.to's keyword form
+        assert kw.weight.device == torch.device("mps", 0) and str(kw.bias.device) == "mps:0"
+        host.add_(1)
+        assert z.cpu().tolist() == [1.0, 1.0, 1.0]  # .cpu() is a copy, as on a Mac
         assert torch.mps.current_allocated_memory() == FAKE_ALLOCATED
     assert not torch.zeros(1).is_mps  # nothing leaks out of the context
 
@@ -39,6 +44,10 @@ def test_the_emulated_device_looks_like_mps() -> None:
         ("async-unpinned", lambda: torch.ones(2, device="mps").to("cpu", non_blocking=True)),
         ("async-unpinned", lambda: torch.empty(2, device="mps").copy_(torch.ones(2), non_blocking=True)),
         ("numpy-of-mps", lambda: torch.ones(2, device="mps").numpy()),
+        ("device-mix", lambda: torch.ones(2, device="mps") + torch.ones(2)),
+        ("device-mix", lambda: torch.cat([torch.ones(2, device="mps"), torch.ones(2)])),
+        ("device-mix", lambda: torch.ones(2).add_(torch.ones(2, device="mps"))),
+        ("float64-on-mps", lambda: torch.nn.Linear(2, 2).to(device="mps", dtype=torch.float64)),
     ],
 )
 def test_each_rule_refuses_what_mps_refuses(rule: str, bad) -> None:
@@ -54,6 +63,8 @@ def test_the_mps_safe_forms_pass() -> None:
         assert x.to("cpu").to(torch.float64).tolist() == [0.0, 1.0, 2.0, 3.0]
         assert torch.tensor(float(7), dtype=torch.float64).item() == 7.0  # float64 on the host is fine
         assert x.to("mps", non_blocking=False).sum().item() == 6.0
+        assert (x * torch.tensor(2.0)).sum().item() == 12.0  # a 0-dim host scalar is fine
+        assert x[torch.tensor([0, 3])].tolist() == [0.0, 3.0]  # host indices are fine
 
 
 def test_safetensors_and_torch_load_to_mps_are_refused(tmp_path) -> None:

@@ -119,6 +119,34 @@ def test_adamw_is_fused_on_mps_only() -> None:
     from adapter_trainer.training.optim import build_optimizer
 
     with EmulatedMPS():
-        on_mps = [torch.nn.Parameter(torch.zeros(4, 4)).to("mps")]
+        on_mps = [torch.nn.Linear(4, 4).to("mps").weight]
         assert build_optimizer(on_mps, [], OptimizerConfig()).defaults["fused"] is True
     assert not build_optimizer([torch.nn.Parameter(torch.zeros(4, 4))], [], OptimizerConfig()).defaults["fused"]
+
+
+def test_resume_keeps_this_devices_adamw_kernel(models, shards, tmp_path: Path) -> None:
+    """A checkpoint written on the CPU (torch's per-tensor AdamW) resumed on MPS runs fused AdamW, and an MPS
+    checkpoint resumed on the CPU runs torch's default: the device of the run decides, not the checkpoint's."""
+    from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
+
+    def resumed_fused(device: str, ckpt: Path) -> object:
+        recipe = MoTAdapterRecipe(
+            make_cfg(
+                models,
+                shards,
+                tmp_path / f"r-{device}",
+                f"trainer.device={device}",
+                "trainer.max_steps=2",
+                f"trainer.resume={ckpt}",
+            )
+        )
+        recipe.setup()
+        return recipe.optimizer.param_groups[0]["fused"]
+
+    recipe_main(make_cfg(models, shards, tmp_path / "cpu", "trainer.max_steps=1", "trainer.ckpt_every=1"))
+    with EmulatedMPS():
+        assert resumed_fused("mps", tmp_path / "cpu" / "checkpoints" / "step-000001") is True
+        recipe_main(
+            make_cfg(models, shards, tmp_path / "mps", *MPS_RUN[:1], "trainer.max_steps=1", "trainer.ckpt_every=1")
+        )
+    assert not resumed_fused("cpu", tmp_path / "mps" / "checkpoints" / "step-000001")

@@ -277,7 +277,8 @@ class MoTAdapterModel(nn.Module):
                 h = self._add_caption_summary(l, h, text_rows, is_audio, summaries)  # [B, S, D]
             if recompute:
                 # Keeps only the layer's inputs; backward reruns it. Non-reentrant: restores the RNG state (dropout
-                # draws the same masks) and lets gradients reach parameters that no input requires grad for.
+                # draws the same masks; CPU and CUDA only: torch 2.11 keeps no MPS RNG state, harmless while every
+                # trained module has dropout 0) and lets gradients reach parameters no input requires grad for.
                 h, kv = checkpoint(
                     layer, h, position_embeddings, idx_text, idx_audio, allowed, past, keep_kv, use_reentrant=False
                 )  # [B, S, D]

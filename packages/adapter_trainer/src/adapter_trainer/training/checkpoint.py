@@ -161,7 +161,8 @@ def find_checkpoint(resume: str, output_dir: str | Path) -> Path:
 
 def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
     """Read everything back to the CPU (weights_only loads: no pickled code runs). The model's and the optimizer's
-    load_state_dict move the tensors to their parameters' device; safetensors refuses some device strings (mps:0)."""
+    load_state_dict move the tensors to their parameters' device (one path for every device; older safetensors refused
+    mps device strings)."""
     path = Path(path)
     scaler_path = path / "scaler.pt"
     return LoadedCheckpoint(
@@ -207,6 +208,9 @@ def _differs(key: str, saved: Any, current: Any) -> str:
 
 
 OPTIMIZER_GROUP_KEYS = ("initial_lr", "betas", "weight_decay", "eps")  # per-group values the config decides
+# AdamW's kernel choice: THIS run's device decides it (fused on MPS), not the device that wrote the checkpoint; set
+# before load_state_dict, which places each group's `step` tensors by it (on the device for fused, else on the host)
+KERNEL_GROUP_KEYS = ("fused", "foreach", "capturable")
 
 
 def prepare_output_dir(output_dir: str | Path, *, resume: str | None, overwrite: bool) -> None:
@@ -237,7 +241,7 @@ def load_optimizer_with_config(
     scheduler_state: dict[str, Any],
     lr_factor: Any,
 ) -> None:
-    """Restore AdamW's moments and the scheduler's step count; keep THIS run's hyper-parameters.
+    """Restore AdamW's moments and the scheduler's step count; keep THIS run's hyper-parameters and kernel choice.
 
     `optimizer` and `scheduler` were just built from the config; `load_state_dict` would put the checkpoint's lr,
     betas, weight_decay and eps back, so they are read before loading and written again after. The LR is then
@@ -251,7 +255,9 @@ def load_optimizer_with_config(
             f"it was written before copies of pretrained weights got their own groups (optimizer.pretrained_copy_lr_scale) "
             f"or for another model; start a fresh run (trainer.overwrite=true or another trainer.output_dir)"
         )
-    optimizer.load_state_dict(optimizer_state)
+    kernels = [{k: g[k] for k in KERNEL_GROUP_KEYS if k in g} for g in optimizer.param_groups]
+    groups = [{**saved_group, **k} for saved_group, k in zip(optimizer_state["param_groups"], kernels)]
+    optimizer.load_state_dict({**optimizer_state, "param_groups": groups})
     scheduler.load_state_dict(scheduler_state)
     for g, f in zip(optimizer.param_groups, fresh):
         g.update(f)

@@ -62,6 +62,7 @@ from adapter_trainer.training.step import (
     backward_window,
     batch_facts,
     check_plain_integer_batch,
+    count_targets,
     sum_step_figures,
     window_targets,
     windows_with_end,
@@ -80,8 +81,8 @@ class MoTAdapterRecipe:
         self.last_eval: EvalReport | None = None
         self.last_batch_facts: dict[str, dict[str, Any]] = {}  # dtype/grad facts of the last micro-batch
         self.data_wait_s = 0.0  # time the loop waited for its next batch (since the last log)
-        # this rank's windows, and those with an AUDIO_END target, fetched since the last optimizer step
-        self.step_windows, self.step_end_windows = 0, 0
+        # this rank's windows, those with an AUDIO_END target, and loss targets, fetched since the last optimizer step
+        self.step_windows, self.step_end_windows, self.step_targets = 0, 0, 0
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -286,6 +287,7 @@ class MoTAdapterRecipe:
         self.data_wait_s += time.perf_counter() - t0
         self.step_windows += len(batch.keys)  # counted on the loader's CPU tensors: no device sync
         self.step_end_windows += windows_with_end(batch, self.vocab.audio_end)
+        self.step_targets += count_targets(batch)
         n = self.progress.epoch * self.train_data.epoch_size + self.progress.index + self.train_data.global_batch
         self.progress.epoch, self.progress.index = divmod(n, self.train_data.epoch_size)
         self.last_batch_facts = batch_facts(batch)
@@ -313,7 +315,8 @@ class MoTAdapterRecipe:
             # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
             # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
             window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
-            n_window = window_targets(window_batches, self.dist)  # all ranks' targets in the window
+            n_window = window_targets(self.step_targets, self.dist)  # all ranks' targets in the window
+            self.step_targets = 0
             window = backward_window(
                 model,
                 window_batches,

@@ -54,11 +54,11 @@ def windows_with_end(batch: Batch, end_id: int) -> int:
     return int(is_end.flatten(1).any(dim=1).sum())  # [B] -> []
 
 
-def window_targets(batches: list[Batch], dist: RankInfo) -> int:
+def window_targets(n_local: int, dist: RankInfo) -> int:
     """The targets of an accumulation window summed over ranks: the loss's normaliser (`backward_window`'s n_window),
-    so the summed gradients are exactly those of one process's big batch."""
-    n_local = torch.tensor([sum(map(count_targets, batches))], dtype=torch.long)  # [1], counted on the host
-    return int(dist.all_reduce_sum(n_local)[0])
+    so the summed gradients are exactly those of one process's big batch. `n_local`: this rank's targets, counted
+    with `count_targets` on the loader's CPU batches (no device sync)."""
+    return int(dist.all_reduce_sum(torch.tensor([n_local], dtype=torch.long))[0])  # [1] on the host
 
 
 @dataclass
