@@ -27,12 +27,45 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-gpu clean listen listen-check
+.PHONY: setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-gpu clean listen listen-check
 
 # test-only tools next to the packages: pytest, ruff, and Hugging Face `datasets` (tests/pipeline/sources check the
 # audiofolder reader against datasets' own; neither package depends on it)
 setup: $(VENV)/.installed
 
+# ---- a GPU node without internet (docs/real-data.md, "A GPU node without internet")
+# make wheelhouse (on a machine with the package index; scripts/wheelhouse.py): into WHEELHOUSE, every wheel that
+# make setup WHEELS=... needs, at constraints.txt's pins, for CPython WHEEL_PYTHON on WHEEL_PLATFORM: the two
+# packages' dependencies (tokenizer_pipeline with [ffmpeg]), benchmarks/requirements.txt (make bench-gpu), the build
+# backend (hatchling + editables) and pytest (2 MB with its deps: the node can run the CUDA tests, e.g.
+# tests/trainer/model); not ruff, datasets, fadtk, audiocraft (lint and CPU-side reference checks; datasets alone
+# brings pyarrow and pandas), and not the torch stack (torch, torchaudio, triton, nvidia-*, cuda-*: the node's torch
+# is reused). 85 wheels, 225 MB (imageio-ffmpeg's ffmpeg program alone is 68). WITH_TORCH=1 adds the torch stack
+# (109 wheels, 2.9 GB) for a node without torch.
+# README.md and wheelhouse.json in the folder name its Python, platform and what it excludes.
+# WHEEL_PLATFORM: wheels for glibc 2.28 or older (manylinux2014, ...), which run here and on any node that runs torch
+# 2.11's own wheels (manylinux_2_28); a node with an older glibc needs e.g. WHEEL_PLATFORM=manylinux_2_17_x86_64
+WHEELHOUSE ?= build/wheelhouse
+WHEEL_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+WHEEL_PLATFORM ?= manylinux_2_28_$(shell uname -m)
+WITH_TORCH ?=
+wheelhouse:
+	$(PYTHON) scripts/wheelhouse.py build --out $(WHEELHOUSE) --python-version $(WHEEL_PYTHON) \
+		--platform $(WHEEL_PLATFORM) $(if $(filter 1,$(WITH_TORCH)),--with-torch)
+
+# make setup WHEELS=dir (on the node, in a copy of the repository without .venv): no index at all (pip --no-index
+# --find-links dir, with the pip the venv brings), the two packages editable as below, benchmarks/requirements.txt and
+# pytest; the torch that $(PYTHON) imports is reused, not replaced. A venv made with --system-site-packages would see
+# only the base interpreter's site-packages and miss a torch in a conda env or another venv, so node-pth writes
+# .venv/.../node-torch.pth naming the site directory where $(PYTHON)'s torch (and torchaudio) live: after the venv's
+# own site-packages on sys.path, so what pip installs into the venv wins, and pip counts that torch as installed. The
+# constraints are constraints.txt without the torch stack's and torchcodec's pins (node-constraints, generated each
+# time): they would otherwise demand torch 2.11.0 over the node's. No torch in $(PYTHON) nor in the folder (or a folder
+# for another Python): one line naming the fix, exit 2. pip check covers the node's site directory too (it is part of
+# this environment now). Pass WHEELS= (or export it) on the node's later make calls as well: a rebuilt .venv without
+# it would look for the index.
+WHEELS ?=
+ifeq ($(WHEELS),)
 $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/pyproject.toml packages/adapter_trainer/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
@@ -42,6 +75,18 @@ $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/p
 	# declared deps conflict with ours (numpy<2, transformers<5, torch 2.1), so the files only, read by the tests
 	$(PY) -m pip install --quiet --no-deps fadtk==1.1.0 audiocraft==1.3.0
 	touch $@
+else
+$(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/pyproject.toml packages/adapter_trainer/pyproject.toml scripts/wheelhouse.py
+	@$(PYTHON) scripts/wheelhouse.py node-check $(WHEELS)
+	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) scripts/wheelhouse.py node-pth $(VENV)
+	@$(PYTHON) scripts/wheelhouse.py node-constraints constraints.txt > $(VENV)/constraints-node.txt
+	$(PY) -m pip install --quiet --no-index --find-links $(WHEELS) -c $(VENV)/constraints-node.txt \
+		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer -r benchmarks/requirements.txt pytest
+	$(PY) -m pip check
+	@$(PY) scripts/wheelhouse.py origin
+	touch $@
+endif
 
 # ---- embedded default (offline): stand-in corpus -> demo codec -> shards -> tiny models -> training
 ifeq ($(LAYOUT),musiccaps)
