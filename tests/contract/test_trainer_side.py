@@ -50,11 +50,11 @@ def test_two_sets_concatenate_and_duplicate_keys_are_refused(tmp_path: Path) -> 
 
 
 def test_unsupported_format_version_is_refused_naming_the_manifest(tmp_path: Path) -> None:
-    root = write_synthetic_set(tmp_path / "v4", n_train=2, n_eval=1, format_version=4)
+    root = write_synthetic_set(tmp_path / "v5", n_train=2, n_eval=1, format_version=5)
     with pytest.raises(ShardFormatError) as e:
         read_manifest(root)
     msg = str(e.value)
-    assert str(root / "manifest.json") in msg and "format_version=4" in msg and "supported: 1, 2, 3" in msg
+    assert str(root / "manifest.json") in msg and "format_version=5" in msg and "supported: 1, 2, 3, 4" in msg
 
 
 def test_wrong_format_name_is_refused(tmp_path: Path) -> None:
@@ -219,3 +219,16 @@ def test_shard_paths_leaving_the_set_are_refused(tmp_path: Path, where: str) -> 
 def test_format_version_2_is_read(tmp_path: Path) -> None:
     root = write_synthetic_set(tmp_path / "v2", n_train=2, n_eval=1, format_version=2)
     assert read_manifest(root).format_version == 2
+
+
+def test_format_version_4_is_read_and_every_older_version_still_is(tmp_path: Path) -> None:
+    """Version 4 changed only how the writer draws your own audio's splits (by the audio's sha256) and added
+    `source.split_rule`: its samples read as version 3's, and sets of versions 1-3 still read."""
+    for version in (1, 2, 3, 4):
+        root = write_synthetic_set(tmp_path / f"v{version}", n_train=3, n_eval=1, format_version=version)
+        m = json.loads((root / "manifest.json").read_text())
+        m["source"] |= {"kind": "audiocraft", "sha256": "0" * 64, "split_rule": "audio_sha256"} if version == 4 else {}
+        (root / "manifest.json").write_text(json.dumps(m))
+        sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
+        assert sets[0].format_version == version
+        assert [c.key for c in load_split(sets, "train")] == ["tr0000000", "tr0000001", "tr0000002"]

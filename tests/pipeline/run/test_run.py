@@ -503,8 +503,8 @@ def test_a_90_character_ytid_gives_plain_ustar_members(corpus, tiny_codec: Path,
     assert verify(out)[0] == []
 
 
-# The sample json of a MusicCaps clip in format versions 1-3, key for key and in this order: format version 3 added
-# other sources' samples, not a byte to these (the tars of a MusicCaps set are byte-identical to version 2's).
+# The sample json of a MusicCaps clip in format versions 1-4, key for key and in this order: format versions 3 and 4
+# added other sources' samples and their split rule, not a byte to these (MusicCaps tars are byte-identical to v2's).
 MUSICCAPS_SAMPLE_KEYS = [
     "ytid", "start_s", "end_s", "audioset_positive_labels", "aspect_list", "caption", "author_id",
     "is_balanced_subset", "is_audioset_eval", "split", "csv_row", "n_frames", "n_codebooks", "duration_s",
@@ -512,7 +512,7 @@ MUSICCAPS_SAMPLE_KEYS = [
 ]  # fmt: skip
 
 
-def test_musiccaps_samples_keep_their_layout_in_format_version_3(corpus, tiny_codec: Path, tmp_path: Path) -> None:
+def test_musiccaps_samples_keep_their_layout_in_format_version_4(corpus, tiny_codec: Path, tmp_path: Path) -> None:
     csv_path, audio_dir, _ = corpus
     cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
     run_pipeline(cfg, progress=False)
@@ -522,10 +522,10 @@ def test_musiccaps_samples_keep_their_layout_in_format_version_3(corpus, tiny_co
     assert names[0].endswith(".codes.npy") and names[1] == names[0].replace(".codes.npy", ".json")
     assert list(meta) == MUSICCAPS_SAMPLE_KEYS
     m = json.loads((tmp_path / "out/manifest.json").read_text())
-    assert m["format_version"] == 3 and m["segmentation"] is None
+    assert m["format_version"] == 4 and m["segmentation"] is None
     assert m["source"] == {
         "kind": "musiccaps", "csv": str(csv_path), "csv_sha256": sha256_file(csv_path),
-        "sha256": sha256_file(csv_path), "audio_dir": str(audio_dir),
+        "sha256": sha256_file(csv_path), "audio_dir": str(audio_dir), "split_rule": "csv_column",
     }  # fmt: skip
 
 

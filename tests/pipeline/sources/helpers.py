@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +39,16 @@ def audiocraft_line(path: str, seconds: float, sr: int = 44100, weight: float | 
         "weight": weight,
         "info_path": None,
     }
+
+
+def audiocraft_writer(folder: Path, manifest: Path) -> Path:
+    """What `python -m audiocraft.data.audio_dataset <folder> <manifest>` writes (audiocraft 1.3.0 find_audio_files +
+    save_audio_meta, read from its source: it is not installable here, see the module docstring of audiocraft.py):
+    os.walk over the folder (so an absolute folder gives absolute paths, a non-UTF-8 byte a '\\udcXX' surrogate),
+    sorted, one `json.dumps(AudioMeta.to_dict())` per line."""
+    paths = sorted(Path(root) / f for root, _, files in os.walk(folder, followlinks=True) for f in files
+                   if f.endswith(".wav"))  # fmt: skip
+    return write_manifest(manifest, [audiocraft_line(str(p), 1.0, 16000) for p in paths])
 
 
 def write_manifest(path: Path, lines: list[dict], gz: bool = False) -> Path:

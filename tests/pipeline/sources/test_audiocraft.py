@@ -75,7 +75,7 @@ def test_tracks_become_segments_with_their_sidecar_captions(built: tuple[Path, P
     )
     assert a1["source_file"] == "a.wav" and a1["csv_row"] == 1
     m = json.loads((out / "manifest.json").read_text())
-    assert m["format_version"] == 3
+    assert m["format_version"] == 4 and m["source"]["split_rule"] == "audio_sha256"
     assert m["source"]["kind"] == "audiocraft" and m["source"]["sha256"] == sha256_file(manifest)
     assert m["segmentation"] == {
         "seconds": 10.0, "hop_seconds": 10.0, "min_seconds": 8.0, "n_tracks": 4, "n_segments_planned": 5,
@@ -139,8 +139,8 @@ def test_template_captions_drop_missing_fields_with_their_labels(tmp_path: Path,
     assert caps["e_0"] == "genre: jazz. key: f minor"  # no description: the leading label text starts the caption
 
 
-def test_no_track_leaks_across_splits_and_the_split_is_the_track_hash(tmp_path: Path, tiny_codec: Path) -> None:
-    from tokenizer_pipeline.sources.splits import is_eval
+def test_no_track_leaks_across_splits_and_the_split_is_the_audio_hash(tmp_path: Path, tiny_codec: Path) -> None:
+    from tokenizer_pipeline.sources.splits import audio_is_eval
 
     tracks = [{"name": f"t{i}.wav", "seconds": 3.0, "sidecar": {"description": f"song {i}"}, "channels": 1,
                "sr": 16000} for i in range(12)]  # fmt: skip
@@ -155,7 +155,7 @@ def test_no_track_leaks_across_splits_and_the_split_is_the_track_hash(tmp_path: 
         by_track.setdefault(s["track_id"], set()).add(s["split"])
     assert all(len(v) == 1 for v in by_track.values())  # every segment of a track in one split
     assert {next(iter(v)) for v in by_track.values()} == {"train", "eval"}  # both used at this size
-    assert all((next(iter(v)) == "eval") == is_eval(t, 0.5) for t, v in by_track.items())
+    assert all((s["split"] == "eval") == audio_is_eval(s["source_sha256"], 0.5) for s in got.values())
 
 
 def test_gzipped_manifest_gives_the_same_samples(tmp_path: Path, tiny_codec: Path, built: tuple[Path, Path]) -> None:

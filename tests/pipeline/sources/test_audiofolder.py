@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.pipeline.sources.helpers import failures, make_audiofolder, samples, source_config
-from tokenizer_pipeline.config import SegmentConfig, SourceConfig, SplitConfig
+from tests.pipeline.sources.helpers import failures, make_audiofolder, samples, snapshot, source_config
+from tokenizer_pipeline.config import SegmentConfig, ShardConfig, SourceConfig, SplitConfig
 from tokenizer_pipeline.errors import PipelineError
 from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify
@@ -73,6 +74,7 @@ def test_split_folders_map_to_train_and_eval(tmp_path: Path, tiny_codec: Path) -
     assert got == {"train_a_0": "train", "train_b_0": "train", "validation_c_0": "eval", "test_d_0": "eval"}
     m = json.loads((tmp_path / "set/manifest.json").read_text())
     assert m["source"]["metadata_files"] == ["test/metadata.jsonl", "train/metadata.jsonl", "validation/metadata.jsonl"]
+    assert m["source"]["split_rule"] == "folders"
 
 
 @pytest.mark.parametrize("name", ["../outside.wav", "sub/../../outside.wav", "/tmp/outside.wav"])
@@ -175,19 +177,27 @@ def test_a_jsonl_row_with_nan_is_its_tracks_failure_naming_it(tmp_path: Path, ti
     assert bad["reason"] == "bad_metadata" and re.search(r"metadata.jsonl:1: .*NaN.*null", bad["detail"])
 
 
-def test_a_changed_metadata_file_is_refused_naming_it_and_nothing_is_lost(tmp_path: Path, tiny_codec: Path) -> None:
-    """The metadata file's sha256 is part of the run's identity: a re-captioned row is a different source. The refusal
-    says so in words (it used to say 'changed: csv_sha256' for a set that has no CSV) and leaves the shards alone."""
-    make_audiofolder(tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}]})
-    cfg = source_config(
-        "audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec, segment=SegmentConfig(seconds=3)
+def test_a_changed_metadata_row_redoes_only_its_tracks_shard(tmp_path: Path, tiny_codec: Path) -> None:
+    """The metadata file is no longer the set's identity (a collection grows; issue 39): a re-captioned row redoes the
+    shard of that track's segments, the other shards stay, and the set equals a fresh run's."""
+    make_audiofolder(
+        tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}, {"file_name": "b.wav", "caption": "y"}]}
     )
+    cfg = source_config("audiofolder", tmp_path / "mine", tmp_path / "set", tiny_codec, segment=SegmentConfig(seconds=3),
+                        shard=ShardConfig(max_samples=1))  # fmt: skip
     assert run_pipeline(cfg, progress=False).exit_code == 0
     before = {p: p.read_bytes() for p in (tmp_path / "set").rglob("*.tar")}
-    (tmp_path / "mine/metadata.csv").write_text("file_name,caption\na.wav,y\n", encoding="utf-8")
-    with pytest.raises(PipelineError, match=r"metadata file\(s\) .*mine.* changed .*overwrite=true"):
-        run_pipeline(cfg, progress=False)
-    assert before and {p: p.read_bytes() for p in (tmp_path / "set").rglob("*.tar")} == before
+    (tmp_path / "mine/metadata.csv").write_text("file_name,caption\na.wav,a new caption\nb.wav,y\n", encoding="utf-8")
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    after = {p: p.read_bytes() for p in (tmp_path / "set").rglob("*.tar")}
+    changed = [p for p in before if after[p] != before[p]]
+    assert len(changed) == 1 and b"a_0.json" in after[changed[0]] and len(before) == 2
+    assert samples(tmp_path / "set")["a_0"]["caption"] == "a new caption"
+    assert run_pipeline(replace(cfg, out_dir=str(tmp_path / "fresh")), progress=False).exit_code == 0
+    got, fresh = snapshot(tmp_path / "set"), snapshot(tmp_path / "fresh")
+    assert {k: v for k, v in got.items() if k != "manifest.json"} == {
+        k: v for k, v in fresh.items() if k != "manifest.json"
+    }
 
 
 def test_a_caption_column_no_row_has_is_refused_naming_the_columns(tmp_path: Path, tiny_codec: Path) -> None:

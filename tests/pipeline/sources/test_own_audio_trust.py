@@ -14,6 +14,7 @@ import pytest
 
 from tests.pipeline.sources.helpers import (
     audiocraft_line,
+    audiocraft_writer,
     failures,
     make_audiofolder,
     samples,
@@ -25,21 +26,12 @@ from tokenizer_pipeline.config import SegmentConfig, SourceConfig, SplitConfig
 from tokenizer_pipeline.errors import PipelineError
 from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify
+from tokenizer_pipeline.shards.write_shards import sha256_file
 from tokenizer_pipeline.sources.plan import plan_items
-from tokenizer_pipeline.sources.splits import is_eval
+from tokenizer_pipeline.sources.splits import audio_is_eval
 from tokenizer_pipeline.sources.track_ids import sanitised
 
 SHORT = SegmentConfig(seconds=0.5)
-
-
-def audiocraft_writer(folder: Path, manifest: Path) -> Path:
-    """What `python -m audiocraft.data.audio_dataset <folder> <manifest>` writes (audiocraft 1.3.0 find_audio_files +
-    save_audio_meta, read from its source: it is not installable here, see the module docstring of audiocraft.py):
-    os.walk over the folder (so an absolute folder gives absolute paths, a non-UTF-8 byte a '\\udcXX' surrogate),
-    sorted, one `json.dumps(AudioMeta.to_dict())` per line."""
-    paths = sorted(Path(root) / f for root, _, files in os.walk(folder, followlinks=True) for f in files
-                   if f.endswith(".wav"))  # fmt: skip
-    return write_manifest(manifest, [audiocraft_line(str(p), 1.0, 16000) for p in paths])
 
 
 def tiny_tracks(folder: Path, names: list[str], seconds: float = 1.0) -> None:
@@ -105,17 +97,19 @@ def test_the_same_files_at_two_locations_give_identical_keys_and_splits(tmp_path
     names = [f"album {i // 10}/t{i}.wav" for i in range(40)] + [f"ru/{n}" for n in CYRILLIC]
     tiny_tracks(tmp_path / "home/me/music", names, seconds=0.1)
     shutil.copytree(tmp_path / "home/me/music", tmp_path / "mnt/data/music")
-    plans = []
+    plans, audio = [], {}
     for where in ("home/me/music", "mnt/data/music"):
         manifest = audiocraft_writer(tmp_path / where, tmp_path / f"{where}.jsonl")
         cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec, split=SplitConfig(eval_fraction=0.5),
                             segment=SegmentConfig(seconds=0.1))  # fmt: skip
-        plans.append({i.ytid: i.split for i in plan_items(cfg)[0]})
+        items = plan_items(cfg)[0]
+        plans.append({i.ytid: i.split for i in items})
+        audio = {i.ytid: sha256_file(Path(i.audio_path)) for i in items}
     assert plans[0] == plans[1] and len(plans[0]) == 80
     assert not any("home" in k or "mnt" in k or "music" in k for k in plans[0])
     ru = [k for k in plans[0] if k.startswith("ru-")]  # "ru" + a hash of the exact path
     assert len(ru) == 40 and {plans[0][k] for k in ru} == {"train", "eval"}  # 40 ids, both splits drawn
-    assert all((plans[0][k] == "eval") == is_eval(k.removesuffix("_0"), 0.5) for k in plans[0])
+    assert all((plans[0][k] == "eval") == audio_is_eval(audio[k], 0.5) for k in plans[0])  # by the audio
 
 
 def test_a_moved_dataset_encodes_to_the_same_keys_and_splits(tmp_path: Path, tiny_codec: Path) -> None:
@@ -313,7 +307,7 @@ def test_a_missing_line_does_not_move_the_common_root(tmp_path: Path, tiny_codec
     assert plans["clean"] == plans["broken"]
 
 
-def test_the_id_root_is_recorded_and_a_resume_under_another_is_refused(tmp_path: Path, tiny_codec: Path) -> None:
+def test_the_id_root_is_recorded_and_kept_while_it_holds_a_track(tmp_path: Path, tiny_codec: Path) -> None:
     tiny_tracks(tmp_path / "data/music/x", ["a.wav"])
     tiny_tracks(tmp_path / "data/music/y", ["b.wav"])
     manifest = audiocraft_writer(tmp_path / "data/music", tmp_path / "m.jsonl")
@@ -322,11 +316,12 @@ def test_the_id_root_is_recorded_and_a_resume_under_another_is_refused(tmp_path:
     m = json.loads((tmp_path / "set/manifest.json").read_text())
     assert m["source"]["root"] == str(tmp_path / "data/music")
     (tmp_path / "data/music/y/b.wav").unlink()  # the found root would move to data/music/x
-    with pytest.raises(PipelineError, match=r"source\.root") as e:
-        run_pipeline(cfg, progress=False)
-    assert "\n" not in str(e.value)
-    pinned = replace(cfg, source=replace(cfg.source, root=m["source"]["root"]))
-    assert run_pipeline(pinned, progress=False).exit_code == 0  # the old root, pinned, resumes
+    audiocraft_writer(tmp_path / "data/music", manifest)
+    assert run_pipeline(cfg, progress=False).exit_code == 0  # it used to be refused, naming source.root
+    assert sorted(samples(tmp_path / "set")) == ["x_a_0", "x_a_1"]  # the recorded root, kept: no key renamed
+    assert json.loads((tmp_path / "set/manifest.json").read_text())["source"]["root"] == str(tmp_path / "data/music")
+    assert run_pipeline(replace(cfg, out_dir=str(tmp_path / "new")), progress=False).exit_code == 0
+    assert sorted(samples(tmp_path / "new")) == ["a_0", "a_1"]  # a new set: the common folder
 
 
 @pytest.mark.parametrize("raw", ["/tmp/x\0.wav", "/", "/tmp/.."])

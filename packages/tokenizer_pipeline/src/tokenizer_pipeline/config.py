@@ -35,8 +35,9 @@ class SplitConfig:
     eval_column: str = "is_audioset_eval"  # boolean CSV column: True -> eval_name, False -> train_name
     train_name: str = "train"
     eval_name: str = "eval"
-    # audiocraft / audiofolder without split folders: this fraction of TRACKS goes to eval_name, chosen by a stable
-    # hash of the track id (sources/splits.py), so every segment of a track lands in one split. MusicCaps ignores it.
+    # audiocraft / audiofolder without split folders: this fraction of TRACKS goes to eval_name, chosen by the sha256
+    # of the audio file (sources/splits.py), so every segment of a track lands in one split and no track moves when
+    # the collection grows, moves or is renamed. MusicCaps ignores it.
     eval_fraction: float = 0.1
 
 
@@ -46,8 +47,9 @@ class SourceConfig:
 
     kind: str = "musiccaps"  # musiccaps (csv + audio_dir) | audiocraft (manifest) | audiofolder (dir)
     manifest: str | None = None  # audiocraft: egs/<name>/data.jsonl or .jsonl.gz
-    # audiocraft: the folder track ids are relative to (null = the deepest folder holding every track), so a moved
-    # dataset keeps its keys and splits; pin it when you will add tracks outside today's common folder
+    # audiocraft: the folder track ids are relative to (null = the root the set in out_dir recorded while it holds a
+    # track, else the deepest folder holding every track), so a moved dataset keeps its keys; pin it to keep keys
+    # across separate sets of a collection that grows outside today's common folder
     root: str | None = None
     dir: str | None = None  # audiofolder: audio files + metadata.csv / metadata.jsonl (optional split folders)
     caption: str = "field"  # field: the caption_column's text | template: `template` filled from the metadata

@@ -17,9 +17,10 @@ from adapter_trainer.data.sample_keys import shard_path_problem
 from adapter_trainer.errors import UserError
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-# 2 adds codec identity fields, 3 optional sample/manifest fields (sources, segments, `weight`): a newer set's
-# samples keep every field version 1 has, and fields the trainer does not know are ignored
-SUPPORTED_VERSIONS = (1, 2, 3)
+# 2 adds codec identity fields, 3 optional sample/manifest fields (sources, segments, `weight`), 4 your own audio's
+# split by the audio's sha256 (`source.split_rule`; samples as in 3): a newer set's samples keep every field version 1
+# has, and fields the trainer does not know are ignored
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 
 
 class ShardFormatError(UserError, ValueError):

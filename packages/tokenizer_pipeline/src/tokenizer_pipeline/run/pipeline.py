@@ -3,8 +3,8 @@
 `run_pipeline` reads top to bottom, each step a call into this room:
   1. join the torchrun group when there is one (ranks.py: gloo on CPU, nccl with one GPU per rank); check the
      configuration, plan every item and shard (planning.py: the CSV rows, or the segments of
-     source=audiocraft|audiofolder), load the codec. Anything a user must fix stops every rank here, before any
-     encoding, as a `PipelineError` whose message names the fix
+     source=audiocraft|audiofolder, keeping what a set already in out_dir fixes: kept.py), load the codec. Anything a
+     user must fix stops every rank here, before any encoding, as a `PipelineError` whose message names the fix
   2. rank 0 locks `out_dir` and prepares `.progress/` (progress.py: a different config is refused unless overwrite)
   3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or whose audio
      appeared or changed (progress.why_redo): DataLoader worker processes decode + resample (loader.py) while this
@@ -37,9 +37,10 @@ from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
 from .encode_shards import encode_shard
 from .finish import RunResult, write_manifest
+from .kept import kept_shards, read_kept
 from .loader import decoded_clips
 from .planning import PlanItem, load_plan, source_sha256
-from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, source_change_words, why_redo
+from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, refusal_words, why_redo
 from .ranks import RankInfo, agree, join_ranks
 from .segment_items import segmentation_summary, source_summary
 
@@ -179,8 +180,14 @@ def _setup_plan_and_codec(
         check_config(cfg)
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
-        items, source_info = load_plan(cfg)
-        plans = plan_shards(items, [cfg.split.train_name, cfg.split.eval_name], cfg.shard.max_samples)
+        kept = read_kept(cfg)  # your own audio encoded again into out_dir: its root, splits and shards stay
+        items, source_info = load_plan(cfg, kept)
+        split_names = [cfg.split.train_name, cfg.split.eval_name]
+        plans = (
+            plan_shards(items, split_names, cfg.shard.max_samples)
+            if kept is None
+            else kept_shards(items, split_names, cfg.shard.max_samples, kept)
+        )
         encoder = load_encoder(cfg)
     except PipelineError as e:
         error = str(e)
@@ -212,18 +219,24 @@ def _codec_info(cfg: PipelineConfig, encoder: CodecEncoder, threads: int) -> Cod
 def _fingerprint(
     codec_info: CodecInfo, encoder: CodecEncoder, csv_sha: str, resolved: dict, source_info: SourceInfo | None
 ) -> dict:
-    """What must match for a rerun to resume `out_dir` (`.progress/config.json`)."""
+    """What must match for a rerun to resume `out_dir` (`.progress/config.json`). For your own audio, the sha256 of
+    its manifest or metadata (MusicCaps: of the CSV, csv_sha256) and the id root are left out: a grown, shrunk or
+    re-captioned collection resumes and redoes only the shards whose tracks changed (kept.py); the root used is
+    recorded as `source_root` for the next run to keep (progress.RECORDED_ONLY)."""
     fingerprint = {
         "format_version": FORMAT_VERSION,
         "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
         "device": encoder.device.type,
-        "csv_sha256": csv_sha,  # the source's sha256 (CSV, audiocraft manifest or audiofolder metadata)
+        "csv_sha256": csv_sha,  # the CSV's sha256 (MusicCaps)
         "config": resolved | {"overwrite": None, "max_failure_fraction": None, "out_dir": None},
     }
-    if source_info is not None and source_info.root is not None:  # the id root used, whether set or found
-        fingerprint["config"] = fingerprint["config"] | {"source": fingerprint["config"]["source"] | {"root": None}}
+    if source_info is None:
+        return musiccaps_fingerprint(fingerprint)
+    fingerprint.pop("csv_sha256")
+    fingerprint["config"] = fingerprint["config"] | {"source": fingerprint["config"]["source"] | {"root": None}}
+    if source_info.root is not None:  # the id root used, whether set, kept or found
         fingerprint["source_root"] = source_info.root
-    return musiccaps_fingerprint(fingerprint) if source_info is None else fingerprint
+    return fingerprint
 
 
 def _setup_out_dir(
@@ -235,7 +248,7 @@ def _setup_out_dir(
         try:
             lock = lock_out_dir(store.out_dir)
             split_names = [cfg.split.train_name, cfg.split.eval_name]
-            store.prepare(fingerprint, split_names, cfg.overwrite, source_change_words(source_info))
+            store.prepare(fingerprint, split_names, cfg.overwrite, refusal_words(source_info))
         except PipelineError as e:
             error = str(e)
             if lock is not None:

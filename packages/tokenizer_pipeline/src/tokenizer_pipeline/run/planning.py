@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import PipelineConfig
 from ..errors import ConfigError, PipelineError
@@ -11,6 +12,9 @@ from ..shards.write_shards import sha256_file
 from ..sources.musiccaps import ClipRow, CsvRowError, check_ytids, read_musiccaps_csv
 from ..sources.plan import SegmentItem, SourceInfo, plan_items
 from ..sources.track import SourceError
+
+if TYPE_CHECKING:  # kept.py reads .progress/ (progress.py), which imports the loader, which imports this module
+    from .kept import KeptSet
 
 # A planned unit of work: a MusicCaps CSV row (one clip), or a segment (or track-level failure) of another source.
 PlanItem = ClipRow | SegmentItem
@@ -39,12 +43,13 @@ def load_rows(cfg: PipelineConfig) -> list[ClipRow]:
     return rows
 
 
-def load_plan(cfg: PipelineConfig) -> tuple[list[PlanItem], SourceInfo | None]:
-    """The run's planned items in source order: CSV rows (musiccaps) or segments (sources/plan.py), keys checked."""
+def load_plan(cfg: PipelineConfig, kept: KeptSet | None = None) -> tuple[list[PlanItem], SourceInfo | None]:
+    """The run's planned items in source order: CSV rows (musiccaps) or segments (sources/plan.py), keys checked;
+    `kept`: the id root and splits an existing set in out_dir keeps (kept.py)."""
     if cfg.source.kind == "musiccaps":
         return list(load_rows(cfg)), None
     try:
-        items, info = plan_items(cfg)
+        items, info = plan_items(cfg, None if kept is None else kept.root, None if kept is None else kept.splits)
     except (SourceError, ConfigError) as e:
         raise PipelineError(str(e)) from e
     check_keys(items, Path(info.path))  # the key rule holds by construction (track_ids.py); checked all the same

@@ -31,6 +31,9 @@ from .segment_items import segment_identity, sha256_cached
 PROGRESS_DIR = ".progress"
 FINGERPRINT_FILE = "config.json"
 LOCK_FILE = ".lock"
+# fingerprint keys written for the next run to read but never compared: the id root your own audio's keys are
+# relative to (a run into this set keeps it while it holds a track, kept.py; one that moved keys redoes their shards)
+RECORDED_ONLY = ("source_root",)
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,9 @@ class ProgressStore:
     ) -> None:
         """Make `out_dir` ready: fresh, resumable with the same fingerprint, or cleared by overwrite.
 
-        Raises PipelineError when `out_dir` holds a different (or unknown) run and overwrite is False; `explain` words
-        a changed fingerprint key for the message (e.g. csv_sha256 of a source that is not a CSV).
+        Raises PipelineError when `out_dir` holds a different (or unknown) run and overwrite is False (RECORDED_ONLY
+        keys aside); `explain` words a changed fingerprint key for the message (a changed format_version alone, when
+        worded: the rest follows from it).
         """
         fp_path = self.dir / FINGERPRINT_FILE
         entries = [p for p in self.out_dir.iterdir() if p.name != LOCK_FILE] if self.out_dir.is_dir() else []
@@ -97,11 +101,13 @@ class ProgressStore:
                     "pipeline; choose an empty out_dir, or pass overwrite=true to clear its shards"
                 )
             old = json.loads(fp_path.read_text(encoding="utf-8"))
-            if old != fingerprint:
-                a, b = _flatten(old), _flatten(fingerprint)
-                changed = [
-                    (explain or {}).get(k, k) for k in sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                ]
+            a = _flatten({k: v for k, v in old.items() if k not in RECORDED_ONLY})
+            b = _flatten({k: v for k, v in fingerprint.items() if k not in RECORDED_ONLY})
+            if a != b:
+                keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                if "format_version" in keys and "format_version" in (explain or {}):
+                    keys = ["format_version"]
+                changed = [(explain or {}).get(k, k) for k in keys]
                 raise PipelineError(
                     f"out_dir {self.out_dir} holds shards from a different config (changed: {', '.join(changed)}); "
                     "pass overwrite=true to delete them and start over, or choose another out_dir"
@@ -250,16 +256,15 @@ def musiccaps_fingerprint(fingerprint: dict) -> dict:
     return fingerprint | {"format_version": MUSICCAPS_FINGERPRINT_VERSION, "config": config}
 
 
-def source_change_words(info: SourceInfo | None) -> dict[str, str] | None:
-    """How a refused resume names a changed source file of your own audio (its sha256 is the fingerprint's
-    csv_sha256, a name kept so existing MusicCaps sets resume)."""
+def refusal_words(info: SourceInfo | None) -> dict[str, str] | None:
+    """How a refused resume of your own audio words a changed format version (MusicCaps: None, its fingerprint
+    stays format 2's)."""
     if info is None:
         return None
-    what = {"audiocraft": "audiocraft manifest", "audiofolder": "audiofolder metadata file(s) in"}[info.kind]
-    words = {"csv_sha256": f"the {what} {info.path} changed since these shards were written"}
-    if info.root is not None:
-        words["source_root"] = (
-            f"the folder track ids are relative to is now {info.root}, which changes every id: pass source.root=<the "
-            "root in manifest.json's source.root or .progress/config.json's source_root> to keep the old ids"
+    return {
+        "format_version": (
+            "format_version: these shards were written by an older tokenizer_pipeline, which drew your own audio's "
+            "splits from the track ids; this one draws them from the audio (docs/shard-format.md, version 4), so "
+            "resuming would move tracks between splits"
         )
-    return words
+    }

@@ -15,22 +15,14 @@ import torch
 from ..audio.read_audio import ClipFailure, load_audio
 from ..config import PipelineConfig
 from ..shards.manifest import FailureRecord, SegmentSampleRecord
-from ..shards.write_shards import sha256_file
 from ..sources.plan import SegmentItem, SourceInfo
-
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
+from ..sources.splits import audio_sha256
 
 
 def sha256_cached(path: Path) -> str:
-    """sha256 of a file, remembered per process while its size and mtime stay: the segments of one track hash it once
-    per decode worker, not once per segment."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        if len(_SHA_CACHE) > 256:
-            _SHA_CACHE.clear()
-        _SHA_CACHE[key] = sha256_file(path)
-    return _SHA_CACHE[key]
+    """sha256 of a file, remembered per process while its size and mtime stay (sources.splits.audio_sha256: planning
+    hashed it for the track's split): the segments of one track hash it once per decode worker, not once per segment."""
+    return audio_sha256(path)
 
 
 def segment_label(item: SegmentItem) -> str:
@@ -100,14 +92,15 @@ def segment_identity(item: SegmentItem, source_file: str | None, sha: str | None
 
 def source_summary(cfg: PipelineConfig, info: SourceInfo | None, sha: str) -> dict:
     """The manifest's `source` object (docs/shard-format.md)."""
-    if info is None:
+    if info is None:  # split_rule: the CSV's split.eval_column decides
         return {"kind": "musiccaps", "csv": str(cfg.csv), "csv_sha256": sha, "sha256": sha,
-                "audio_dir": str(cfg.audio_dir)}  # fmt: skip
+                "audio_dir": str(cfg.audio_dir), "split_rule": "csv_column"}  # fmt: skip
     where = {"audiocraft": "manifest", "audiofolder": "dir"}[info.kind]
     root = {} if info.root is None else {"root": info.root}  # audiocraft: the folder the track ids are relative to
     return {
         "kind": info.kind, where: info.path, "sha256": sha, "metadata_files": info.metadata_files,
         "n_tracks": info.n_tracks, "n_duration_disagreements": info.n_duration_disagreements, **root,
+        "split_rule": info.split_rule,
     }  # fmt: skip
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 FORMAT_NAME = "musiccaps-encodec-shards"
 # 2: codec.config and codec.path_from_set; 3: sources other than MusicCaps (segment samples, source.kind,
-# source.sha256, segmentation). docs/shard-format.md, version history
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # version 1 sets still verify and decode (decode warns: no codec config to check)
+# source.sha256, segmentation); 4: your own audio's split by the audio's sha256 (source.split_rule).
+# docs/shard-format.md, version history
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)  # version 1 sets still verify and decode (decode warns: no codec config to check)
 PACKAGE = "tokenizer_pipeline"
 PACKAGE_VERSION = "0.1.0"
 CODES_MEMBER = "codes.npy"  # tar member suffix: `<ytid>.codes.npy`
@@ -145,7 +146,7 @@ class Manifest:
     failures: list[FailureRecord]
     source: dict[
         str, Any
-    ]  # kind, sha256 + musiccaps: csv, csv_sha256, audio_dir | audiocraft: manifest | audiofolder: dir
+    ]  # kind, sha256, split_rule + musiccaps: csv, csv_sha256, audio_dir | audiocraft: manifest | audiofolder: dir
     config: dict[str, Any]  # the resolved pipeline config
     segmentation: dict[str, Any] | None = None  # audiocraft / audiofolder: the segment plan (docs/shard-format.md)
     codes: dict[str, str] = field(default_factory=lambda: dict(CODES_INFO))

@@ -21,8 +21,8 @@ from .keys import KEY_RULE, key_problem, shard_path_problem
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord, SegmentSampleRecord
 from .write_shards import sha256_file
 
-JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format versions 1-3)
-SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # a segment of source=audiocraft|audiofolder (v3)
+JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format versions 1-4)
+SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # own-audio segments (v3, v4)
 SOURCE_KINDS = ("audiocraft", "audiofolder")
 
 

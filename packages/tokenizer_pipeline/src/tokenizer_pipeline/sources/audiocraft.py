@@ -15,11 +15,12 @@ only its `MusicInfo` fields (`MUSIC_INFO_FIELDS`); any other field is not read (
 a shard). audiocraft never reads `info_path` for music metadata, and neither does this reader. A track without a
 sidecar has no caption (a `no_caption` failure).
 
-Track ids (the sample-key prefix) come from each file's path relative to `root` (`source.root`, else the deepest
-folder holding every track of the manifest whose file exists and has no problem, so one broken line never moves it),
-so a dataset moved elsewhere keeps its keys and splits (track_ids.py). The root used is recorded as the manifest's
-`source.root`, and a resume under another root is refused. A missing file outside that root keeps its absolute path
-as its source_file.
+Track ids (the sample-key prefix) come from each file's path relative to the id root (track_ids.py): `source.root`;
+else, re-encoding into an existing set, the root that set recorded, while it still holds a usable track (so a track
+added in a new sibling folder renames no key: its own id is its path relative to that root, each '..' written 'up');
+else the deepest folder holding every track of the manifest whose file exists and has no problem (so one broken line
+never moves it, and a dataset moved or renamed as a whole keeps its keys). The root used is recorded as the
+manifest's `source.root`. A missing file outside the root keeps its absolute path as its source_file.
 A line breaking the layout stops the run before any audio is read, naming the line; one track's problem (an
 unusable sidecar, a file name that is not UTF-8) is that track's failure.
 """
@@ -181,10 +182,12 @@ def _usable(raw: str, where: str) -> bool:
     return path_problem(raw, where) is None and resolve_path(raw).is_file()
 
 
-def _relative(audio: Path, root: Path, where: str, raw: str, automatic: bool) -> str:
+def _relative(audio: Path, root: Path, where: str, raw: str, automatic: bool, usable: bool) -> str:
     try:
         return audio.relative_to(root).as_posix()
     except ValueError:
+        if automatic and usable:  # outside a kept root (a new sibling folder): its path from that root
+            return Path(os.path.relpath(audio, root)).as_posix()
         if automatic:  # a missing or bad file left out of the common root: its absolute path names it
             return audio.as_posix()
         raise SourceError(
@@ -193,12 +196,17 @@ def _relative(audio: Path, root: Path, where: str, raw: str, automatic: bool) ->
         ) from None
 
 
-def id_root(manifest: Path, parsed: list[tuple[int, dict[str, Any]]], root: Path | None) -> Path:
-    """The folder track ids are relative to: `source.root`, else the deepest folder holding every existing file
-    whose path has no problem (all the lines' files when none exists)."""
+def id_root(
+    manifest: Path, parsed: list[tuple[int, dict[str, Any]]], root: Path | None, kept: Path | None = None
+) -> Path:
+    """The folder track ids are relative to: `source.root`; else `kept` (the root an existing set in out_dir recorded)
+    while it holds an existing file whose path has no problem; else the deepest folder holding every such file (all
+    the lines' files when none exists)."""
     if root is not None:
         return Path(os.path.abspath(root))
     usable = [id_path(d["path"]) for line, d in parsed if _usable(d["path"], f"{manifest}:{line}")]
+    if kept is not None and any(p.is_relative_to(kept) for p in usable):
+        return kept
     return common_root(usable or [id_path(d["path"]) for _, d in parsed])
 
 
@@ -207,18 +215,21 @@ def read_audiocraft(manifest: Path, root: Path | None = None) -> list[Track]:
     return audiocraft_tracks(manifest, root)[0]
 
 
-def audiocraft_tracks(manifest: Path, root: Path | None = None) -> tuple[list[Track], Path]:
+def audiocraft_tracks(
+    manifest: Path, root: Path | None = None, kept_root: Path | None = None
+) -> tuple[list[Track], Path]:
     """Every track of the manifest, in line order, and the id root; SourceError on the first unusable line. `root`:
-    the folder the track ids are relative to (None: the tracks' common folder, id_root). A repeated path is kept here
-    (the plan records it as a duplicate)."""
+    `source.root` (None: found by id_root, `kept_root` first). A repeated path is kept here (the plan records it as a
+    duplicate)."""
     manifest = Path(manifest)
     parsed = [(line, _parse_line(manifest, line, text)) for line, text in read_lines(manifest)]
-    automatic, root = root is None, id_root(manifest, parsed, root)
+    automatic, root = root is None, id_root(manifest, parsed, root, kept_root)
     tracks: list[Track] = []
     for line, d in parsed:
         where, audio = f"{manifest}:{line}", resolve_path(d["path"])
         problem = path_problem(d["path"], where)
-        rel = _relative(id_path(d["path"]), root, where, d["path"], automatic or problem is not None)
+        usable = problem is None and audio.is_file()
+        rel = _relative(id_path(d["path"]), root, where, d["path"], automatic or problem is not None, usable)
         rel = rel.replace("\0", "\\0")  # a NUL byte (a bad_path) shown as '\0': no source_file holds one
         meta, meta_file, meta_error = {}, None, None
         if problem is None:

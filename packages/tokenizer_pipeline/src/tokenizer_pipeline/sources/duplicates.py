@@ -4,8 +4,9 @@ audio can never land in both splits.
 
 Files are compared by their resolved path first, then by content: only files whose sizes are equal are read, first
 their first and last `PARTIAL_BYTES` (a partial hash), and only files whose partial hashes match are hashed in full
-(sha256 of the bytes). A collection of distinct files costs one stat per file, and one of equal-size files (fixed-
-length clips) about 128 KiB read per file.
+(sha256 of the bytes; the plan passes the hashes it already took for the tracks' splits, splits.py). A collection of
+distinct files costs one stat per file, and one of equal-size files (fixed-length clips) about 128 KiB read per file.
+Equal bytes also draw one split (splits.py), so a copy's failure line names the split its audio is encoded in.
 """
 
 from __future__ import annotations
@@ -44,9 +45,16 @@ def _first_by(indices: list[int], key_of: Callable[[int], str]) -> dict[str, lis
     return groups
 
 
-def duplicates(tracks: list[Track], candidates: Iterable[int] | None = None) -> dict[int, int]:
+def duplicates(
+    tracks: list[Track], candidates: Iterable[int] | None = None, known: Callable[[int], str | None] | None = None
+) -> dict[int, int]:
     """{index of a repeat: index of the first track with that audio}, over `candidates` (default: every track), in
-    order; a track with a problem of its own (a bad path, a missing or unreadable file) is never one."""
+    order; a track with a problem of its own (a bad path, a missing or unreadable file) is never one. `known`: the
+    sha256 already taken of a track's file (or None), read instead of hashing it again."""
+
+    def full_hash(i: int) -> str:
+        return (known(i) if known else None) or sha256_file(Path(tracks[i].audio_path))
+
     first_by_path: dict[str, int] = {}
     repeat: dict[int, int] = {}
     by_size: dict[int, list[int]] = defaultdict(list)
@@ -69,7 +77,7 @@ def duplicates(tracks: list[Track], candidates: Iterable[int] | None = None) -> 
             continue
         partial = _first_by(same_size, lambda i, size=size: partial_hash(Path(tracks[i].audio_path), size))
         for group in (g for g in partial.values() if len(g) > 1):
-            for same in _first_by(group, lambda i: sha256_file(Path(tracks[i].audio_path))).values():
+            for same in _first_by(group, full_hash).values():
                 for i in same[1:]:
                     repeat[i] = same[0]
     return dict(sorted(repeat.items()))

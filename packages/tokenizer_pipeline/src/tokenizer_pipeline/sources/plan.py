@@ -6,8 +6,9 @@ A planned item = source file + window + metadata + key + split. Per track, in so
   2. the file's header (frames, sample rate); unreadable or missing -> one item carrying that failure
   3. windows from the header (segmenting.py; the manifest's `duration` is not trusted: when it disagrees with the
      header by more than duration_tolerance_s the header wins and the disagreement is counted)
-  4. split: the layout's (audiofolder split folders) or the hash of the track id before collision handling
-     (splits.py; equal to the track id unless another path sanitises alike, so a new colliding track never moves it)
+  4. split: the layout's (audiofolder split folders); else the one an existing set in out_dir gives the track (by
+     its audio, then its file: `KeptSplits`); else by the sha256 of the file's bytes (splits.py), so where a track
+     sits and what sits beside it never move it; a track with no file to hash: its failure's label, by its id
 Before step 1: a track the source could not use (a file name that is not UTF-8, a NUL byte: `bad_path`) and its
 unusable metadata (`bad_metadata`, also for a caption over MAX_CAPTION_CHARS or metadata over MAX_METADATA_BYTES:
 stored in every segment's json) are that track's failure. After step 2, the same audio named again (duplicates.py:
@@ -35,7 +36,7 @@ from .audiofolder import read_audiofolder
 from .captions import aspects_of, caption_of, check_caption_mode
 from .duplicates import duplicates
 from .segmenting import Segmentation, plan_windows
-from .splits import check_eval_fraction, check_split_names, is_eval
+from .splits import KeptSplits, audio_is_eval, audio_sha256, check_eval_fraction, check_split_names, is_eval
 from .track import SourceError, Track, shown
 from .track_ids import duplicate_path, sanitised, track_ids
 
@@ -90,7 +91,8 @@ class SourceInfo:
     n_dropped_tails: int = 0  # last segments shorter than min_seconds
     dropped: list[FailureRecord] = field(default_factory=list)  # one short_track / short_tail line each
     notes: list[str] = field(default_factory=list)
-    root: str | None = None  # audiocraft: the folder track ids are relative to (source.root or the common folder)
+    root: str | None = None  # audiocraft: the folder track ids are relative to (source.root, kept, or the common one)
+    split_rule: str = "audio_sha256"  # splits.SPLIT_RULES: audio_sha256, or folders (audiofolder split folders)
 
 
 def metadata_sha256(files: list[Path], root: Path) -> str:
@@ -126,12 +128,15 @@ def check_source_config(cfg: PipelineConfig) -> None:
     check_split_names(cfg.split.train_name, cfg.split.eval_name)
 
 
-def read_tracks(cfg: PipelineConfig) -> tuple[list[Track], Path, list[Path], Path | None]:
-    """The source's tracks, its path, the files their metadata listing came from, and the audiocraft id root."""
+def read_tracks(
+    cfg: PipelineConfig, kept_root: Path | None = None
+) -> tuple[list[Track], Path, list[Path], Path | None]:
+    """The source's tracks, its path, the files their metadata listing came from, and the audiocraft id root
+    (`kept_root`: the one an existing set in out_dir recorded, kept while it holds a track)."""
     if cfg.source.kind == "audiocraft":
         manifest = Path(str(cfg.source.manifest))
         root = None if cfg.source.root is None else Path(str(cfg.source.root))
-        tracks, id_root = audiocraft_tracks(manifest, root)
+        tracks, id_root = audiocraft_tracks(manifest, root, kept_root)
         return tracks, manifest, [manifest], id_root
     folder = Path(str(cfg.source.dir))
     tracks, files = read_audiofolder(folder)
@@ -190,11 +195,43 @@ def _dropped(track: Track, key: str, split: str, reason: str, detail: str) -> Fa
     return FailureRecord(ytid=key, csv_row=track.line, split=split, reason=reason, detail=detail)
 
 
-def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
-    """Every planned item of the source in track order (segments in time order), and the source's summary."""
+def _audio_hash(track: Track) -> str | None:
+    """sha256 of the track's file (its split), or None when there is no file to read."""
+    if track.problem is not None:
+        return None
+    try:
+        return audio_sha256(track.audio_path) if track.audio_path.is_file() else None
+    except OSError:  # unreadable: the header read says why
+        return None
+
+
+def _splits(tracks: list[Track], cfg: PipelineConfig, kept: KeptSplits | None) -> tuple[list[str], dict[int, str]]:
+    """Each track's split name (module docstring, step 4), and the audio sha256 of the tracks split by it."""
+    named = {"train": cfg.split.train_name, "eval": cfg.split.eval_name}
+    hashes = {i: h for i, t in enumerate(tracks) if t.split is None and (h := _audio_hash(t)) is not None}
+    splits = []
+    for i, t in enumerate(tracks):
+        sha = hashes.get(i)
+        held = None if t.split or kept is None else kept.of(sha, t.source_file)
+        if t.split:
+            splits.append(named[t.split])
+        elif held in named.values():
+            splits.append(str(held))
+        elif sha is not None:
+            splits.append(named["eval" if audio_is_eval(sha, cfg.split.eval_fraction) else "train"])
+        else:  # no audio to hash: a failure line's label only (no sample)
+            splits.append(named["eval" if is_eval(sanitised(t.source_file), cfg.split.eval_fraction) else "train"])
+    return splits, hashes
+
+
+def plan_items(
+    cfg: PipelineConfig, kept_root: Path | None = None, kept_splits: KeptSplits | None = None
+) -> tuple[list[SegmentItem], SourceInfo]:
+    """Every planned item of the source in track order (segments in time order), and the source's summary.
+    `kept_root`, `kept_splits`: what an existing set in out_dir fixes when the source is encoded into it again."""
     check_source_config(cfg)
     seg = Segmentation.from_config(cfg.segment.seconds, cfg.segment.hop_seconds, cfg.segment.min_seconds)
-    tracks, where, files, id_root = read_tracks(cfg)
+    tracks, where, files, id_root = read_tracks(cfg, kept_root)
     tracks = tracks if cfg.limit is None else tracks[: cfg.limit]
     if not tracks:
         raise SourceError(f"{where}: names no tracks; nothing to encode")
@@ -202,14 +239,9 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
     fallback = "text" if kind == "audiofolder" and src.caption_column == "caption" else None
     check_caption_column(tracks, src.caption, src.caption_column, fallback, where)
     ids = _ids(tracks)
-    named = {"train": cfg.split.train_name, "eval": cfg.split.eval_name}
-    splits = [
-        named[t.split] if t.split else named["eval" if is_eval(sanitised(t.source_file), cfg.split.eval_fraction)
-                                             else "train"]
-        for t in tracks
-    ]  # fmt: skip
+    splits, hashes = _splits(tracks, cfg, kept_splits)
     checked = [_checked(track, cfg, fallback, where) for track in tracks]
-    repeats = duplicates(tracks, [i for i, c in enumerate(checked) if c.failure is None])
+    repeats = duplicates(tracks, [i for i, c in enumerate(checked) if c.failure is None], hashes.get)
     items: list[SegmentItem] = []
     dropped: list[FailureRecord] = []
     n_short_tracks = n_tails = n_disagree = n_failed = 0
@@ -262,6 +294,7 @@ def plan_items(cfg: PipelineConfig) -> tuple[list[SegmentItem], SourceInfo]:
         n_dropped_short=n_short_tracks + n_tails, n_duration_disagreements=n_disagree, track_failures=n_failed,
         n_dropped_short_tracks=n_short_tracks, n_dropped_tails=n_tails, dropped=dropped,
         root=None if id_root is None else str(id_root),
+        split_rule="folders" if any(t.split for t in tracks) else "audio_sha256",
     )  # fmt: skip
     return items, info
 

@@ -4,33 +4,80 @@ Split names become directories of the shard set (`<out_dir>/<name>/shard-NNNNNN.
 (`check_split_names`) before anything is read or written: one plain path component under the sample-key rule
 (never '..', '/', absolute or empty), and train != eval (ignoring letter case).
 
-A track's split is a stable hash of its track id.
+A track's split is a function of its audio, never of where it sits or what sits beside it (`split_rule`
+"audio_sha256"): `u = int(sha256(file bytes)[:16 hex], 16) / 2**64` is uniform in [0, 1), and the track is eval when
+`u < eval_fraction`. The sha256 is the sample's `source_sha256`, so anyone can check a sample's split. Adding,
+removing, moving or renaming tracks (this one included) never moves a track; all segments of a track share its
+split; the same audio under two paths draws one split (and is encoded once, duplicates.py).
 
-`u = int(sha256(track_id)[:16 hex], 16) / 2**64` is uniform in [0, 1); the track is eval when `u < eval_fraction`.
-It depends on nothing but the id and the fraction: adding, removing or reordering other tracks never moves a track,
-and all segments of a track share its split (no track leaks across splits). The id hashed is the readable one
-(`track_ids.sanitised`, before collision handling; it already carries a hash of the exact path whenever the readable
-part lost characters that are not ASCII): a new track whose path sanitises alike changes both tracks' keys (hash
-suffixes) but never the split of the one already there.
+Two exceptions, both keeping a split that was already given:
+- re-encoding into an existing set (`KeptSplits`): a track keeps the split that set holds its audio in (by sha256),
+  else the split it holds its file in (by `source_file`: a file re-exported in place, other bytes), so a resume or
+  heal never moves a kept track;
+- a track whose file cannot be read (missing, a bad path) has no audio to hash and no sample: its failure line is
+  labelled with the hash of its track id (`is_eval`), as before format version 4.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import ConfigError
 from ..shards.keys import KEY_RULE, key_problem
 
+SPLIT_RULES = ("csv_column", "folders", "audio_sha256")  # the manifest's source.split_rule: musiccaps, audiofolder
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
+_SHA_CACHE_MAX = 1 << 16  # about 20 MB: a collection's hashes, computed once while planning, reused by the resume
+
+
+def audio_sha256(path: Path) -> str:
+    """sha256 of the file's bytes, remembered per process while its size and mtime stay: planning hashes every track
+    once (its split), and the resume check and each decode worker reuse it."""
+    from ..shards.write_shards import sha256_file  # not at import: `make audio` reads split names, never torch
+
+    st = Path(path).stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        if len(_SHA_CACHE) >= _SHA_CACHE_MAX:
+            _SHA_CACHE.clear()
+        _SHA_CACHE[key] = sha256_file(Path(path))
+    return _SHA_CACHE[key]
+
+
+def unit(sha256_hex: str) -> float:
+    """A position in [0, 1) from the first 64 bits of a sha256 hex digest."""
+    return int(sha256_hex[:16], 16) / 2**64
+
+
+def audio_is_eval(sha256_hex: str, eval_fraction: float) -> bool:
+    """The split rule: eval when the audio file's sha256 falls below eval_fraction."""
+    return unit(sha256_hex) < eval_fraction
+
 
 def track_unit(track_id: str) -> float:
-    """The track's position in [0, 1), from the first 64 bits of sha256(track_id)."""
-    digest = hashlib.sha256(track_id.encode("utf-8")).hexdigest()
-    return int(digest[:16], 16) / 2**64
+    """The position of a track id in [0, 1), from the first 64 bits of sha256(track_id)."""
+    return unit(hashlib.sha256(track_id.encode("utf-8")).hexdigest())
 
 
 def is_eval(track_id: str, eval_fraction: float) -> bool:
+    """The label of a track with no audio to hash (its failure line only; format version 3's rule for every track)."""
     return track_unit(track_id) < eval_fraction
+
+
+@dataclass(frozen=True)
+class KeptSplits:
+    """The splits an existing set in out_dir gives the tracks it holds samples of, when the source is encoded into it
+    again: by the audio's sha256, then by the file relative to the id root."""
+
+    by_sha256: dict[str, str] = field(default_factory=dict)
+    by_file: dict[str, str] = field(default_factory=dict)
+
+    def of(self, sha256_hex: str | None, source_file: str) -> str | None:
+        """The split the set holds this audio (or this file) in, or None for a track it does not hold."""
+        return (self.by_sha256.get(sha256_hex) if sha256_hex else None) or self.by_file.get(source_file)
 
 
 def check_eval_fraction(eval_fraction: float) -> None:

@@ -1,7 +1,10 @@
 """Track ids: a safe, deterministic, unique sample-key prefix per track, from its path relative to the source's root
-(audiocraft: `source.root`, else the deepest folder holding every track; audiofolder: `source.dir`), with '/'
-separators; the extension is dropped from the readable part but kept in the hash. The root, not the machine's
-directories, is what makes an id survive a move: the same files under /home/me/music or /mnt/data give the same ids.
+(audiocraft: `source.root`, else the root an existing set in out_dir recorded, else the deepest folder holding every
+track; audiofolder: `source.dir`), with '/' separators; the extension is dropped from the readable part but kept in
+the hash. The root, not the machine's directories, is what makes an id survive a move: the same files under
+/home/me/music or /mnt/data give the same ids. A track outside a kept root has a path with '..' parts, written 'up'
+('../new/x.wav' -> 'up_new_x'). An id changes only when the track's own path from the root changes (its name, or a
+folder between it and the root), or when another path sanitises alike (below); it never decides the split (splits.py).
 
 Rule (the key rule of keys.py applies to `<track id>_<segment index>`):
 - every run of characters outside `A-Z a-z 0-9 _ -` becomes one '_' (so 'a/b c.wav' -> 'a_b_c'), leading and
@@ -72,10 +75,15 @@ def duplicate_path(path: str, line: int) -> str:
     return f"{stem}-dup{line}\0{path[len(stem) :]}"
 
 
+def _up(path: str) -> str:
+    """'../new/x' -> 'up/new/x': a path from the root to a track outside it, readable."""
+    return "/".join("up" if part == ".." else part for part in path.split("/"))
+
+
 def sanitised(path: str) -> str:
     """The readable part of a track id (before collision handling)."""
     path = nfc(path)
-    s = _UNSAFE.sub("_", _stem_path(path)).strip("_") or "track"
+    s = _UNSAFE.sub("_", _up(_stem_path(path))).strip("_") or "track"
     s = re.sub(r"_(\d+)$", r"-\1", s)  # never '<x>_<digits>': that shape is a segment key
     return s if len(s) <= MAX_TRACK_ID_LEN and path.isascii() else _with_hash(s, path)
 
