@@ -54,9 +54,10 @@ def _samples(tar_path: Path) -> tuple[list[str], dict[str, dict[str, bytes]], li
 def test_layout_and_manifest(shard_set) -> None:
     root, csv_path, rows = shard_set
     m = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    assert m["format"] == "musiccaps-encodec-shards" and m["format_version"] == 4
-    assert m["source"]["kind"] == "musiccaps" and m["segmentation"] is None  # v3, v4: MusicCaps samples as in v2
-    assert m["source"]["split_rule"] == "csv_column"  # v4: the CSV's split.eval_column decides
+    # version 4 changed own audio's split rule only: a MusicCaps manifest stays version 3 (its split: the CSV's column)
+    assert m["format"] == "musiccaps-encodec-shards" and m["format_version"] == 3
+    assert m["source"]["kind"] == "musiccaps" and m["segmentation"] is None  # v3: MusicCaps samples as in v2
+    assert "split_rule" not in m["source"]
     assert m["created_by"] == {"package": "tokenizer_pipeline", "version": "0.1.0"}
     c = m["codec"]
     assert set(c) == {"name_or_path", "model_class", "sampling_rate", "frame_rate", "n_codebooks", "codebook_size",

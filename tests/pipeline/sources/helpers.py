@@ -47,7 +47,7 @@ def audiocraft_writer(folder: Path, manifest: Path) -> Path:
     os.walk over the folder (so an absolute folder gives absolute paths, a non-UTF-8 byte a '\\udcXX' surrogate),
     sorted, one `json.dumps(AudioMeta.to_dict())` per line."""
     paths = sorted(Path(root) / f for root, _, files in os.walk(folder, followlinks=True) for f in files
-                   if f.endswith(".wav"))  # fmt: skip
+                   if f.endswith((".wav", ".mp3", ".flac", ".ogg", ".m4a")))  # audiocraft's DEFAULT_EXTS  # fmt: skip
     return write_manifest(manifest, [audiocraft_line(str(p), 1.0, 16000) for p in paths])
 
 

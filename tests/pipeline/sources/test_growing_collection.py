@@ -224,6 +224,29 @@ def test_a_track_re_exported_in_place_keeps_its_split(tmp_path: Path, tiny_codec
     assert by_audio(tmp_path / "fresh")[sha].split != was
 
 
+def test_a_collection_converted_to_flac_keeps_every_split(tmp_path: Path, tiny_codec: Path) -> None:
+    """WAV -> FLAC keeps every key (a track id has no extension) but changes every file's bytes and name: encoded into
+    the same set again, each key keeps the split the set gave it (review: 4 of 8 moved, a model then scored on its
+    own training tracks)."""
+    import soundfile as sf
+
+    add_tracks(tmp_path / "music", NAMES)
+    manifest = audiocraft_writer(tmp_path / "music", tmp_path / "data.jsonl")
+    cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec, segment=SHORT, split=HALF)
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    before = {t.key: t.split for t in by_audio(tmp_path / "set").values()}
+    for name in NAMES:
+        wav = tmp_path / "music" / name
+        audio, sr = sf.read(wav)
+        sf.write(wav.with_suffix(".flac"), audio, sr)
+        wav.unlink()
+    audiocraft_writer(tmp_path / "music", tmp_path / "data.jsonl")
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    after = {t.key: (t.split, t.source_file) for t in by_audio(tmp_path / "set").values()}
+    assert all(f.endswith(".flac") for _, f in after.values())
+    assert {k: split for k, (split, _) in after.items()} == before
+
+
 def test_a_set_split_by_track_id_is_refused_saying_why(tmp_path: Path, tiny_codec: Path) -> None:
     """A set written by format version 3 drew splits from the track ids: resuming it under the audio's rule would
     move tracks, so it is refused in one line naming the reason and overwrite=true."""

@@ -8,6 +8,8 @@ from pathlib import Path
 from ..audio.read_audio import FFMPEG_FIX
 from ..config import PipelineConfig
 from ..shards.manifest import (
+    FORMAT_VERSION,
+    MUSICCAPS_FORMAT_VERSION,
     CodecInfo,
     FailureRecord,
     Manifest,
@@ -58,6 +60,7 @@ def write_manifest(
     failures = sorted([*(f for r in records for f in r.failures), *dropped], key=lambda f: f.csv_row)
     encoded = sum(s.n_samples for s in splits.values())
     manifest = Manifest(
+        format_version=MUSICCAPS_FORMAT_VERSION if source.get("kind") == "musiccaps" else FORMAT_VERSION,
         codec=codec_info,
         splits=splits,
         totals={

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..config import PipelineConfig
 from ..shards.write_shards import PlannedSample, ShardPlan, plan_shards
-from ..sources.splits import KeptSplits
+from ..sources.splits import KeptSplits, without_suffix
 from .progress import FINGERPRINT_FILE, PROGRESS_DIR, ShardRecord
 
 
@@ -76,6 +76,7 @@ def read_kept(cfg: PipelineConfig) -> KeptSet | None:
                     by_sha.setdefault(sha, split)
                 if isinstance(source_file, str):
                     by_file.setdefault(source_file, split)
+                    by_file.setdefault(without_suffix(source_file), split)
     return KeptSet(Path(root) if isinstance(root, str) else None, KeptSplits(by_sha, by_file), shards)
 
 

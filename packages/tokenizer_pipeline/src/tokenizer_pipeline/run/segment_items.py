@@ -92,9 +92,9 @@ def segment_identity(item: SegmentItem, source_file: str | None, sha: str | None
 
 def source_summary(cfg: PipelineConfig, info: SourceInfo | None, sha: str) -> dict:
     """The manifest's `source` object (docs/shard-format.md)."""
-    if info is None:  # split_rule: the CSV's split.eval_column decides
+    if info is None:  # the CSV's split.eval_column decides (version 3's manifest: no split_rule field)
         return {"kind": "musiccaps", "csv": str(cfg.csv), "csv_sha256": sha, "sha256": sha,
-                "audio_dir": str(cfg.audio_dir), "split_rule": "csv_column"}  # fmt: skip
+                "audio_dir": str(cfg.audio_dir)}  # fmt: skip
     where = {"audiocraft": "manifest", "audiofolder": "dir"}[info.kind]
     root = {} if info.root is None else {"root": info.root}  # audiocraft: the folder the track ids are relative to
     return {

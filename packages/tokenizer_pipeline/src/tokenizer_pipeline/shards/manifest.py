@@ -17,6 +17,10 @@ FORMAT_NAME = "musiccaps-encodec-shards"
 # source.sha256, segmentation); 4: your own audio's split by the audio's sha256 (source.split_rule).
 # docs/shard-format.md, version history
 FORMAT_VERSION = 4
+# MusicCaps manifests are unchanged by version 4 (it is about your own audio's split rule): they keep version 3, so a
+# rerun over a MusicCaps set written before leaves its manifest byte-identical (a training run's fingerprint holds its
+# sha256, and a new manifest would refuse that run's resume)
+MUSICCAPS_FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3, 4)  # version 1 sets still verify and decode (decode warns: no codec config to check)
 PACKAGE = "tokenizer_pipeline"
 PACKAGE_VERSION = "0.1.0"

@@ -23,12 +23,12 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError
 from ..shards.keys import KEY_RULE, key_problem
 
-SPLIT_RULES = ("csv_column", "folders", "audio_sha256")  # the manifest's source.split_rule: musiccaps, audiofolder
+SPLIT_RULES = ("csv_column", "folders", "audio_sha256")  # source.split_rule: MusicCaps (implied: its manifests stay v3), own audio
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 _SHA_CACHE_MAX = 1 << 16  # about 20 MB: a collection's hashes, computed once while planning, reused by the resume
 
@@ -70,14 +70,25 @@ def is_eval(track_id: str, eval_fraction: float) -> bool:
 @dataclass(frozen=True)
 class KeptSplits:
     """The splits an existing set in out_dir gives the tracks it holds samples of, when the source is encoded into it
-    again: by the audio's sha256, then by the file relative to the id root."""
+    again: by the audio's sha256, then by the file, then by the file without its extension (a collection converted
+    from WAV to FLAC keeps its keys, which carry no extension, and so keeps its splits)."""
 
     by_sha256: dict[str, str] = field(default_factory=dict)
     by_file: dict[str, str] = field(default_factory=dict)
 
     def of(self, sha256_hex: str | None, source_file: str) -> str | None:
-        """The split the set holds this audio (or this file) in, or None for a track it does not hold."""
-        return (self.by_sha256.get(sha256_hex) if sha256_hex else None) or self.by_file.get(source_file)
+        """The split the set holds this audio (or this file, or this file under another extension) in, or None for a
+        track it does not hold."""
+        return (
+            (self.by_sha256.get(sha256_hex) if sha256_hex else None)
+            or self.by_file.get(source_file)
+            or self.by_file.get(without_suffix(source_file))
+        )
+
+
+def without_suffix(source_file: str) -> str:
+    """`dir/a.flac` -> `dir/a` (the key a file's track id comes from carries no extension)."""
+    return str(PurePosixPath(source_file).with_suffix("")) if PurePosixPath(source_file).suffix else source_file
 
 
 def check_eval_fraction(eval_fraction: float) -> None:
