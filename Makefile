@@ -27,7 +27,7 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-gpu clean listen listen-check
+.PHONY: setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
 
 # test-only tools next to the packages: pytest, ruff, and Hugging Face `datasets` (tests/pipeline/sources check the
 # audiofolder reader against datasets' own; neither package depends on it)
@@ -217,7 +217,7 @@ test: | setup
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # style: ruff's linter and formatter, configured in the top-level pyproject.toml
-LINT_PATHS := packages tests benchmarks
+LINT_PATHS := packages tests benchmarks scripts
 lint: | setup
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
@@ -236,16 +236,21 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt constra
 	$(PY) -m pip install --quiet -c constraints.txt -r benchmarks/requirements.txt
 	touch $@
 
+# make bench: every group but the opt-in ones (resample, gpu, memory), each script in its own process: 10 min on 2
+# idle cores, 25-30 beside another job (per-group times: docs/benchmarks.md). Any group runs again at once: its output
+# directories are emptied first, never resumed. tests/benchmarks/test_bench_smoke.py runs every script at tiny sizes.
 bench: demo-shards demo-models bench-setup
 	$(PY) benchmarks/run_benchmarks.py $(ARGS)
 
-# CUDA figures (benchmarks/bench_gpu.py); the demo codec + corpus feed its encoder figures. Without CUDA: one line, exit 0.
-# A build/demo of other DEMO_* settings stops it (make demo-settings); a codec that fails to build is recorded instead
+# the real-size memory sweep (bench_memory.py: 24 cases, each its own process, up to ~12 GB RAM; 25-60 min on 2 cores
+# by load): random weights, nothing built first; merged into build/bench/results.json like any group
+bench-memory: | setup
+	$(PY) benchmarks/run_benchmarks.py --only memory $(ARGS)
+
+# CUDA figures (benchmarks/bench_gpu.py): nothing built first (random weights, synthetic audio); without CUDA: one
+# line, exit 0. BUDGET_S=SECONDS: its --budget-s (drops the largest training sizes first; default in bench_gpu.py)
 bench-gpu: | setup
-	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
-		$(MAKE) demo-settings || exit 2; \
-		$(MAKE) codec || echo "make codec failed: the encoder figures will record why" >&2; fi
-	@$(PY) benchmarks/run_benchmarks.py --device cuda
+	@$(PY) benchmarks/run_benchmarks.py --device cuda $(if $(BUDGET_S),--gpu-budget-s $(BUDGET_S))
 
 clean:
 	rm -rf build outputs multirun

@@ -5,7 +5,12 @@
   trainer_rss_100x_vs_1x      peak RSS of a 5-step run on the demo shard set replicated 100x with new keys /
                               the same run on the set itself (training process; workers reported too). Target <= 1.10.
 
+Every run trains into its own output directory next to --out (data_wait_run, rss_1x, rss_100x), emptied first: a
+second invocation measures again instead of meeting the first one's checkpoints (the trainer refuses to mix runs).
+The replicated set (demo_shards_x100 there) is kept and reused while it was made from the same source manifest.
+
 Usage: python benchmarks/bench_data.py --out FILE.json [--wait-steps 300] [--replicas 100] [--shards build/demo/shards]
+       [--rss-steps 5] [hydra overrides...]
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ import tarfile
 import time
 from pathlib import Path
 
-BENCH = Path("build/bench")
-
 
 def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
-    """`replicas` copies of every shard of `src`, keys suffixed `_rNNN` (json ytid too), with a fresh manifest."""
+    """`replicas` copies of every shard of `src`, keys suffixed `_rNNN` (json ytid too), with a fresh manifest.
+
+    A `dst` made before from the same source manifest with as many replicas is reused as it is."""
+    src_sha = hashlib.sha256((src / "manifest.json").read_bytes()).hexdigest()
     if (dst / "manifest.json").is_file():
         man = json.loads((dst / "manifest.json").read_text())
-        if man.get("bench_replicas") == replicas:
+        if man.get("bench_replicas") == replicas and man.get("bench_source_manifest_sha256") == src_sha:
             return dst
     shutil.rmtree(dst, ignore_errors=True)
     man = json.loads((src / "manifest.json").read_text())
@@ -66,6 +72,7 @@ def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
         info["shards"] = shards
         info["n_samples"] = info["n_samples"] * replicas
     man["bench_replicas"] = replicas
+    man["bench_source_manifest_sha256"] = src_sha
     (dst / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True))
     return dst
 
@@ -92,6 +99,12 @@ def child(args: argparse.Namespace) -> None:
             }
         )
     )
+
+
+def fresh_dir(path: Path) -> Path:
+    """`path` emptied: a run's output directory never holds an earlier run's checkpoints (no resume, no refusal)."""
+    shutil.rmtree(path, ignore_errors=True)
+    return path
 
 
 def run_child(*overrides: str) -> dict:
@@ -137,9 +150,13 @@ def main() -> None:
     print(json.dumps(out, indent=2))
 
 
+def work_dir(args: argparse.Namespace) -> Path:
+    """Where the runs and the replicated set go: next to --out (build/bench under `make bench`)."""
+    return Path(args.out).resolve().parent
+
+
 def measure_wait(args: argparse.Namespace, quiet: list[str]) -> dict:
-    wait_dir = BENCH / "data_wait_run"
-    shutil.rmtree(wait_dir, ignore_errors=True)
+    wait_dir = fresh_dir(work_dir(args) / "data_wait_run")
     res = run_child(
         "+experiment=demo",
         f"data.shards=[{args.shards}]",
@@ -159,10 +176,11 @@ def measure_wait(args: argparse.Namespace, quiet: list[str]) -> dict:
 
 
 def measure_rss(args: argparse.Namespace, quiet: list[str]) -> dict:
-    big = replicate_set(Path(args.shards), BENCH / f"demo_shards_x{args.replicas}", args.replicas)
+    work = work_dir(args)
+    big = replicate_set(Path(args.shards), work / f"demo_shards_x{args.replicas}", args.replicas)
     common = ["+experiment=demo", f"trainer.max_steps={args.rss_steps}", *quiet, *args.overrides]
-    small_rss = run_child(*common, f"data.shards=[{args.shards}]", f"trainer.output_dir={BENCH / 'rss_1x'}")
-    big_rss = run_child(*common, f"data.shards=[{big}]", f"trainer.output_dir={BENCH / 'rss_100x'}")
+    small_rss = run_child(*common, f"data.shards=[{args.shards}]", f"trainer.output_dir={fresh_dir(work / 'rss_1x')}")
+    big_rss = run_child(*common, f"data.shards=[{big}]", f"trainer.output_dir={fresh_dir(work / 'rss_100x')}")
     n_small = json.loads((Path(args.shards) / "manifest.json").read_text())["splits"]["train"]["n_samples"]
     return {
         "trainer_rss_100x_vs_1x": big_rss["peak_rss_mb"] / small_rss["peak_rss_mb"],

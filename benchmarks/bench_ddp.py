@@ -2,6 +2,9 @@
 
   trainer_ddp_vs_one_eval_ce_rel   |final held-out CE (2 ranks) - (1 process)| / (1 process). Target < 0.005.
 
+Each run trains into its own output directory next to --out (ddp_one, ddp_two), emptied first, so a second
+invocation measures again (never a resume).
+
 Usage: python benchmarks/bench_ddp.py --out FILE.json [--steps 300] [hydra overrides...]
 """
 
@@ -14,8 +17,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-BENCH = Path("build/bench")
 
 
 def main() -> None:
@@ -49,7 +50,7 @@ def main() -> None:
     }
     final = {}
     for name, cmd in runs.items():
-        out = BENCH / f"ddp_{name}"
+        out = Path(args.out).resolve().parent / f"ddp_{name}"
         shutil.rmtree(out, ignore_errors=True)
         # a hung rank fails the benchmark instead of blocking it
         subprocess.run([*cmd, *common, f"trainer.output_dir={out}"], check=True, env=env, timeout=3600)

@@ -37,7 +37,10 @@ from adapter_trainer.model.kv_cache import MoTKVCache
 
 # ----------------------------------------------------------------------------------------------------------------
 # The replaced sampler, copied as it was (only `ConcatCache()` instead of `None` on the prefill call: the model's
-# forward_step now takes a cache object, and this one grows by torch.cat exactly as the old MoTLayer did).
+# forward_step now takes a cache object, and this one grows by torch.cat exactly as the old MoTLayer did). The cache
+# carries what the model's trunk reads and writes on any cache besides keys and values (`summaries`: CaptionCond's
+# running caption sums; `has_pads`: whether a pad is cached), as MoTKVCache does; every step still goes through
+# `forward_step`, so none of decode_step's savings reach this baseline.
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -48,6 +51,10 @@ class ConcatCache:
         self.keys: list[torch.Tensor] = []  # per layer [B, KV, S_total, hd]
         self.values: list[torch.Tensor] = []
         self.seq_len = 0
+        # MoTKVCache's other fields, read and written by MoTAdapterModel._trunk: layer -> (sum [B, D], count [B, 1])
+        # of the normed caption rows (caption_cond_rank > 0), and whether a pad is among the cached positions
+        self.summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.has_pads = False
 
     def layer(self, index: int) -> _ConcatLayer:
         return _ConcatLayer(self, index)

@@ -1,6 +1,8 @@
 """GPU figures in one run (`make bench-gpu`): the real-size training step at `cuda_1b` settings, which attention kernel
-ran, the encoder, generation. Without CUDA it prints one line, writes nothing and exits 0.
+ran, the encoder, generation. Nothing is built beforehand (random weights, synthetic audio). Without CUDA it prints one
+line, writes nothing and exits 0. `--smoke-cpu` runs every step on CPU at tiny dims to check the script (no figures).
 
+Writes ONE JSON (--out) and a markdown table next to it (.md); stdout gets the markdown.
 Measured (each in its own try/except: a failure is recorded as its error text, the rest still runs):
   train      Llama-3.2-1B + musicgen-small sizes with random weights (realsize_model.py), cuda_1b's config
              (frozen towers in its model.dtype, its trainer.precision autocast, seq = data.max_seq_len, delay), one
@@ -18,15 +20,22 @@ Measured (each in its own try/except: a failure is recorded as its error text, t
              against an unpadded and a left-padded cache, next to the kernel torch 2.11's rules predict for each
              sdpa call of the case (adapter_trainer.model.sdpa_kernels: cuDNN everywhere on an H100). The math kernel
              in any of them, or a kernel other than predicted, is a failure: the JSON is written, then exit 1.
-  encoder    tokenizer_pipeline's CodecEncoder on the demo codec (`make codec`: the real encodec_32khz
-             architecture) and the demo corpus clips: clips/s in fp32 and bf16, and the share of bf16 codes equal to
-             fp32's.
+  encoder    tokenizer_pipeline's CodecEncoder(path, device, dtype) on facebook/encodec_32khz's ARCHITECTURE with
+             seeded random weights (gpu_encoder.py; --codec DIR: a saved codec instead) and 32 synthetic 10-s 32 kHz
+             mono clips (seeded tones + noise): audio-seconds/s and clips/s in fp32 and bf16, the share of bf16 codes
+             equal to fp32's (of an untrained codec: the JSON says what it means), the config the encoder reports.
   generate   decoding positions/s: MoTAdapterModel.decode_step one position at a time against a preallocated
              MoTKVCache (MoTKVCache.allocate, as generate), 8 captions + 8 CFG rows, under the preset's autocast; the
              prefill is not timed and positions/s counts the 8 conditioned rows (generate's metric). The model's
              decode step, not the sampler's logic; inputs are random audio ids.
 
-Usage: python benchmarks/bench_gpu.py --out FILE.json [--batches 1,2,4,8,16] [--steps 3] [--dims real|tiny]
+Budget (--budget-s, time_budget.py): the encoder, the FLOP count, the kernel check and generation run first at one
+size each (they always run); then the training sweep in increasing batch size, checkpointing off and on at each, where
+a case whose predicted seconds exceed what is left of the budget is dropped: the largest sizes go first. What was
+dropped (with its prediction and the seconds left) is in the JSON's `budget`, the markdown and stdout.
+
+Usage: python benchmarks/bench_gpu.py --out FILE.json [--budget-s 300] [--batches 1,2,4,8,16] [--steps 3]
+       [--dims real|tiny] [--codec DIR] [--encode-clips 32] [--clip-s 10] [--smoke-cpu]
 """
 
 from __future__ import annotations
@@ -40,6 +49,13 @@ from pathlib import Path
 
 import torch
 
+# --budget-s default, for `make bench-gpu` within 8 minutes wall on one H100 with `make setup WHEELS=dir` (~2 min
+# from local wheels) before it: the bench's own ~6 minutes are interpreter start + imports (~15 s, before the clock
+# starts), this budget, and at most one mispredicted training case over it. Not measured on an H100 (no GPU here); the
+# expected need is well under it: the fixed groups ~1 min (encoder 2 x 32 x 10-s clips, 1.5 B random weights built on
+# the GPU, one counted step, 5 profiled cases, 256 decode steps) and the 10 training cases ~1-2 min (4 steps each; at
+# ~40% MFU a batch-16 step of 16 k positions takes ~0.5 s). So the budget only bites on a slower GPU or a slow node.
+DEFAULT_BUDGET_S = 300.0
 NOTHING_MEASURED = "no CUDA device: nothing was measured (bench_gpu needs a GPU; CPU figures: make bench)"
 # Peak dense (no sparsity) bf16 tensor-core FLOP/s per GPU, NVIDIA's datasheets. First substring match of the
 # torch.cuda.get_device_name() wins, so the more specific names come first.
@@ -67,8 +83,8 @@ def peak_flops(name: str) -> float | None:
 DEV = torch.device("cuda")  # --smoke-cpu: every measurement on CPU at tiny dims, to check this script without a GPU
 
 
-def guarded(results: dict, key: str, fn: Callable[[], object]) -> None:
-    """results[key] = fn(), or {"error": "<type>: <message>"} (the traceback goes to stderr)."""
+def guarded(results: dict, key: str, fn: Callable[[], object]) -> object:
+    """results[key] = fn(), or {"error": "<type>: <message>"} (the traceback goes to stderr); returns results[key]."""
     try:
         results[key] = fn()
     except Exception as e:  # recorded in the results, not swallowed: the JSON and the log name it
@@ -76,6 +92,7 @@ def guarded(results: dict, key: str, fn: Callable[[], object]) -> None:
         results[key] = {"error": f"{type(e).__name__}: {e}"}
     if DEV.type == "cuda":
         torch.cuda.empty_cache()  # after the except block: the exception's frames (and their tensors) are gone
+    return results[key]
 
 
 def synchronize() -> None:
@@ -323,91 +340,27 @@ def generation_speed(model, cfg, vocab, captions: int = 8, prompt: int = 66, ste
     }
 
 
-def encoder(codec: Path, corpus: Path, n_clips: int, batch_size: int) -> dict:
-    import numpy as np
+def train_sweep(budget, model, optimizer, cfg, vocab, batches: list[int], steps: int, fpp, peak) -> list[dict]:
+    """train_throughput per batch size (increasing), checkpointing off then on at each: the budget drops the largest
+    sizes first (each setting is a group of its own: its times predict its next size)."""
+    rows = []
+    for bs in sorted(batches):
+        for recompute in (False, True):
+            on = "on" if recompute else "off"
 
-    from tokenizer_pipeline.audio.read_audio import load_audio
-    from tokenizer_pipeline.codec.encode import CodecEncoder
+            def case(bs: int = bs, r: bool = recompute) -> dict:  # the row, or {"error": ...}
+                return guarded(
+                    {}, "row", lambda: train_throughput(model, optimizer, cfg, vocab, bs, r, steps, fpp, peak)
+                )
 
-    files = sorted(corpus.glob("*.wav"))[:n_clips]
-    if not files:
-        raise FileNotFoundError(f"no wav files in {corpus}: run `make codec` (it builds the corpus) first")
-    out: dict = {"codec": str(codec), "clips": len(files), "batch_size": batch_size}
-    codes = {}
-    for dtype in ("float32", "bfloat16"):
-        enc = CodecEncoder(str(codec), device=DEV.type, dtype=dtype)
-        wavs = [load_audio(f, enc.sampling_rate) for f in files]  # each [N] float32
-        enc.encode_batch(wavs[:batch_size])  # warm-up
-        got: list = []
-
-        def run(enc=enc, wavs=wavs, got=got) -> None:
-            for i in range(0, len(wavs), batch_size):
-                got.extend(enc.encode_batch(wavs[i : i + batch_size]))
-
-        s = sync_time(run, 1)
-        codes[dtype] = got
-        out[f"clips_per_s_{dtype}"] = len(wavs) / s
-        out["audio_s_per_clip"] = sum(w.numel() for w in wavs) / enc.sampling_rate / len(wavs)
-    out["bf16_code_agreement"] = float(
-        np.mean(np.concatenate([(a == b).ravel() for a, b in zip(codes["float32"], codes["bfloat16"])]))
-    )
-    return out
+            row = budget.run(f"train_ckpt_{on}", bs, case, what=f"train batch {bs}, checkpointing {on}")
+            if row is not None:  # None: dropped (budget.dropped says why)
+                rows.append({"batch_size": bs, "activation_checkpointing": recompute, **row})
+    return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--batches", default="1,2,4,8,16")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--dims", choices=["real", "tiny"], default="real")
-    ap.add_argument("--codec", default="build/demo/codec")
-    ap.add_argument("--corpus", default="build/demo/corpus")
-    ap.add_argument("--encode-clips", type=int, default=32)
-    ap.add_argument("--smoke-cpu", action="store_true", help="run every step on CPU at tiny dims (no figures)")
-    args = ap.parse_args()
-    global DEV
-    if args.smoke_cpu:
-        DEV, args.dims, args.batches, args.encode_clips = torch.device("cpu"), "tiny", "1,2", 2
-    elif not torch.cuda.is_available():
-        print(NOTHING_MEASURED)
-        return
-
-    from realsize_model import build_model, make_optimizer, preset_config
-
-    name = torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (smoke test: not a GPU figure)"
-    peak = peak_flops(name)
-    res: dict = {"device": name, "peak_bf16_flops": peak, "torch": torch.__version__, "dims": args.dims}
-    cfg = preset_config("cuda_1b", f"trainer.device={DEV.type}")
-    res["settings"] = {
-        "experiment": "cuda_1b",
-        "model_dtype": cfg.model.dtype,
-        "precision": cfg.trainer.precision,
-        "seq_len": cfg.data.max_seq_len,
-        "pattern": cfg.data.pattern,
-    }
-    torch.manual_seed(0)
-    model, vocab = build_model(cfg, args.dims, DEV)
-    optimizer = make_optimizer(model, cfg)
-
-    guarded(res, "flops", lambda: flops_per_position(model, optimizer, cfg, vocab))
-    fpp = res["flops"].get("flops_per_position")
-    res["train"] = []
-    for recompute in (False, True):
-        for bs in [int(b) for b in args.batches.split(",")]:
-            one: dict = {}
-            guarded(
-                one,
-                "row",
-                lambda bs=bs, r=recompute: train_throughput(model, optimizer, cfg, vocab, bs, r, args.steps, fpp, peak),
-            )
-            res["train"].append({"batch_size": bs, "activation_checkpointing": recompute, **one["row"]})
-    guarded(res, "kernels", lambda: kernel_cases(model, optimizer, cfg, vocab))
-    guarded(res, "generate", lambda: generation_speed(model, cfg, vocab))
-    model = optimizer = None  # free the GPU for the encoder
-    if DEV.type == "cuda":
-        torch.cuda.empty_cache()
-    guarded(res, "encoder", lambda: encoder(Path(args.codec), Path(args.corpus), args.encode_clips, 8))
-
+def summarize(res: dict) -> dict:
+    """The summary keys run_benchmarks merges into results.json (numbers only; a dict becomes key_batch)."""
     summary: dict = {}
     for r in res["train"]:
         tag = f"ckpt_{'on' if r['activation_checkpointing'] else 'off'}"
@@ -418,14 +371,89 @@ def main() -> None:
         summary["gpu_train_flops_per_position"] = res["flops"]["flops_per_position"]
     if "positions_per_s" in res["generate"]:
         summary["gpu_generate_positions_per_s"] = res["generate"]["positions_per_s"]
-    for key in ("clips_per_s_float32", "clips_per_s_bfloat16", "bf16_code_agreement"):
+    for key in ("audio_s_per_s_float32", "audio_s_per_s_bfloat16", "clips_per_s_float32", "clips_per_s_bfloat16",
+                "bf16_code_agreement"):  # fmt: skip
         if key in res["encoder"]:
             summary[f"gpu_encoder_{key}"] = res["encoder"][key]
-    Path(args.out).write_text(json.dumps({"summary": summary, "rows": [{"stage": "gpu", **res}]}, indent=2))
-    print(json.dumps(res, indent=2))
+    summary["gpu_budget_dropped_cases"] = len(res["budget"]["dropped"])
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True, help="the JSON; the markdown table goes next to it (.md)")
+    ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="wall-clock seconds (inf: no limit)")
+    ap.add_argument("--batches", default=None, help="training batch sizes (default 1,2,4,8,16; --smoke-cpu 1,2)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--dims", choices=["real", "tiny"], default="real")
+    ap.add_argument("--codec", default=None, help="a saved EncodecModel to measure instead of random encodec_32khz")
+    ap.add_argument("--encode-clips", type=int, default=None, help="synthetic clips (default 32; --smoke-cpu 2)")
+    ap.add_argument("--clip-s", type=float, default=None, help="seconds per clip (default 10; --smoke-cpu 1)")
+    ap.add_argument("--smoke-cpu", action="store_true", help="run every step on CPU at tiny dims (no figures)")
+    args = ap.parse_args()
+    global DEV
+    if args.smoke_cpu:
+        DEV, args.dims = torch.device("cpu"), "tiny"
+    elif not torch.cuda.is_available():
+        print(NOTHING_MEASURED)
+        return
+    smoke = args.smoke_cpu  # short everything: seq 256, 32 decode steps, 2 x 1-s clips (codebooks from a 1-s one)
+    batches = [int(b) for b in (args.batches or ("1,2" if smoke else "1,2,4,8,16")).split(",")]
+    clips, clip_s = args.encode_clips or (2 if smoke else 32), args.clip_s or (1.0 if smoke else 10.0)
+
+    from gpu_encoder import encoder_speed
+    from gpu_report import markdown
+    from realsize_model import build_model, make_optimizer, preset_config
+    from time_budget import Budget
+
+    budget = Budget(args.budget_s)
+    name = torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (smoke test: not a GPU figure)"
+    peak = peak_flops(name)
+    res: dict = {
+        "device": name,
+        "peak_bf16_flops": peak,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if DEV.type == "cuda" else None,
+        "dims": args.dims,
+        "smoke_cpu": smoke,
+    }
+    cfg = preset_config("cuda_1b", f"trainer.device={DEV.type}", *(["data.max_seq_len=256"] if smoke else []))
+    res["settings"] = {
+        "experiment": "cuda_1b",
+        "model_dtype": cfg.model.dtype,
+        "precision": cfg.trainer.precision,
+        "seq_len": cfg.data.max_seq_len,
+        "pattern": cfg.data.pattern,
+        "steps": args.steps,
+        "batches": batches,
+    }
+
+    def fixed(key: str, fn: Callable[[], object]) -> None:
+        """A group of one size: it always runs (its seconds are recorded under the budget)."""
+        budget.run(key, 1, lambda: guarded(res, key, fn))
+
+    # fixed-size groups first (the encoder before the towers take the GPU's memory), the training sweep last: it
+    # takes what the budget has left, so nothing needs reserving for groups after it
+    fixed("encoder", lambda: encoder_speed(DEV, args.codec, clips, clip_s, 2 if smoke else 8, clip_s))
+    torch.manual_seed(0)
+    model, vocab = budget.run("build", 1, lambda: build_model(cfg, args.dims, DEV))
+    optimizer = make_optimizer(model, cfg)
+    fixed("flops", lambda: flops_per_position(model, optimizer, cfg, vocab))
+    fixed("kernels", lambda: kernel_cases(model, optimizer, cfg, vocab))
+    fixed("generate", lambda: generation_speed(model, cfg, vocab, steps=32 if smoke else 256))
+    fpp = res["flops"].get("flops_per_position")
+    res["train"] = train_sweep(budget, model, optimizer, cfg, vocab, batches, args.steps, fpp, peak)
+    res["budget"] = budget.record()
+
+    out = Path(args.out)
+    out.write_text(json.dumps({"summary": summarize(res), "rows": [{"stage": "gpu", **res}]}, indent=2))
+    md = markdown(res)
+    out.with_suffix(".md").write_text(md)
+    print(f"{md}\nwritten: {out} and {out.with_suffix('.md')}")
     failed = run_failures(res)
     if failed:
-        raise SystemExit("bench_gpu failed (the JSON above is written):\n  " + "\n  ".join(failed))
+        raise SystemExit("bench_gpu failed (the JSON is written):\n  " + "\n  ".join(failed))
 
 
 def run_failures(res: dict) -> list[str]:

@@ -5,8 +5,8 @@ A case's child builds the Llama-3.2-1B + musicgen-small sizes with random weight
 training steps as the recipe does (forward + backward under the mode's autocast, clip, AdamW step: the first
 allocates the optimizer's moments). Two figures per case:
   peak_rss_gb         the whole run's peak resident set size as the kernel reports it to the parent on exit
-                      (os.wait4's rusage.ru_maxrss, KiB on Linux; per child, unlike RUSAGE_CHILDREN, a running
-                      maximum): what a machine needs, weights, optimizer and runtime included ("what fits").
+                      (os.wait4's rusage.ru_maxrss: KiB on Linux, bytes on macOS; per child, unlike RUSAGE_CHILDREN,
+                      a running maximum): what a machine needs, weights, optimizer and runtime included ("what fits").
   activation_peak_gb  the second step's forward + backward alone, counted exactly from live tensor storages
                       (live_memory.LiveTensorBytes): activations, checkpoint recomputation and temporaries, without
                       weights, optimizer moments or gradients. RSS cannot give this: glibc keeps freed blocks, so
@@ -24,16 +24,23 @@ peak) and activation bytes = a + bpp * batch * seq. From the total-peak fits: wh
 the Python runtime and CPU kernels' work space: the GPU figures derived from it are a projection, not a GPU
 measurement (`make bench-gpu` measures a GPU).
 
-Real size needs ~8-12 GB per case and about 2-3 minutes of 2 idle CPU cores (one step of fp32, batch 1, seq 512:
-7.8 GiB, 35 s; the second step, under the counter, about as long again): `make bench` runs it (group realsize), never
-`make test`. `--dims tiny` runs the same cases at the demo model's sizes (seconds, MBs) to try the script.
+Real size needs ~8-12 GB per case and about a minute of 2 idle CPU cores (55 s per fp32 case measured) (one step of fp32, batch 1, seq 512:
+7.8 GiB, 35 s; the second step, under the counter, about as long again): `make bench-memory` runs it (group memory,
+opt-in: not in a plain `make bench`). `--dims tiny` runs the same cases at the demo model's sizes (seconds, MBs) to try
+the script; tests/benchmarks/test_bench_smoke.py does so in `make test`.
+
+`--device mps` (Apple silicon) runs the cases on MPS and records, next to the RSS, the MPS allocator's figures after
+the build and after the first step (mps_current_allocated_gb, mps_driver_allocated_gb; mps_recommended_max_gb): MPS
+has no peak counter, and its memory is the machine's own (unified), so the RSS alone does not show it. No /proc on
+macOS: the RSS after the build is then the peak so far (ru_maxrss; the build only grows the process).
 
 Usage: python benchmarks/bench_memory.py --out FILE.json [--dims real|tiny] [--modes fp32,fp32_autocast,bf16]
-       [--batches 1,2] [--seqs 512,1024] [--recompute off,on] [--merge]
+       [--batches 1,2] [--seqs 512,1024] [--recompute off,on] [--device cpu|mps] [--merge]
 --merge keeps the cases already in FILE.json (those run again are replaced) and recomputes fits, table and summary
 over all of them: e.g. `--modes fp32 --batches 2 --seqs 1024 --merge` re-measures the two cases of the ratio.
 Writes {"summary": {"realsize_bytes_per_position", "realsize_fixed_gb", "realsize_activation_bytes_per_position",
-"realsize_ckpt_memory_ratio"}, "rows": [...]} (summary only at real dims; tiny figures are no real-size figure).
+"realsize_ckpt_memory_ratio"}, "rows": [...]} (summary only at real dims on CPU; tiny figures are no real-size
+figure, and the summary keys are CPU figures).
 """
 
 from __future__ import annotations
@@ -53,6 +60,32 @@ MODES = {"fp32": ("float32", "fp32"), "fp32_autocast": ("float32", "bf16"), "bf1
 PRESETS = ("cuda_1b", "mps_small")
 MEMORY_GIB = (24, 48, 80)
 GIB = 2**30
+STATM = Path("/proc/self/statm")  # Linux only
+
+
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """getrusage's / wait4's ru_maxrss in bytes: macOS reports bytes, Linux (and the BSDs) KiB."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
+
+
+def rss_now_bytes() -> tuple[int, str]:
+    """(resident set size in bytes, where it came from): the current figure from /proc/self/statm (pages) where there
+    is one (Linux); elsewhere (macOS) the peak so far, ru_maxrss."""
+    if STATM.is_file():
+        return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE"), "statm"
+    return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), "ru_maxrss"
+
+
+def mps_memory_gb() -> dict[str, float]:
+    """The MPS allocator now (GiB): tensors allocated, all the driver holds, and Metal's recommended working set."""
+    import torch
+
+    torch.mps.synchronize()
+    return {
+        "mps_current_allocated_gb": torch.mps.current_allocated_memory() / GIB,
+        "mps_driver_allocated_gb": torch.mps.driver_allocated_memory() / GIB,
+        "mps_recommended_max_gb": torch.mps.recommended_max_memory() / GIB,
+    }
 
 
 def run_case(case: dict) -> dict:
@@ -64,9 +97,10 @@ def run_case(case: dict) -> dict:
 
     torch.manual_seed(0)
     dtype, precision = MODES[case["mode"]]
+    device = case.get("device", "cpu")
     cfg = preset_config(
         "mps_small",  # the MoT settings of both presets are the defaults; dtype/precision/seq/batch set here
-        "trainer.device=cpu",
+        f"trainer.device={device}",
         f"model.dtype={dtype}",
         f"trainer.precision={precision}",
         f"data.max_seq_len={case['seq']}",
@@ -74,15 +108,18 @@ def run_case(case: dict) -> dict:
         f"trainer.activation_checkpointing={str(case['recompute']).lower()}",
     )
     t0 = time.perf_counter()
-    model, vocab = build_model(cfg, case["dims"], "cpu")
+    model, vocab = build_model(cfg, case["dims"], device)
     optimizer = make_optimizer(model, cfg)
-    batch = full_batch(cfg, vocab, case["batch"])
+    batch = full_batch(cfg, vocab, case["batch"]).to(device)
     build_s = time.perf_counter() - t0
-    rss_built = rss_now_bytes()
+    rss_built, rss_source = rss_now_bytes()
+    mps = {f"{k}_after_build": v for k, v in mps_memory_gb().items()} if device == "mps" else {}
     t0 = time.perf_counter()
     loss = train_step(model, optimizer, batch, cfg)  # allocates gradients and the AdamW moments
+    if device == "mps":
+        mps |= {f"{k}_after_first_step": v for k, v in mps_memory_gb().items() if "recommended" not in k}
     step_s = time.perf_counter() - t0
-    rss_first_step = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    rss_first_step = maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     counter = LiveTensorBytes(grads_of=model.parameters())
     train_step(model, optimizer, batch, cfg, around_backward=counter)  # timed by nothing: the counter slows it
     return {
@@ -92,16 +129,13 @@ def run_case(case: dict) -> dict:
         "step_s": step_s,
         "loss": loss,
         "rss_after_build_gb": rss_built / GIB,
+        "rss_after_build_from": rss_source,  # statm: the current RSS; ru_maxrss: the peak so far (no /proc)
         "peak_rss_first_step_gb": rss_first_step / GIB,  # what peak_rss_gb was before this script ran two steps
         "activation_peak_gb": counter.peak_bytes / GIB,
         "grad_gb": counter.grad_bytes / GIB,
         "torch_threads": torch.get_num_threads(),
+        **mps,
     }
-
-
-def rss_now_bytes() -> int:
-    """Current resident set size from /proc/self/statm (pages)."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def measure(case: dict, tmp: Path) -> dict:
@@ -113,7 +147,7 @@ def measure(case: dict, tmp: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"memory case {case} failed with exit code {proc.returncode}")
     row = {"stage": "realsize_memory", **case, **json.loads(out.read_text())}
-    row["peak_rss_gb"] = usage.ru_maxrss * 1024 / GIB  # ru_maxrss: KiB on Linux
+    row["peak_rss_gb"] = maxrss_bytes(usage.ru_maxrss) / GIB
     print(
         f"{case['mode']:>13} batch {case['batch']} seq {case['seq']:>4} recompute {case['recompute']!s:>5}: "
         f"peak {row['peak_rss_gb']:.2f} GiB, activations {row['activation_peak_gb']:.2f} GiB, "
@@ -178,10 +212,15 @@ def fits_table(fits: dict[tuple[str, bool], dict], modes: dict[str, str], seqs: 
 CASE_KEYS = ("dims", "mode", "batch", "seq", "recompute")
 
 
+def case_key(row: dict) -> tuple:
+    """What identifies a case: CASE_KEYS and the device (rows from before --device ran on CPU)."""
+    return (*(row[k] for k in CASE_KEYS), row.get("device", "cpu"))
+
+
 def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
     """Case rows of `old` that `new` does not run again, then `new` (fit rows are recomputed, not kept)."""
-    fresh = {tuple(r[k] for k in CASE_KEYS) for r in new}
-    kept = [r for r in old if r.get("stage") == "realsize_memory" and tuple(r[k] for k in CASE_KEYS) not in fresh]
+    fresh = {case_key(r) for r in new}
+    kept = [r for r in old if r.get("stage") == "realsize_memory" and case_key(r) not in fresh]
     return kept + new
 
 
@@ -224,6 +263,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,2")
     ap.add_argument("--seqs", default="512,1024")
     ap.add_argument("--recompute", default="off,on", help="activation checkpointing settings to run: off, on or both")
+    ap.add_argument("--device", choices=["cpu", "mps"], default="cpu", help="mps: also the MPS allocator's figures")
     ap.add_argument("--merge", action="store_true", help="keep the cases already in --out that are not run again")
     args = ap.parse_args()
     if args.case:
@@ -241,12 +281,16 @@ def main() -> None:
     batches, seqs = [int(b) for b in args.batches.split(",")], [int(s) for s in args.seqs.split(",")]
     out = Path(args.out)
     old = json.loads(out.read_text())["rows"] if args.merge and out.exists() else []
-    if any(r.get("stage") == "realsize_memory" and r["dims"] != args.dims for r in old):
-        raise SystemExit(f"--merge: {out} holds cases of other --dims than {args.dims}; write to another --out")
+    kinds = {(r["dims"], r.get("device", "cpu")) for r in old if r.get("stage") == "realsize_memory"}
+    if kinds - {(args.dims, args.device)}:
+        raise SystemExit(
+            f"--merge: {out} holds cases of other --dims/--device than {args.dims}/{args.device}; "
+            "write to another --out"
+        )
     tmp = out.parent / f"{out.stem}-cases"
     tmp.mkdir(parents=True, exist_ok=True)
     new = [
-        measure({"dims": args.dims, "mode": m, "batch": b, "seq": s, "recompute": r}, tmp)
+        measure({"dims": args.dims, "mode": m, "batch": b, "seq": s, "recompute": r, "device": args.device}, tmp)
         for m in modes
         for r in recompute
         for s in seqs
@@ -259,11 +303,11 @@ def main() -> None:
         for of, by_group in (("peak_rss", fits), ("activation_peak", act_fits))
         for (m, r), f in by_group.items()
     ]
-    summary = summarize(rows, fits, act_fits) if args.dims == "real" else {}
+    summary = summarize(rows, fits, act_fits) if (args.dims, args.device) == ("real", "cpu") else {}
     table = fits_table(fits, preset_modes(), sorted({r["seq"] for r in rows}))
     note = (
-        f"Projected from CPU peak RSS ({args.dims} dims; fit peak = fixed + bytes/position x batch x seq), "
-        "not measured on a GPU. 1 GiB = 2^30 bytes."
+        f"Projected from {args.device.upper()} runs' peak RSS ({args.dims} dims; fit peak = fixed + bytes/position x "
+        "batch x seq), not measured on a CUDA GPU. 1 GiB = 2^30 bytes."
     )
     out.with_suffix(".md").write_text(f"{note}\n\n{table}\n")
     out.write_text(json.dumps({"summary": summary, "rows": rows + fit_rows, "fits_table_md": table}, indent=2))

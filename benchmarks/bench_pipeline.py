@@ -6,7 +6,7 @@ Every case runs in its own interpreter (peak RSS per case); the driver writes `{
   pipeline_vs_first_version   / per-file encoding through MusicgenForConditionalGeneration.audio_encoder with
                               the processor's feature extractor and one np.save per clip (random weights,
                               the demo codec's real encodec_32khz size, built here)
-  pipeline_rss_1000_vs_100    main-process peak RSS, 1,000 vs 100 clips, small random EncodecModel
+  pipeline_rss_1000_vs_100    main-process peak RSS, 1,000 vs 100 clips, small random EncodecModel, one thread
   decode_workers_speedup_2v1  clips/s with a zero-cost encoder, 2 decode workers vs 1
 
 `pipeline_vs_first_version` is one run of each on the same clips with the same `--threads`; the pipeline
@@ -14,6 +14,8 @@ runs with its defaults (`codec.batch_size=auto`, decode workers), its wall clock
 the first version's excludes building its model.
 
 Usage: python benchmarks/bench_pipeline.py --out build/bench/pipeline.json [--clips 24 --batch-size auto --threads 2]
+       [--rss-clips 100 1000] [--zero-cost-clips 300]
+(`--rss-clips` other than 100 1000 still writes the key pipeline_rss_1000_vs_100: larger / smaller, e.g. a smoke run)
 """
 
 from __future__ import annotations
@@ -169,6 +171,8 @@ def case_first_version(args: argparse.Namespace, work: Path) -> dict:
     model = MusicgenForConditionalGeneration(cfg).eval()
     # MusicgenProcessor's audio half
     processor = EncodecFeatureExtractor(feature_size=1, sampling_rate=audio_cfg.sampling_rate)
+    # the pipeline's default bandwidth, the codec's smallest: 2.2 kbps = 4 codebooks for encodec_32khz and the demo codec
+    bandwidth = min(float(b) for b in audio_cfg.target_bandwidths)
     npy = work / "npy"
     npy.mkdir()
     files = sorted(audio.iterdir())
@@ -180,7 +184,7 @@ def case_first_version(args: argparse.Namespace, work: Path) -> dict:
             x = torchaudio.functional.resample(torch.from_numpy(x), sr, audio_cfg.sampling_rate)  # [N'] at 32 kHz
             audio_s += x.numel() / audio_cfg.sampling_rate
             inputs = processor(raw_audio=x.numpy(), sampling_rate=audio_cfg.sampling_rate, return_tensors="pt")
-            enc = model.audio_encoder.encode(inputs["input_values"], inputs["padding_mask"], bandwidth=2.2)
+            enc = model.audio_encoder.encode(inputs["input_values"], inputs["padding_mask"], bandwidth=bandwidth)
             np.save(npy / f"{p.stem}.npy", enc.audio_codes[0, 0].numpy().astype(np.int16))  # [K, T]
     secs = time.perf_counter() - t0
     return {"case": "first_version", "clips": len(files), "clip_seconds": audio_s / len(files), "seconds": secs,
@@ -263,6 +267,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--zero-cost-clips", type=int, default=300)
+    ap.add_argument("--rss-clips", type=int, nargs=2, default=[100, 1000], metavar=("SMALL", "LARGE"))
     ap.add_argument("--case", choices=sorted(CASES))
     ap.add_argument("--result")
     ap.add_argument("--out")
@@ -280,7 +285,10 @@ def main() -> None:
         return
 
     rows = [run_case("encoder_bound", args), run_case("pipeline", args), run_case("first_version", args)]
-    rows += [run_case("rss", args, clips=100), run_case("rss", args, clips=1000)]
+    # a memory figure of a small codec: one intra-op thread. With two on 2 cores, its tiny ops wait at OpenMP barriers
+    # whenever another process holds a core (300 clips beside one busy process: 3.6 clips/s with two threads, 96 with one)
+    small, large = args.rss_clips
+    rows += [run_case("rss", args, clips=small, threads=1), run_case("rss", args, clips=large, threads=1)]
     rows += [run_case("zero_cost", args, clips=args.zero_cost_clips, workers=w) for w in (1, 2)]
     by = {r["case"]: r for r in rows}
     summary = {
@@ -288,7 +296,7 @@ def main() -> None:
         "pipeline_vs_first_version": by["pipeline"]["audio_s_per_s"] / by["first_version"]["audio_s_per_s"],
         "pipeline_peak_rss_mb": by["pipeline"]["peak_rss_mb"],
         "first_version_peak_rss_mb": by["first_version"]["peak_rss_mb"],
-        "pipeline_rss_1000_vs_100": by["rss_1000"]["peak_rss_mb"] / by["rss_100"]["peak_rss_mb"],
+        "pipeline_rss_1000_vs_100": by[f"rss_{large}"]["peak_rss_mb"] / by[f"rss_{small}"]["peak_rss_mb"],
         "decode_workers_speedup_2v1": by["zero_cost_2_workers"]["clips_per_s"]
         / by["zero_cost_1_workers"]["clips_per_s"],
         "zero_cost_clips_per_s_per_worker": {

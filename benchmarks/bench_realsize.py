@@ -2,7 +2,8 @@
 the `mps_small` preset's MoT settings, batch 1, one full 1024-token sequence, a few optimizer steps.
 
 The closest this machine gets to `mps_small`: the same parameter count and activation shapes, fp32 as on MPS.
-Needs ~10-15 GB RAM and minutes of CPU; it runs in `make bench` only (never in `make test`).
+Needs ~10-15 GB RAM and about a minute of 2 idle CPU cores; it runs in `make bench` (group realsize). `make test` runs
+only `--tiny` (tests/benchmarks/test_bench_smoke.py).
 
 Usage: python benchmarks/bench_realsize.py --out FILE.json [--steps 2] [--seq 1024]
 Writes {"summary": {"realsize_cpu_peak_rss_gb", "realsize_cpu_s_per_step"}, "rows": [...]}.

@@ -4,7 +4,9 @@ Writes build/bench/results.json and build/bench/results.md (docs/benchmarks.md's
 A bench script writes a list of rows, or `{"rows": [...], "summary": {...}}`, or a flat dict of figures;
 each script owns its summary keys, and all of them are merged into results.json's top-level `summary`.
 `--only GROUP` measures one group and merges it into an existing results.json (the other groups' rows and
-keys are kept), so a slow group can be re-measured alone.
+keys are kept), so a slow group can be re-measured alone. Every group can run again at once: each run writes to
+fresh or overwritten files and output directories, never resuming an earlier one. The wall time of each group is
+printed and kept in results.json's `group_seconds` (docs/benchmarks.md gives the 2-core machine's).
 
 Groups:
   core      encode + train throughput (bench_encode.py, bench_train.py)
@@ -13,12 +15,14 @@ Groups:
   data      trainer_data_wait_fraction, trainer_rss_100x_vs_1x (bench_data.py),
             trainer_ddp_vs_one_eval_ce_rel (bench_ddp.py: 1 process x 8 vs 2 gloo ranks x 4)
   onthefly  shards_vs_onthefly_step_speedup (bench_onthefly.py; the codec exists only inside the benchmark)
-  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes);
-            realsize_bytes_per_position, realsize_fixed_gb, realsize_activation_bytes_per_position,
-            realsize_ckpt_memory_ratio and what fits in 24/48/80 GB per preset (bench_memory.py: 24 real-size
-            cases, each its own process, up to ~12 GB)
-  gpu       CUDA only: real-size cuda_1b training step (positions/s, MFU, peak memory per batch, checkpointing
-            off/on), the attention kernel that ran, encoder clips/s + bf16 agreement, generation (bench_gpu.py)
+  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes)
+  memory    opt-in (`make bench-memory`, about an hour on 2 cores): realsize_bytes_per_position, realsize_fixed_gb,
+            realsize_activation_bytes_per_position, realsize_ckpt_memory_ratio and what fits in 24/48/80 GB per
+            preset (bench_memory.py: 24 real-size cases, each its own process, up to ~12 GB)
+  gpu       CUDA only, nothing built first: real-size cuda_1b training step (positions/s, MFU, peak memory per batch,
+            checkpointing off/on), the attention kernel that ran, generation, encoder audio-s/s fp32/bf16 + bf16
+            agreement (encodec_32khz architecture, random weights), within --gpu-budget-s (bench_gpu.py; it also
+            writes build/bench/gpu.md)
   download  downloader clips/s per worker against a local server, download_bytes_per_clip_vs_whole (bytes
             fetched per 10-s clip of a 4-min source, sections vs whole streams) (bench_download.py)
   resample  soxr vs torchaudio quality/speed/memory behind read_audio's choice (bench_resample.py)
@@ -26,10 +30,11 @@ Groups:
   mixture   mixture_weight_error (bench_mixture.py: shares of a 3:1 mixture of two sets over 10,000 draws; ~1 s)
   byo       byo_pipeline_vs_musiccaps (bench_byo.py: source=audiocraft on 30-s stereo tracks vs the MusicCaps source
             on the same audio cut into 10-s files, same codec/batch/threads, interleaved in one run)
-Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them).
+Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them), except gpu and
+memory. A plain run measures every group but the opt-in ones (resample, gpu, memory).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
 line saying nothing was measured and exits 0. Extra flags: --train-steps N, --encode-clips N, --pipeline-clips N,
---byo-tracks N, --byo-repeats N.
+--byo-tracks N, --byo-repeats N, --gpu-budget-s SECONDS (bench_gpu.py's --budget-s; its default when not given).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import json
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -51,6 +57,7 @@ GROUPS = (
     "data",
     "onthefly",
     "realsize",
+    "memory",
     "download",
     "resample",
     "gpu",
@@ -58,7 +65,7 @@ GROUPS = (
     "mixture",
     "byo",
 )
-OPT_IN = ("resample", "gpu")  # not in a plain `make bench`
+OPT_IN = ("resample", "gpu", "memory")  # not in a plain `make bench` (memory: `make bench-memory`, ~1 h)
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
 SUMMARY_ONLY_STAGES = (
     "shards_vs_onthefly",
@@ -91,12 +98,64 @@ def _numbers(d: dict) -> dict[str, float]:
     return out
 
 
-def merge_results(path: Path, machine: str, rows: list[dict], summary: dict) -> dict:
-    """Rows of the stages just measured replace the old ones; summary keys update."""
+def merge_results(
+    path: Path, machine: str, rows: list[dict], summary: dict, group_seconds: dict[str, float] | None = None
+) -> dict:
+    """Rows of the stages just measured replace the old ones; summary keys and group wall times update."""
     old = json.loads(path.read_text()) if path.exists() else {}
     stages = {r["stage"] for r in rows}
     merged_rows = [r for r in old.get("rows", []) if r["stage"] not in stages] + rows
-    return {"machine": machine, "rows": merged_rows, "summary": {**old.get("summary", {}), **summary}}
+    return {
+        "machine": machine,
+        "rows": merged_rows,
+        "summary": {**old.get("summary", {}), **summary},
+        "group_seconds": {**old.get("group_seconds", {}), **(group_seconds or {})},
+    }
+
+
+def selected_groups(only: str, cuda: bool) -> list[str]:
+    """The groups a run measures, in GROUPS order: `--only`'s, else gpu alone under --device cuda, else all but
+    OPT_IN."""
+    if only != "all":
+        return [only]
+    return ["gpu"] if cuda else [g for g in GROUPS if g not in OPT_IN]
+
+
+def plan(args: argparse.Namespace) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """Per group, the scripts it runs in order: (script, its JSON file under build/bench, its flags)."""
+    dev = args.device
+    train = [
+        (
+            "bench_train.py",
+            f"train_{p}.json",
+            ["--pattern", p, "--steps", str(args.train_steps), f"trainer.device={dev}"],
+        )
+        for p in ("delay", "flatten")
+    ]
+    return {
+        "core": [("bench_encode.py", "encode.json", ["--device", dev, "--n-clips", str(args.encode_clips)]), *train],
+        "pipeline": [("bench_pipeline.py", "pipeline.json", ["--device", dev, "--clips", str(args.pipeline_clips)])],
+        "data": [
+            ("bench_data.py", "data.json", [f"trainer.device={dev}"]),
+            ("bench_ddp.py", "ddp.json", []),  # CPU gloo ranks: the order/reduction check, not a speed figure
+        ],
+        "onthefly": [("bench_onthefly.py", "onthefly.json", [f"trainer.device={dev}"])],
+        # CPU by design (the closest this machine gets to mps_small)
+        "realsize": [("bench_realsize.py", "realsize.json", [])],
+        "memory": [("bench_memory.py", "realsize_memory.json", [])],  # CPU by design; each case in its own process
+        "download": [("bench_download.py", "download.json", [])],
+        "resample": [("bench_resample.py", "resample.json", [])],
+        "gpu": [("bench_gpu.py", "gpu.json", ["--budget-s", args.gpu_budget_s] if args.gpu_budget_s else [])],
+        "generate": [("bench_generate.py", "generate.json", [f"trainer.device={dev}"])],
+        "mixture": [("bench_mixture.py", "mixture.json", [])],
+        "byo": [
+            (
+                "bench_byo.py",
+                "byo.json",
+                ["--device", dev, "--tracks", str(args.byo_tracks), "--repeats", str(args.byo_repeats)],
+            ),
+        ],
+    }
 
 
 def clips_text(r: dict) -> str:
@@ -136,6 +195,7 @@ def main() -> None:
     ap.add_argument("--pipeline-clips", type=int, default=128)
     ap.add_argument("--byo-tracks", type=int, default=6)  # 30-s tracks: 3 segments each
     ap.add_argument("--byo-repeats", type=int, default=2)  # byo/musiccaps pairs, interleaved
+    ap.add_argument("--gpu-budget-s", default=None, help="bench_gpu.py --budget-s (default: bench_gpu.py's)")
     ap.add_argument(
         "--only",
         choices=["all", *GROUPS],
@@ -144,10 +204,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
-    if args.only == "all":
-        want = {"gpu"} if cuda else set(GROUPS) - set(OPT_IN)
-    else:
-        want = {args.only}
+    want = selected_groups(args.only, cuda)
     if (cuda or "gpu" in want) and not torch.cuda.is_available():
         print(NO_CUDA)
         return
@@ -162,44 +219,17 @@ def main() -> None:
         rows.extend(r)
         summary.update(s)
 
-    if "core" in want:
-        add("bench_encode.py", "encode.json", "--device", args.device, "--n-clips", str(args.encode_clips))
-        for pattern in ("delay", "flatten"):
-            add(
-                "bench_train.py",
-                f"train_{pattern}.json",
-                "--pattern",
-                pattern,
-                "--steps",
-                str(args.train_steps),
-                f"trainer.device={args.device}",
-            )
-    if "pipeline" in want:
-        add("bench_pipeline.py", "pipeline.json", "--device", args.device, "--clips", str(args.pipeline_clips))
-    if "data" in want:
-        add("bench_data.py", "data.json", f"trainer.device={args.device}")
-        add("bench_ddp.py", "ddp.json")  # CPU gloo ranks: the order/reduction check, not a speed figure
-    if "onthefly" in want:
-        add("bench_onthefly.py", "onthefly.json", f"trainer.device={args.device}")
-    if "realsize" in want:
-        add("bench_realsize.py", "realsize.json")  # CPU by design (the closest this machine gets to mps_small)
-        add("bench_memory.py", "realsize_memory.json")  # CPU by design; each case in its own process
-    if "download" in want:
-        add("bench_download.py", "download.json")
-    if "resample" in want:
-        add("bench_resample.py", "resample.json")
-    if "gpu" in want:
-        add("bench_gpu.py", "gpu.json")
-    if "generate" in want:
-        add("bench_generate.py", "generate.json", f"trainer.device={args.device}")
-    if "mixture" in want:
-        add("bench_mixture.py", "mixture.json")
-    if "byo" in want:
-        add("bench_byo.py", "byo.json", "--device", args.device, "--tracks", str(args.byo_tracks),
-            "--repeats", str(args.byo_repeats))  # fmt: skip
+    scripts = plan(args)
+    group_seconds: dict[str, float] = {}
+    for group in want:
+        t0 = time.perf_counter()
+        for script, name, script_args in scripts[group]:
+            add(script, name, *script_args)
+        group_seconds[group] = time.perf_counter() - t0
+        print(f"run_benchmarks: group {group} took {group_seconds[group]:.0f} s", flush=True)
 
     machine = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    results = merge_results(OUT / "results.json", machine, rows, summary)
+    results = merge_results(OUT / "results.json", machine, rows, summary, group_seconds)
     summary_md = "\n".join(
         [
             "| summary key | value |",

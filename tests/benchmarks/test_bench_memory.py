@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import types
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,42 @@ def test_tiny_case_checkpointing_lowers_the_activation_peak(monkeypatch: pytest.
     )
     assert 0 < on["activation_peak_gb"] < off["activation_peak_gb"]
     assert off["grad_gb"] == on["grad_gb"] > 0  # the same trainable parameters get gradients either way
+
+
+@pytest.mark.parametrize(("platform", "factor"), [("darwin", 1), ("linux", 1024)])
+def test_peak_rss_units_follow_the_platform(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, platform: str, factor: int
+) -> None:
+    """ru_maxrss is bytes on macOS and KiB on Linux; without /proc (macOS) the RSS after the build falls back to it."""
+    monkeypatch.setattr(bench_memory.sys, "platform", platform)
+    assert bench_memory.maxrss_bytes(3 * 2**20) == 3 * 2**20 * factor
+    monkeypatch.setattr(bench_memory, "STATM", tmp_path / "no-proc" / "statm")
+    fake = types.SimpleNamespace(ru_maxrss=5 * 2**20)
+    monkeypatch.setattr(bench_memory.resource, "getrusage", lambda who: fake)
+    assert bench_memory.rss_now_bytes() == (5 * 2**20 * factor, "ru_maxrss")
+
+
+def test_rss_now_reads_statm_where_there_is_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    statm = tmp_path / "statm"
+    statm.write_text("1000 250 30 1 0 200 0\n")  # size resident shared text lib data dt, in pages
+    monkeypatch.setattr(bench_memory, "STATM", statm)
+    monkeypatch.setattr(bench_memory.os, "sysconf", lambda name: 4096)
+    assert bench_memory.rss_now_bytes() == (250 * 4096, "statm")
+
+
+def test_mps_memory_is_read_in_gib(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    figures = {
+        "current_allocated_memory": 1 * GIB,
+        "driver_allocated_memory": 3 * GIB,
+        "recommended_max_memory": 48 * GIB,
+    }
+    for name, value in figures.items():
+        monkeypatch.setattr(torch.mps, name, lambda value=value: value)
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: None)
+    assert bench_memory.mps_memory_gb() == {
+        "mps_current_allocated_gb": 1.0,
+        "mps_driver_allocated_gb": 3.0,
+        "mps_recommended_max_gb": 48.0,
+    }

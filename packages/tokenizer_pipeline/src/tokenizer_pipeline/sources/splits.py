@@ -28,7 +28,11 @@ from pathlib import Path, PurePosixPath
 from ..errors import ConfigError
 from ..shards.keys import KEY_RULE, key_problem
 
-SPLIT_RULES = ("csv_column", "folders", "audio_sha256")  # source.split_rule: MusicCaps (implied: its manifests stay v3), own audio
+SPLIT_RULES = (
+    "csv_column",
+    "folders",
+    "audio_sha256",
+)  # source.split_rule: MusicCaps (implied: its manifests stay v3), own audio
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 _SHA_CACHE_MAX = 1 << 16  # about 20 MB: a collection's hashes, computed once while planning, reused by the resume
 
