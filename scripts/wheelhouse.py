@@ -45,6 +45,8 @@ MANIFEST = "wheelhouse.json"
 
 
 def canonical(name: str) -> str:
+    """PEP 503's normalised name. Written out, not packaging's: the node-side steps run on the node's python, which
+    may have no pip (and so no vendored packaging) to import."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

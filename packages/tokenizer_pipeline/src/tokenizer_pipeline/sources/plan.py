@@ -92,7 +92,7 @@ class SourceInfo:
     dropped: list[FailureRecord] = field(default_factory=list)  # one short_track / short_tail line each
     notes: list[str] = field(default_factory=list)
     root: str | None = None  # audiocraft: the folder track ids are relative to (source.root, kept, or the common one)
-    split_rule: str = "audio_sha256"  # splits.SPLIT_RULES: audio_sha256, or folders (audiofolder split folders)
+    split_rule: str = "audio_sha256"  # the manifest's source.split_rule: audio_sha256, or folders (audiofolder)
 
 
 def metadata_sha256(files: list[Path], root: Path) -> str:

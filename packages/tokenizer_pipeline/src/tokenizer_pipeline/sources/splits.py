@@ -20,6 +20,7 @@ Two exceptions, both keeping a split that was already given:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -28,27 +29,20 @@ from pathlib import Path, PurePosixPath
 from ..errors import ConfigError
 from ..shards.keys import KEY_RULE, key_problem
 
-SPLIT_RULES = (
-    "csv_column",
-    "folders",
-    "audio_sha256",
-)  # source.split_rule: MusicCaps (implied: its manifests stay v3), own audio
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
-_SHA_CACHE_MAX = 1 << 16  # about 20 MB: a collection's hashes, computed once while planning, reused by the resume
-
 
 def audio_sha256(path: Path) -> str:
     """sha256 of the file's bytes, remembered per process while its size and mtime stay: planning hashes every track
     once (its split), and the resume check and each decode worker reuse it."""
+    st = Path(path).stat()
+    return _sha256_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # about 20 MB of hashes; least recently used dropped first
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    """The file's sha256, cached by (path, size, mtime): a changed file is read again."""
     from ..shards.write_shards import sha256_file  # not at import: `make audio` reads split names, never torch
 
-    st = Path(path).stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        if len(_SHA_CACHE) >= _SHA_CACHE_MAX:
-            _SHA_CACHE.clear()
-        _SHA_CACHE[key] = sha256_file(Path(path))
-    return _SHA_CACHE[key]
+    return sha256_file(Path(path))
 
 
 def unit(sha256_hex: str) -> float:
