@@ -29,8 +29,10 @@ OUT ?= build/shards
 
 .PHONY: setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
 
-# test-only tools next to the packages: pytest, ruff, and Hugging Face `datasets` (tests/pipeline/sources check the
-# audiofolder reader against datasets' own; neither package depends on it)
+# test-only tools next to the packages: pytest, ruff, Hugging Face `datasets` (tests/pipeline/sources check the
+# audiofolder reader against datasets' own; neither package depends on it), and moto's S3 server with the Flask it
+# runs on (tests/remote: an S3-compatible server on 127.0.0.1; moto[server] would add CloudFormation, Docker and
+# other services' dependencies the tests never start)
 setup: $(VENV)/.installed
 
 # ---- a GPU node without internet (docs/real-data.md, "A GPU node without internet")
@@ -70,7 +72,8 @@ $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/p
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -c constraints.txt \
-		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer pytest ruff datasets
+		-e packages/tokenizer_pipeline[ffmpeg,s3,http] -e packages/adapter_trainer[s3,http] pytest ruff datasets \
+		"moto[s3]" flask flask-cors
 	# reference code for tests/trainer/evaluation (fadtk's FAD and CLAP windows, audiocraft's loudness and KL): their
 	# declared deps conflict with ours (numpy<2, transformers<5, torch 2.1), so the files only, read by the tests
 	$(PY) -m pip install --quiet --no-deps fadtk==1.1.0 audiocraft==1.3.0
@@ -236,7 +239,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt constra
 	$(PY) -m pip install --quiet -c constraints.txt -r benchmarks/requirements.txt
 	touch $@
 
-# make bench: every group but the opt-in ones (resample, gpu, memory), each script in its own process: 10 min on 2
+# make bench: every group but the opt-in ones (resample, gpu, memory), each script in its own process: 13 min on 2
 # idle cores, 25-30 beside another job (per-group times: docs/benchmarks.md). Any group runs again at once: its output
 # directories are emptied first, never resumed. tests/benchmarks/test_bench_smoke.py runs every script at tiny sizes.
 bench: demo-shards demo-models bench-setup

@@ -30,6 +30,11 @@ Groups:
   mixture   mixture_weight_error (bench_mixture.py: shares of a 3:1 mixture of two sets over 10,000 draws; ~1 s)
   byo       byo_pipeline_vs_musiccaps (bench_byo.py: source=audiocraft on 30-s stereo tracks vs the MusicCaps source
             on the same audio cut into 10-s files, same codec/batch/threads, interleaved in one run)
+  remote    remote_data_wait_fraction_order/_lru, local_data_wait_fraction, remote_peak_cache_over_bound_*,
+            remote_downloads_per_epoch_*, remote_redownload_ratio_lru_vs_order (bench_remote.py: one demo epoch from
+            s3:// on a loopback moto server through a cache bounded at a quarter of the set, policy order vs lru,
+            vs the local directory; local, order, lru twice in one run; needs make setup's moto; ~3 min on 2 cores,
+            ~6 min under load)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them), except gpu and
 memory. A plain run measures every group but the opt-in ones (resample, gpu, memory).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
@@ -64,6 +69,7 @@ GROUPS = (
     "generate",
     "mixture",
     "byo",
+    "remote",
 )
 OPT_IN = ("resample", "gpu", "memory")  # not in a plain `make bench` (memory: `make bench-memory`, ~1 h)
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
@@ -155,6 +161,7 @@ def plan(args: argparse.Namespace) -> dict[str, list[tuple[str, str, list[str]]]
                 ["--device", dev, "--tracks", str(args.byo_tracks), "--repeats", str(args.byo_repeats)],
             ),
         ],
+        "remote": [("bench_remote.py", "remote.json", [f"trainer.device={dev}"])],
     }
 
 

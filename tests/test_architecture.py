@@ -90,7 +90,7 @@ RULES = {
         },
     ),
     "tokenizer_pipeline": Rules(
-        rooms=("sources", "audio", "codec", "shards", "run", "fetch", "demo"),
+        rooms=("sources", "audio", "codec", "shards", "run", "fetch", "demo", "remote"),
         allowed={
             "shards": set(),  # the contract: keys, records, the tar writer, verify
             "audio": {"shards"},  # reading audio files; a clip's failure speaks the contract's reasons
@@ -99,6 +99,7 @@ RULES = {
             "run": {"sources", "audio", "codec", "shards"},
             "fetch": {"sources", "audio", "shards"},  # the CSV rows, the ffmpeg cut
             "demo": {"audio"},
+            "remote": {"shards"},  # push and verify a set at a URL: the contract's verify on what it reads
         },
         bottom={
             "tokenizer_pipeline.errors": set(),
@@ -114,8 +115,9 @@ RULES = {
             "run": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
             "fetch": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
             "demo": PIPELINE_BOTTOM,
+            "remote": PIPELINE_BOTTOM,
         },
-        commands=("download", "decode", "verify", "codec_embeddings", "standin_corpus", "demo_codec"),
+        commands=("download", "decode", "verify", "push", "codec_embeddings", "standin_corpus", "demo_codec"),
         entry=("__init__", "__main__", "cli"),
         demo_users={"tokenizer_pipeline.standin_corpus", "tokenizer_pipeline.demo_codec"},
     ),

@@ -228,6 +228,26 @@ def test_bench_byo(codec: Path, tmp_path: Path) -> None:
     assert_summary(got, ("byo_pipeline_vs_musiccaps", "byo_audio_s_per_s", "byo_musiccaps_audio_s_per_s"))
 
 
+def test_bench_remote(models: dict[str, Path], tmp_path: Path) -> None:
+    """One pass of local, order, lru and whole on moto's S3 (127.0.0.1): a synthetic set of 8 train + 2 eval tars of 2
+    clips, so the bound (a quarter of the set) holds 2 tars and evicts; the cache's peak stays within it; with the
+    whole set's bound nothing is evicted."""
+    from tests.contract.shard_fixture import write_synthetic_set
+
+    shards = write_synthetic_set(tmp_path / "set", n_train=16, n_eval=4, frames=(12, 20), samples_per_shard=2)
+    got = run_bench("bench_remote.py", tmp_path / "out" / "remote.json", "--steps", "4", "--passes", "1",
+                    "--shards", str(shards), *trainer_overrides({"models": models, "shards": shards}))  # fmt: skip
+    assert_summary(got, ("local_data_wait_fraction", "remote_data_wait_fraction_order", "remote_data_wait_fraction_lru",
+                         "remote_peak_cache_over_bound_order", "remote_peak_cache_over_bound_lru",
+                         "remote_downloads_per_epoch_order", "remote_downloads_per_epoch_lru",
+                         "remote_startup_downloads_order", "remote_download_ratio_lru_vs_order"))  # fmt: skip
+    assert [r["case"] for r in got["rows"]] == ["local", "order", "lru", "whole"]
+    for r in got["rows"][1:]:
+        assert 0 < r["peak_cache_bytes"] <= r["cache_bound_bytes"], r
+        assert r["startup_downloads"] > 0, r
+    assert got["rows"][1]["evictions"] > 0 and got["rows"][3]["evictions"] == 0
+
+
 @pytest.mark.slow
 def test_caption_scaling_smoke_run(tmp_path: Path) -> None:
     """The smallest curve its docstring names (2 points, 1 seed, 20 steps): 4-6 min on 2 cores, most of it the demo

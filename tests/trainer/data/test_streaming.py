@@ -194,7 +194,7 @@ def test_header_scan_is_cached_by_shard_identity(two_sets, tmp_path: Path, monke
     first = build_index(sets, "train", cache=tmp_path / "c")
     assert len(list((tmp_path / "c").glob("*.npz"))) == 9  # one entry per shard, named by sha256 + size
 
-    def no_scan(path):
+    def no_scan(path, fileobj=None):
         raise AssertionError(f"scanned {path} although it is cached")
 
     monkeypatch.setattr(split_index_mod, "scan_shard", no_scan)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import to_train_config
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.errors import USER_ERROR_EXIT, UserError, one_line
 
 
 @hydra.main(config_path=str(find_conf_dir()), config_name="config", version_base="1.3")
@@ -32,7 +32,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
         recipe_main(typed)
     except UserError as e:
-        print(f"adapter_trainer: error: {e}", file=sys.stderr)
+        print(f"adapter_trainer: error: {one_line(e)}", file=sys.stderr)
         sys.exit(USER_ERROR_EXIT)
 
 

@@ -23,6 +23,10 @@ from adapter_trainer.errors import UserError
 
 PATTERNS = ("flatten", "delay")
 TEXT_FIELDS = ("caption", "aspects")
+CACHE_POLICIES = (
+    "order",
+    "lru",
+)  # data.cache.policy: adapter_trainer.data.remote.cache.POLICIES (config imports no room)
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
@@ -31,6 +35,17 @@ AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (a
 
 class ConfigError(UserError, ValueError):
     """A config value is wrong; the message names the key and the override that fixes it."""
+
+
+@dataclass
+class CacheConfig:
+    """The local cache of remote shard sets (adapter_trainer/data/remote/cache.py; docs/real-data.md)."""
+
+    dir: str = ""  # "" = $ADAPTER_TRAINER_SHARD_CACHE, else $XDG_CACHE_HOME/adapter_trainer/shards (~/.cache/...)
+    max_bytes: int = 0  # hard bound on the cache's bytes on disk (shared by a node's ranks); 0 = no bound
+    prefetch: int = 8  # micro-batches ahead whose shards each rank fetches in the background; 0 = on demand only
+    policy: str = "order"  # order: evict the shard whose next use is farthest (Belady) | lru: least recently used
+    retries: int = 5  # tries per remote read (timeouts, 5xx, 429), capped exponential backoff with jitter
 
 
 @dataclass
@@ -60,6 +75,7 @@ class DataConfig:
     start_crop_prob: float = 0.0
     # P(each word of a training caption is left out), training only: against memorising clip-identifying words
     caption_word_dropout: float = 0.0
+    cache: CacheConfig = field(default_factory=CacheConfig)  # for shard sets at URLs (s3://, hf://, ...)
 
 
 @dataclass
@@ -193,7 +209,7 @@ def shard_sources(shards: List[Any]) -> list[ShardSource]:
     sources = [_shard_entry(i, e) for i, e in enumerate(shards)]
     seen: dict[Path, int] = {}
     for i, s in enumerate(sources):
-        resolved = Path(s.path).expanduser().resolve()
+        resolved = Path(s.path).expanduser().resolve()  # a URL too: "s3://b/x/" and "s3://b/x" are one set
         if resolved in seen:
             raise ConfigError(
                 f"data.shards[{i}]={s.path!r} is the same shard set as data.shards[{seen[resolved]}]; list each set "
@@ -232,6 +248,10 @@ def validate_config(cfg: TrainConfig) -> None:
     """Check value sets and ranges OmegaConf cannot express. Raises ConfigError naming the key and the fix."""
     _check_choice("data.pattern", cfg.data.pattern, PATTERNS)
     _check_choice("data.text", cfg.data.text, TEXT_FIELDS)
+    _check_choice("data.cache.policy", cfg.data.cache.policy, CACHE_POLICIES)
+    _check_positive("data.cache.max_bytes", cfg.data.cache.max_bytes, zero_ok=True)
+    _check_positive("data.cache.prefetch", cfg.data.cache.prefetch, zero_ok=True)
+    _check_positive("data.cache.retries", cfg.data.cache.retries)
     _check_choice("trainer.precision", cfg.trainer.precision, PRECISIONS)
     _check_choice("model.dtype", cfg.model.dtype, DTYPES)
     _check_choice("model.mot.audio_embed_init", cfg.model.mot.audio_embed_init, EMBED_INITS)

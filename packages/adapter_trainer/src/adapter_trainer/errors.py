@@ -14,3 +14,15 @@ USER_ERROR_EXIT = 2
 
 class UserError(Exception):
     """Bad configuration or input that stops a command up front; `str(err)` says what to change."""
+
+
+def one_line(e: BaseException) -> str:
+    """A UserError's message. One raised in a DataLoader worker reaches the training process re-made by torch as
+    `type("Caught X in DataLoader worker process N.\nOriginal Traceback ...\nmodule.X: message")`: its last line,
+    without the type, is the message."""
+    text = str(e)
+    if "Original Traceback" not in text:
+        return text
+    last = [ln for ln in text.strip().splitlines() if ln.strip()][-1]
+    head, sep, rest = last.partition(": ")
+    return rest if sep and type(e).__name__ in head else last

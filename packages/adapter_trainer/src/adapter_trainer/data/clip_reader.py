@@ -39,14 +39,27 @@ class ClipReader:
             f = self._files[shard] = open(self.index.shard_paths[shard], "rb")  # noqa: SIM115
         return f
 
+    def _ranges(self, shard: int, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes at (offset, size) ranges of one shard. A remote shard is opened for this read only (its cache
+        copy is held against eviction while open, so it is not kept open between reads)."""
+        remote = self.index.remote(shard) is not None
+        f = self.index.open_shard(shard) if remote else self._file(shard)
+        try:
+            out = []
+            for offset, size in ranges:
+                f.seek(offset)  # type: ignore[attr-defined]
+                out.append(f.read(size))  # type: ignore[attr-defined]
+            return out
+        finally:
+            if remote:
+                f.close()  # type: ignore[attr-defined]
+
     def read(self, i: int) -> Clip:
         ix = self.index
         shard = int(ix.shard[i])
-        f = self._file(shard)
-        f.seek(int(ix.codes_offset[i]))  # type: ignore[attr-defined]
-        codes = f.read(int(ix.codes_size[i]))  # type: ignore[attr-defined]
-        f.seek(int(ix.json_offset[i]))  # type: ignore[attr-defined]
-        meta = f.read(int(ix.json_size[i]))  # type: ignore[attr-defined]
+        codes, meta = self._ranges(
+            shard, [(int(ix.codes_offset[i]), int(ix.codes_size[i])), (int(ix.json_offset[i]), int(ix.json_size[i]))]
+        )
         sample = {"__key__": ix.key(i), CODES_MEMBER: codes, JSON_MEMBER: meta}
         return decode_sample(sample, ix.shard_paths[shard], ix.n_codebooks, ix.codebook_size)
 
@@ -56,9 +69,7 @@ class ClipReader:
         ix = self.index
         shard = int(ix.shard[i])
         key, url = ix.key(i), ix.shard_paths[shard]
-        f = self._file(shard)
-        f.seek(int(ix.json_offset[i]))  # type: ignore[attr-defined]
-        raw = f.read(int(ix.json_size[i]))  # type: ignore[attr-defined]
+        (raw,) = self._ranges(shard, [(int(ix.json_offset[i]), int(ix.json_size[i]))])
         try:
             meta = json.loads(raw.decode("utf-8"))
         except ValueError as e:  # JSON and Unicode errors

@@ -71,7 +71,7 @@ def read_sample_weights(index: SplitIndex, rows: np.ndarray) -> np.ndarray:
             shard = int(index.shard[i])
             f = files.get(shard)
             if f is None:
-                f = files[shard] = open(index.shard_paths[shard], "rb")  # noqa: SIM115 (closed below)
+                f = files[shard] = index.open_shard(shard)  # closed below
             f.seek(int(index.json_offset[i]))  # type: ignore[attr-defined]
             raw = f.read(int(index.json_size[i]))  # type: ignore[attr-defined]
             try:
@@ -93,7 +93,7 @@ def _cached_shard_weights(index: SplitIndex, rows: np.ndarray, entry: ShardEntry
             return np.load(f, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise ShardFormatError(
-                f"{f}: unreadable sample-weight cache entry for {entry.tar} ({e}); delete the file (it is rebuilt "
+                f"{f}: unreadable sample-weight cache entry for {entry.location} ({e}); delete the file (it is rebuilt "
                 f"from the shard) or set ADAPTER_TRAINER_INDEX_CACHE=''"
             ) from e
     w = read_sample_weights(index, rows)
@@ -124,7 +124,7 @@ def sample_weights(
         if s.format_version < 3 or stop == start:
             out.append(None)
             continue
-        entries = {str(e.tar): e for e in s.splits[split]}
+        entries = {e.location: e for e in s.splits[split]}
         shard_of_row = index.shard[start:stop]  # [n] shard ids, ascending (the index keeps shard order)
         parts = [
             _cached_shard_weights(

@@ -19,12 +19,13 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import webdataset as wds
 
 from adapter_trainer.data.sample_keys import KEY_RULE, key_problem
-from adapter_trainer.data.shards import ShardFormatError, ShardSet, verify_files
+from adapter_trainer.data.shards import ShardFormatError, ShardSet, open_tar, verify_files
 
 CODES_MEMBER = "codes.npy"
 JSON_MEMBER = "json"
@@ -65,9 +66,9 @@ def check_member(m: tarfile.TarInfo, path: Path | str) -> tuple[str, str]:
     return match["key"], match["member"]
 
 
-def _check_tar_members(path: Path) -> None:
+def _check_tar_members(path: Path | str, fileobj: BinaryIO) -> None:
     """Every tar member is a regular file named `<key>.codes.npy` or `<key>.json` (headers only, no payload read)."""
-    with tarfile.open(path, "r") as tar:
+    with tarfile.open(None, "r", fileobj=fileobj) as tar:
         for m in tar.getmembers():
             check_member(m, path)
 
@@ -118,14 +119,16 @@ def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
     """Yield the split's clips in shard order, decoding only codes.npy and json. Raises ShardFormatError."""
     entries = shard_set.splits.get(split, ())
     for entry in entries:
-        _check_tar_members(entry.tar)
-        url = str(entry.tar)
-        # No .decode(): samples stay raw bytes; only decode_sample turns them into arrays / dicts.
-        ds = wds.WebDataset([url], shardshuffle=False, empty_check=False)
-        n = 0
-        for sample in ds:
-            yield decode_sample(sample, url, shard_set.n_codebooks, shard_set.codebook_size)
-            n += 1
+        url = entry.location
+        # a remote set's tar: its verified cache copy, held against eviction while it is read
+        with open_tar(entry) as held:
+            _check_tar_members(url, held)
+            # No .decode(): samples stay raw bytes; only decode_sample turns them into arrays / dicts.
+            ds = wds.WebDataset([str(entry.tar)], shardshuffle=False, empty_check=False)
+            n = 0
+            for sample in ds:
+                yield decode_sample(sample, url, shard_set.n_codebooks, shard_set.codebook_size)
+                n += 1
         if n != entry.n_samples:
             raise ShardFormatError(
                 f"{url}: {n} samples, but {shard_set.manifest_path} lists {entry.n_samples}; regenerate the shard set"

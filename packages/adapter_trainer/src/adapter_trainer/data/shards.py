@@ -1,8 +1,9 @@
 """A shard set as its manifest promises it (docs/shard-format.md), checked at startup.
 
-`read_manifest` parses `<root>/manifest.json` (format name and version, codec fields, shard paths),
-`check_compatible` refuses sets that disagree with each other or with the audio LM, and `verify_files` checks the
-listed tars (size, and sha256 if asked). `ShardFormatError` is the error of the whole contract: the samples inside
+`read_manifest` parses `<root>/manifest.json` (format name and version, codec fields, shard paths) of a directory or
+a URL (s3://, gs://, hf://datasets/..., http(s)://: the tars of a remote set are read through a verified local cache,
+adapter_trainer.data.remote), `check_compatible` refuses sets that disagree with each other or with the audio LM,
+`verify_files` checks the listed tars (size, and sha256 if asked) and `open_tar` opens one for reading. `ShardFormatError` is the error of the whole contract: the samples inside
 the tars are decoded by `samples`, indexed by `split_index` and read at random by `clip_reader`.
 """
 
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from adapter_trainer.data.remote.cache import RemoteShard, ShardCache
+from adapter_trainer.data.remote.retry import with_retries
+from adapter_trainer.data.remote.urls import filesystem, is_url, join, local_path
 from adapter_trainer.data.sample_keys import shard_path_problem
 from adapter_trainer.errors import UserError
 
@@ -35,21 +40,33 @@ class ShardEntry:
     n_samples: int  # samples (clips) in the tar
     bytes: int  # tar file size
     sha256: str  # of the tar file's bytes
-    tar: Path  # root / path: the file this process reads
+    tar: Path  # root / path: the file this process reads (a remote set's: the cache file named by sha256)
+    remote: RemoteShard | None = None  # where a remote set's tar is fetched from (None: a local set)
+    cache: ShardCache | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def location(self) -> str:
+        """The tar as the user knows it: its path, or its URL."""
+        return self.remote.url if self.remote is not None else str(self.tar)
 
 
 @dataclass(frozen=True)
 class ShardSet:
     """One shard-set directory, as promised by its manifest.json."""
 
-    root: Path
-    manifest_path: Path
+    root: Path | str  # the directory, or the URL (a Hub revision pinned to its commit)
+    manifest_path: Path | str  # <root>/manifest.json
     manifest_sha256: str  # sha256 of manifest.json's bytes: the data identity stored in checkpoints
     format_version: int
     n_codebooks: int  # K
     codebook_size: int  # C
     frame_rate: float  # code frames per second
     splits: dict[str, tuple[ShardEntry, ...]]
+    manifest: dict = field(default_factory=dict, compare=False, repr=False)  # the parsed manifest.json
+
+    @property
+    def is_remote(self) -> bool:
+        return isinstance(self.root, str)
 
 
 def sha256_file(path: Path) -> str:
@@ -61,29 +78,73 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _require(manifest: dict, dotted: str, where: Path) -> object:
+def _require(manifest: dict, dotted: str, where: Path | str) -> object:
     node: object = manifest
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             raise ShardFormatError(
                 f"{where}: missing field '{dotted}' (docs/shard-format.md); regenerate the set with "
-                f"`python -m tokenizer_pipeline` and check it with `python -m tokenizer_pipeline.verify {where.parent}`"
+                f"`python -m tokenizer_pipeline` and check it with `python -m tokenizer_pipeline.verify "
+                f"{str(where).rsplit('/', 1)[0]}`"
             )
         node = node[part]
     return node
 
 
-def read_manifest(root: str | Path) -> ShardSet:
-    """Parse and check `<root>/manifest.json` (format name and version). Raises ShardFormatError."""
-    root = Path(root).expanduser().resolve()
-    mpath = root / "manifest.json"
-    if not mpath.is_file():
+def _read_remote_manifest(url: str, tries: int) -> bytes:
+    """`<url>/manifest.json`'s bytes (retried); a set without one is refused like a directory without one."""
+    mpath = join(url, "manifest.json")
+    fs, path = filesystem(mpath)
+
+    def read() -> bytes | None:
+        try:
+            return fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+
+    raw = with_retries(read, what="the manifest", url=mpath, tries=tries)
+    if raw is None:
         raise ShardFormatError(
-            f"{mpath} not found: {root} is not a complete shard set (the manifest is written last). "
-            f"Create it with `python -m tokenizer_pipeline out_dir={root}` (or `make demo-shards`) "
-            f"or point data.shards at an existing set"
+            f"{mpath} not found: {url} is not a complete shard set (the manifest is pushed last). Push one with "
+            f"`python -m tokenizer_pipeline.push SET {url}` or point data.shards at an existing set"
         )
-    raw = mpath.read_bytes()
+    return raw
+
+
+def manifest_bytes(root: str | Path, *, tries: int = 5) -> tuple[str, bytes]:
+    """(where, bytes) of `<root>/manifest.json`, a directory or a URL (pin a Hub revision first)."""
+    if is_url(str(root)):
+        return join(str(root).rstrip("/"), "manifest.json"), _read_remote_manifest(str(root).rstrip("/"), tries)
+    mpath = Path(local_path(str(root))).expanduser() / "manifest.json"
+    if not mpath.is_file():
+        raise ShardFormatError(f"{mpath} not found: {root} is not a complete shard set")
+    return str(mpath), mpath.read_bytes()
+
+
+def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: int = 5) -> ShardSet:
+    """Parse and check `<root>/manifest.json` (format name and version). Raises ShardFormatError.
+
+    root: a directory, or a URL (pin a Hub revision first: adapter_trainer.data.remote.urls.pin). A remote set's
+    tars are read through `cache` (a ShardCache under the user's cache directory when None)."""
+    remote = is_url(str(root))
+    if remote:
+        root = str(root).rstrip("/")
+        mpath: Path | str = join(root, "manifest.json")
+        raw = _read_remote_manifest(root, tries)
+        if cache is None:
+            from adapter_trainer.data.remote.cache import default_cache_dir
+
+            cache = ShardCache(default_cache_dir(), tries=tries)
+    else:
+        root = Path(local_path(str(root))).expanduser().resolve()
+        mpath = root / "manifest.json"
+        if not mpath.is_file():
+            raise ShardFormatError(
+                f"{mpath} not found: {root} is not a complete shard set (the manifest is written last). "
+                f"Create it with `python -m tokenizer_pipeline out_dir={root}` (or `make demo-shards`) "
+                f"or point data.shards at an existing set"
+            )
+        raw = mpath.read_bytes()
     try:
         manifest = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -105,15 +166,19 @@ def read_manifest(root: str | Path) -> ShardSet:
     for name, split in dict(_require(manifest, "splits", mpath)).items():  # type: ignore[arg-type]
         entries = []
         for s in split.get("shards", []):
-            rel = Path(s["path"])
-            problem = shard_path_problem(root, s["path"])
+            # a remote set's paths obey the same rule: checked against a stand-in root, they never leave the set
+            problem = shard_path_problem(Path("/set") if remote else root, s["path"])  # type: ignore[arg-type]
             if problem:
                 raise ShardFormatError(
                     f"{mpath}: shard path {s['path']!r} {problem}; refusing the set (docs/shard-format.md)"
                 )
-            entries.append(
-                ShardEntry(str(s["path"]), int(s["n_samples"]), int(s["bytes"]), str(s["sha256"]), root / rel)
-            )
+            n, size, sha = int(s["n_samples"]), int(s["bytes"]), str(s["sha256"])
+            if remote:
+                assert cache is not None
+                shard = RemoteShard(join(str(root), str(s["path"])), sha, size, str(s["path"]))
+                entries.append(ShardEntry(str(s["path"]), n, size, sha, cache.path(sha), shard, cache))
+            else:
+                entries.append(ShardEntry(str(s["path"]), n, size, sha, root / Path(s["path"])))  # type: ignore[operator]
         splits[name] = tuple(entries)
     return ShardSet(
         root=root,
@@ -124,6 +189,7 @@ def read_manifest(root: str | Path) -> ShardSet:
         codebook_size=int(_require(manifest, "codec.codebook_size", mpath)),  # type: ignore[arg-type]
         frame_rate=float(_require(manifest, "codec.frame_rate", mpath)),  # type: ignore[arg-type]
         splits=splits,
+        manifest=manifest,
     )
 
 
@@ -162,6 +228,8 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
             f"set data.train_split / data.eval_split"
         )
     for entry in shard_set.splits[split]:
+        if entry.remote is not None:
+            continue  # fetched into the cache only after its size and sha256 match (data.remote.cache)
         if not entry.tar.is_file():
             raise ShardFormatError(
                 f"{entry.tar} is listed in {shard_set.manifest_path} but missing; regenerate or re-copy the shard set"
@@ -179,11 +247,26 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
             )
 
 
+def open_tar(entry: ShardEntry) -> BinaryIO:
+    """A read handle of the entry's tar: the file of a local set; a remote set's verified cache copy, fetched if
+    needed and held against eviction until closed."""
+    if entry.remote is None or entry.cache is None:
+        return open(entry.tar, "rb")
+    return entry.cache.open(entry.remote, what=f"shard {entry.path}")
+
+
 def open_shard_sets(
-    paths: list[str], *, model_n_codebooks: int, model_codebook_size: int, audio_lm: str = "the audio LM"
+    paths: list[str],
+    *,
+    model_n_codebooks: int,
+    model_codebook_size: int,
+    audio_lm: str = "the audio LM",
+    cache: ShardCache | None = None,
+    tries: int = 5,
 ) -> list[ShardSet]:
-    """read_manifest for every path + check_compatible; the startup check the recipe runs."""
-    sets = [read_manifest(p) for p in paths]
+    """read_manifest for every path + check_compatible; the startup check the recipe runs. `cache` serves the
+    remote sets among them (pin Hub revisions before: data.remote.urls.pin)."""
+    sets = [read_manifest(p, cache, tries=tries) for p in paths]
     check_compatible(
         sets, model_n_codebooks=model_n_codebooks, model_codebook_size=model_codebook_size, audio_lm=audio_lm
     )

@@ -19,11 +19,13 @@ from __future__ import annotations
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
+from adapter_trainer.data.remote.cache import RemoteShard, ShardCache
 from adapter_trainer.data.samples import ALLOWED_MEMBERS, CODES_MEMBER, JSON_MEMBER, check_member
-from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet, verify_files
+from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet, open_tar, verify_files
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class SplitIndex:
     clips cost ~40 MB per rank, not the ~5 GB of keeping the codes.
     """
 
-    shard_paths: tuple[str, ...]  # tar paths; `shard` below indexes into this
+    shard_paths: tuple[str, ...]  # tar paths or URLs (ShardEntry.location); `shard` below indexes into this
     shard: np.ndarray  # [N] int32
     codes_offset: np.ndarray  # [N] int64 byte offset of <key>.codes.npy's payload in its tar
     codes_size: np.ndarray  # [N] int32 payload bytes
@@ -43,6 +45,19 @@ class SplitIndex:
     keys: np.ndarray  # [N] fixed-width bytes (ytid, ASCII)
     n_codebooks: int  # K, for the decode checks
     codebook_size: int  # C
+    # per shard: where a remote set's tar is fetched from (None: a local file); empty when every set is local
+    shard_remote: tuple[RemoteShard | None, ...] = ()
+    cache: ShardCache | None = None  # the remote tars' local cache (data.cache)
+
+    def remote(self, shard: int) -> RemoteShard | None:
+        return self.shard_remote[shard] if self.shard_remote else None
+
+    def open_shard(self, shard: int) -> BinaryIO:
+        """A read handle of shard `shard` (a remote one held in the cache until closed)."""
+        r = self.remote(shard)
+        if r is None or self.cache is None:
+            return open(self.shard_paths[shard], "rb")
+        return self.cache.open(r, what=f"shard {r.path or r.url}")
 
     def __len__(self) -> int:
         return int(self.shard.shape[0])
@@ -61,14 +76,15 @@ class SplitIndex:
 _SCAN_FIELDS = ("keys", "codes_offset", "codes_size", "json_offset", "json_size")
 
 
-def scan_shard(path: Path) -> dict[str, np.ndarray]:
+def scan_shard(path: Path | str, fileobj: BinaryIO | None = None) -> dict[str, np.ndarray]:
     """Tar headers only -> {keys, codes_offset, codes_size, json_offset, json_size} ([n] arrays, tar order).
 
     Every member must be a regular file `<key>.codes.npy` / `<key>.json`, and every key must have both.
     `tarfile` seeks over payloads when iterating a seekable file, so only 512-byte header blocks are read.
     """
     found: dict[str, dict[str, tuple[int, int]]] = {}
-    with tarfile.open(path, "r:") as tar:  # "r:" = uncompressed tar: offsets are file offsets
+    # "r:" = uncompressed tar: offsets are file offsets
+    with tarfile.open(path if fileobj is None else None, "r:", fileobj=fileobj) as tar:
         for m in tar:
             key, member = check_member(m, path)
             members = found.setdefault(key, {})
@@ -93,6 +109,12 @@ def scan_shard(path: Path) -> dict[str, np.ndarray]:
     }
 
 
+def _scan_entry(entry: ShardEntry) -> dict[str, np.ndarray]:
+    """scan_shard of a local tar, or of a remote one's verified cache copy (fetched if needed)."""
+    with open_tar(entry) as f:
+        return scan_shard(entry.location, f)
+
+
 def default_index_cache() -> Path | None:
     """Where per-shard header scans are cached: $ADAPTER_TRAINER_INDEX_CACHE ("" = off), else
     $XDG_CACHE_HOME/adapter_trainer/shard-index (~/.cache/... by default)."""
@@ -112,7 +134,7 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
     ranks on one node can share it.
     """
     if cache is None:
-        return scan_shard(entry.tar)
+        return _scan_entry(entry)
     f = cache / f"{entry.sha256}-{entry.bytes}.npz"
     if f.is_file():
         try:
@@ -120,10 +142,10 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
                 return {k: z[k] for k in _SCAN_FIELDS}
         except (OSError, ValueError, KeyError) as e:
             raise ShardFormatError(
-                f"{f}: unreadable shard-index cache entry for {entry.tar} ({e}); delete the "
+                f"{f}: unreadable shard-index cache entry for {entry.location} ({e}); delete the "
                 f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''"
             ) from e
-    scan = scan_shard(entry.tar)
+    scan = _scan_entry(entry)
     import os
 
     cache.mkdir(parents=True, exist_ok=True)
@@ -144,6 +166,8 @@ def build_index(
     """
     cache_dir = default_index_cache() if cache == "default" else (Path(cache) if cache is not None else None)
     paths: list[str] = []
+    remotes: list[RemoteShard | None] = []
+    shard_cache: ShardCache | None = None
     parts: list[dict[str, np.ndarray]] = []
     n = 0
     for s in sets:
@@ -154,13 +178,15 @@ def build_index(
             scan = _scan_cached(entry, cache_dir)
             if len(scan["keys"]) != entry.n_samples:
                 raise ShardFormatError(
-                    f"{entry.tar}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
+                    f"{entry.location}: {len(scan['keys'])} samples, but {s.manifest_path} lists "
                     f"{entry.n_samples}; regenerate the shard set"
                 )
             if max_clips:
                 scan = {k: v[: max_clips - n] for k, v in scan.items()}
             scan["shard"] = np.full(len(scan["keys"]), len(paths), dtype=np.int32)
-            paths.append(str(entry.tar))
+            paths.append(entry.location)
+            remotes.append(entry.remote)
+            shard_cache = shard_cache or entry.cache
             parts.append(scan)
             n += len(scan["keys"])
     cols = {
@@ -185,4 +211,6 @@ def build_index(
         keys=cols["keys"] if parts else np.zeros(0, "S1"),
         n_codebooks=sets[0].n_codebooks,
         codebook_size=sets[0].codebook_size,
+        shard_remote=tuple(remotes) if any(r is not None for r in remotes) else (),
+        cache=shard_cache,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -133,10 +134,14 @@ class ConcatOrder:
         self.seed, self.epoch_size = seed, n_clips
         self._perm: tuple[int, np.ndarray] | None = None
 
-    def clip(self, epoch: int, index: int) -> int:
+    def epoch_clips(self, epoch: int) -> np.ndarray:
+        """[N] the clip at every index of `epoch`."""
         if self._perm is None or self._perm[0] != epoch:
             self._perm = (epoch, epoch_permutation(self.seed, epoch, self.epoch_size))
-        return int(self._perm[1][index])
+        return self._perm[1]
+
+    def clip(self, epoch: int, index: int) -> int:
+        return int(self.epoch_clips(epoch)[index])
 
 
 class TrainBatches(Dataset):
@@ -163,6 +168,7 @@ class TrainBatches(Dataset):
         self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
         self.n_clips = len(index)
         self.order = order if order is not None else ConcatOrder(seed, self.n_clips)
+        self.planner: Any = None  # a remote set's ShardPlanner (data.remote.planner): told where this item starts
 
     @property
     def epoch_size(self) -> int:
@@ -185,8 +191,12 @@ class TrainBatches(Dataset):
 
     def __getitem__(self, start: int) -> Batch:
         s = self.spec
+        if self.planner is not None:
+            self.planner.position = start  # eviction in this process measures next uses from the example read
         examples = []
         for n in self.rank_positions(start):
+            if self.planner is not None:
+                self.planner.cursor = n
             epoch, index, i = self.position(n)
             clip = self.reader.read(i)
             rng = np.random.default_rng([self.seed, epoch, index])
@@ -217,6 +227,21 @@ class TrainBatches(Dataset):
         return collate(examples, pad_id=s.pad_id)  # tokens/labels [B, S, J] long, masks [B, S] bool
 
 
+class AnnouncedPositions:
+    """A sampler over `positions` that tells `announce` each one as the DataLoader takes it."""
+
+    def __init__(self, positions: range, announce: Callable[[int], None]) -> None:
+        self.positions, self.announce = positions, announce
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __iter__(self) -> Iterator[int]:
+        for p in self.positions:
+            self.announce(p)
+            yield p
+
+
 def default_num_workers(local_world_size: int = 1) -> int:
     """Workers per rank when trainer.num_workers=-1: half this rank's share of the CPUs, at least 1, at most 8."""
     try:
@@ -238,13 +263,15 @@ def train_loader(
     num_workers: int,
     prefetch_factor: int,
     pin_memory: bool = False,
+    on_position: Callable[[int], None] | None = None,
 ) -> DataLoader:
-    """Micro-batches starting at global positions start, start + G, ... (G = global batch), in order."""
+    """Micro-batches starting at global positions start, start + G, ... (G = global batch), in order.
+    on_position(start) is called as the loader hands each micro-batch to a worker (a remote set's prefetcher)."""
     positions = range(start, start + n_micro_batches * dataset.global_batch, dataset.global_batch)
     return DataLoader(
         dataset,
         batch_size=None,
-        sampler=positions,
+        sampler=positions if on_position is None else AnnouncedPositions(positions, on_position),
         num_workers=num_workers,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
         worker_init_fn=_worker_init if num_workers > 0 else None,

@@ -16,7 +16,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from adapter_trainer.data.shards import read_manifest
+from adapter_trainer.data.shards import open_tar, read_manifest
 from adapter_trainer.evaluation.audio_inputs import AUDIO_SUFFIXES, AudioMetricsError, list_audio
 
 Source = tuple[Path, tuple[float, float] | None]  # an audio file and its window in seconds (None: the whole file)
@@ -39,11 +39,11 @@ def shard_originals(shards: Path, split: str, audio_root: Path) -> dict[str, Sou
         )
     out: dict[str, Source] = {}
     for entry in shard_set.splits[split]:
-        with tarfile.open(entry.tar) as tar:
+        with open_tar(entry) as held, tarfile.open(None, "r", fileobj=held) as tar:
             for member in tar:
                 if not member.name.endswith(".json"):
                     continue
-                where = f"{entry.tar} member {member.name}"
+                where = f"{entry.location} member {member.name}"
                 f = tar.extractfile(member)
                 try:
                     sample = json.loads(f.read().decode("utf-8")) if f else None

@@ -88,6 +88,8 @@ def check_uncond_trained(g: GenerateConfig, ckpt_dir: Path) -> None:
 
 def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
     """The run's checkpoint (generate.checkpoint under trainer.output_dir), refused unless its fingerprint matches."""
+    from adapter_trainer.data.remote.cache import cache_for
+    from adapter_trainer.data.remote.urls import pin_all
     from adapter_trainer.data.samples import load_split
     from adapter_trainer.data.shards import open_shard_sets
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
@@ -97,11 +99,15 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
     ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
     check_uncond_trained(g, ckpt_dir)
     dec_cfg = load_audio_lm_config(cfg)
+    c = cfg.data.cache
+    paths = pin_all(shard_paths(cfg), tries=c.retries)  # a Hub revision: its commit; sets at URLs via data.cache
     shard_sets = open_shard_sets(
-        shard_paths(cfg),
+        paths,
         model_n_codebooks=dec_cfg.num_codebooks,
         model_codebook_size=dec_cfg.vocab_size,
         audio_lm=cfg.model.audio_lm,
+        cache=cache_for(paths, cache_dir=c.dir, max_bytes=c.max_bytes, policy=c.policy, tries=c.retries),
+        tries=c.retries,
     )
     # The training precision: trainable tensors fp32 (as trained), frozen towers in model.dtype, and the forward
     # under trainer.precision's autocast (below), exactly as the training step runs it.
@@ -122,7 +128,7 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
         bos_id=built.bos_id,
         pad_id=built.pad_id,
         frame_rate=shard_sets[0].frame_rate,
-        source_manifest=json.loads(shard_sets[0].manifest_path.read_text(encoding="utf-8")),
+        source_manifest=shard_sets[0].manifest,
         provenance={
             "checkpoint": str(ckpt_dir),
             "checkpoint_step": ckpt.progress.step,

@@ -24,6 +24,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from adapter_trainer.config import ConfigError, TrainConfig, mot_fields, shard_sources
+from adapter_trainer.data.remote.urls import is_url, join, local_path, pin_all
+from adapter_trainer.data.shards import ShardFormatError, manifest_bytes
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.file_modes import save_safetensors
 from adapter_trainer.model.adapter_io import (
@@ -80,14 +82,15 @@ def shard_records(cfg: TrainConfig, fingerprint: dict[str, Any], out: Path) -> t
     The codec section is the first set's verbatim, except `path_from_set`, re-based to the exported folder."""
     want = fingerprint.get("data.manifest_sha256") or []
     sets, manifests = [], []
-    for i, source in enumerate(shard_sources(cfg.data.shards)):
-        mpath = Path(source.path).expanduser() / "manifest.json"
-        if not mpath.is_file():
+    roots = pin_all([s.path for s in shard_sources(cfg.data.shards)], tries=cfg.data.cache.retries)
+    for i, (source, root) in enumerate(zip(shard_sources(cfg.data.shards), roots)):
+        try:
+            mpath, raw = manifest_bytes(root, tries=cfg.data.cache.retries)  # a directory, or a URL
+        except ShardFormatError as e:
             raise ExportError(
-                f"{mpath} not found: the run trained on data.shards[{i}]={source.path!r}; run the export from the "
-                f"directory the run was started in, or restore that shard set"
-            )
-        raw = mpath.read_bytes()
+                f"{e}; the run trained on data.shards[{i}]={source.path!r}: run the export from the directory the "
+                f"run was started in, or restore that shard set"
+            ) from e
         sha = hashlib.sha256(raw).hexdigest()
         if i < len(want) and sha != want[i]:
             raise ExportError(
@@ -108,8 +111,10 @@ def shard_records(cfg: TrainConfig, fingerprint: dict[str, Any], out: Path) -> t
             }
         )
     codec = dict(manifests[0]["codec"])
-    if codec.get("path_from_set"):
-        codec_dir = (Path(sets[0]["path"]).expanduser() / codec["path_from_set"]).resolve()
+    if codec.get("path_from_set") and is_url(roots[0]):  # a codec next to a set at a URL: named by its URL
+        codec["url"] = join(roots[0], codec.pop("path_from_set"))
+    elif codec.get("path_from_set"):
+        codec_dir = (Path(local_path(sets[0]["path"])).expanduser() / codec["path_from_set"]).resolve()
         codec["path_from_set"] = Path(os.path.relpath(codec_dir, out.resolve())).as_posix()
     shards = {
         "format": manifests[0].get("format"),

@@ -192,6 +192,11 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path
     if not diffs:
         return
     parts = [_differs(k, saved.get(k), current.get(k)) for k in diffs]
+    if "data.manifest_sha256" in diffs:
+        parts.append(
+            "a shard set's manifest changed: for a set at a URL whose branch moved, give data.shards the revision the "
+            "run started from (data_sources.json in the run's output_dir records it)"
+        )
     raise ResumeError(  # one line: the CLI prints it as the whole refusal
         f"cannot resume from {ckpt}: the run differs from the checkpoint in " + "; ".join(parts) + ". "
         f"Architecture and data must match to continue (see {ckpt / 'config.yaml'}). Restore those config values "

@@ -2,15 +2,86 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from adapter_trainer.config import ConfigError, DataConfig, TrainConfig, shard_paths, shard_weights
 from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
+from adapter_trainer.data.remote.cache import ShardCache, cache_for
+from adapter_trainer.data.remote.planner import Prefetcher, ShardPlanner
+from adapter_trainer.data.remote.urls import is_url, pin_all
 from adapter_trainer.data.shards import ShardSet
 from adapter_trainer.data.split_index import SplitIndex
-from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, train_loader
+from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, default_num_workers, train_loader
 from adapter_trainer.data.token_layout import AudioVocab, Batch
 from adapter_trainer.training.checkpoint import TrainingProgress
+from adapter_trainer.training.distributed import RankInfo
+
+
+def pinned_shard_paths(cfg: TrainConfig, dist: RankInfo) -> list[str]:
+    """data.shards' paths with every Hub revision pinned to its commit by rank 0 and sent to all ranks, so every
+    rank and worker of the run reads one revision (adapter_trainer.data.remote.urls.pin)."""
+    paths = shard_paths(cfg)
+    if not any(is_url(p) for p in paths):
+        return paths
+    return dist.broadcast_object(pin_all(paths, tries=cfg.data.cache.retries) if dist.is_main else None)
+
+
+def shard_cache(cfg: TrainConfig, paths: Sequence[str]) -> ShardCache | None:
+    """The local cache for the remote sets among `paths` (data.cache.*); None when every set is a directory."""
+    c = cfg.data.cache
+    return cache_for(list(paths), cache_dir=c.dir, max_bytes=c.max_bytes, policy=c.policy, tries=c.retries)
+
+
+def check_cache_bound(cfg: TrainConfig, shard_sets: Sequence[ShardSet], dist: RankInfo) -> str | None:
+    """Before any tar is fetched: refuse a data.cache.max_bytes smaller than the largest remote shard (ConfigError),
+    and return a one-line note when it holds fewer shards than the node reads at once. Each reading process (a
+    rank's workers, or the rank itself) holds one tar while reading a clip or reserves one download, and each rank's
+    prefetcher one more: below (ranks x (workers + 1)) x the largest shard, downloads wait for readers."""
+    bound = cfg.data.cache.max_bytes
+    sizes = [e.bytes for s in shard_sets if s.is_remote for entries in s.splits.values() for e in entries]
+    if not bound or not sizes:
+        return None
+    largest = max(sizes)
+    if bound < largest:
+        raise ConfigError(
+            f"data.cache.max_bytes={bound} is smaller than the largest remote shard ({largest} bytes); set it to at "
+            f"least {largest}, better several shards"
+        )
+    workers = cfg.trainer.num_workers if cfg.trainer.num_workers >= 0 else default_num_workers(dist.local_world_size)
+    readers = dist.local_world_size * (max(workers, 1) + 1)
+    if bound < readers * largest:
+        return (
+            f"note: data.cache.max_bytes={bound} holds {bound // largest} shard(s) of up to {largest} bytes, but this "
+            f"node reads up to {readers} at once ({dist.local_world_size} rank(s) x ({max(workers, 1)} reader(s) + 1 "
+            f"prefetch)): downloads will wait for readers; {readers * largest} or more avoids it"
+        )
+    return None
+
+
+def plan_remote_reads(
+    train_data: TrainBatches, index: SplitIndex, dist: RankInfo, lookahead: int, in_flight: int = 1
+) -> Prefetcher | None:
+    """For a remote train split: a ShardPlanner (eviction by next use in the example order, in this process and in
+    every DataLoader worker) and this rank's Prefetcher thread. None for local sets. in_flight: micro-batches the
+    DataLoader may build at once (workers x prefetch_factor, 1 without workers)."""
+    cache = index.cache
+    if cache is None or not index.shard_remote:
+        return None
+    first = dist.rank - dist.local_rank  # torchrun numbers a node's ranks consecutively
+    planner = ShardPlanner(
+        train_data.order,
+        index.shard,
+        [r.sha256 if r is not None else None for r in index.shard_remote],
+        batch_size=train_data.batch_size,
+        world_size=train_data.world_size,
+        node_ranks=range(first, first + dist.local_world_size),
+        in_flight=in_flight,
+    )
+    train_data.planner = planner
+    cache.next_use = planner.next_use
+    if lookahead <= 0:
+        return None
+    return Prefetcher(cache, planner, index.shard_remote, dist.rank, lookahead)
 
 
 def example_spec(d: DataConfig, vocab: AudioVocab, *, bos_id: int, pad_id: int) -> ExampleSpec:
@@ -64,6 +135,7 @@ def resumed_batches(
     num_workers: int,
     prefetch_factor: int,
     pin_memory: bool = False,
+    on_position: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
     """This rank's next n_micro_batches micro-batches from the saved data position, built ahead by DataLoader workers
     (in page-locked memory with pin_memory: for CUDA, whose copies from there are asynchronous).
@@ -81,5 +153,6 @@ def resumed_batches(
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
             pin_memory=pin_memory,
+            on_position=on_position,
         )
     )

@@ -31,6 +31,7 @@ Raises:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import time
@@ -51,7 +52,16 @@ from adapter_trainer.data.token_layout import Batch
 from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint
-from adapter_trainer.training.data_setup import eval_set_spans, example_spec, resumed_batches, train_order
+from adapter_trainer.training.data_setup import (
+    check_cache_bound,
+    eval_set_spans,
+    example_spec,
+    pinned_shard_paths,
+    plan_remote_reads,
+    resumed_batches,
+    shard_cache,
+    train_order,
+)
 from adapter_trainer.training.device import autocast, check_precision, device_memory_gb, resolve_device
 from adapter_trainer.training.distributed import RankInfo, device_for_rank, init_distributed, teardown_distributed
 from adapter_trainer.training.final_report import final_metrics, write_final_report
@@ -114,6 +124,15 @@ class MoTAdapterRecipe:
             if isinstance(order, MixtureOrder):
                 shares = ", ".join(f"{path}: {p:.3f}" for path, p in zip(shard_paths(cfg), order.p))
                 print(f"mixture: {order.epoch_size} examples per epoch; share per draw {shares}")
+            remote = [s for s in self.shard_sets if s.is_remote]
+            if remote:
+                c = cfg.data.cache
+                cache_dir = self.train_index.cache.root if self.train_index.cache is not None else "?"
+                bound = f"{c.max_bytes:,} bytes" if c.max_bytes else "no bound"
+                print(
+                    f"remote shard sets: {', '.join(str(s.root) for s in remote)}; cache {cache_dir} ({bound}, "
+                    f"policy {c.policy}, prefetch {c.prefetch} micro-batches), every tar checked against its sha256"
+                )
 
     def _setup_device(self) -> None:
         """The device, the precision check, and this process's place in a torchrun job."""
@@ -145,12 +164,18 @@ class MoTAdapterRecipe:
 
         d = self.cfg.data
         dec_cfg = load_audio_lm_config(self.cfg)
+        paths = pinned_shard_paths(self.cfg, self.dist)  # a Hub revision: its commit, the same on every rank
         self.shard_sets = open_shard_sets(
-            shard_paths(self.cfg),
+            paths,
             model_n_codebooks=dec_cfg.num_codebooks,
             model_codebook_size=dec_cfg.vocab_size,
             audio_lm=self.cfg.model.audio_lm,
+            cache=shard_cache(self.cfg, paths),
+            tries=d.cache.retries,
         )
+        note = check_cache_bound(self.cfg, self.shard_sets, self.dist)  # before any remote tar is fetched
+        if note and self.dist.is_main:
+            print(note)
         # Header-only index (~40 bytes per clip); codes are read per batch by DataLoader workers / per eval batch.
         self.train_index: SplitIndex = build_index(self.shard_sets, d.train_split, sha256=d.verify_sha256)
         self.eval_index: SplitIndex = build_index(
@@ -201,6 +226,11 @@ class MoTAdapterRecipe:
             order=train_order(self.cfg, self.shard_sets, self.train_index),
         )
         self.num_workers = t.num_workers if t.num_workers >= 0 else default_num_workers(self.dist.local_world_size)
+        # remote sets: eviction by next use in this order, and this rank's background prefetch
+        in_flight = self.num_workers * t.prefetch_factor if self.num_workers > 0 else 1
+        self.prefetcher = plan_remote_reads(
+            self.train_data, self.train_index, self.dist, self.cfg.data.cache.prefetch, in_flight
+        )
 
     def _setup_eval(self) -> None:
         """The held-out scoring: eval captions (tokenized once), unigram baseline, caption derangements."""
@@ -263,6 +293,12 @@ class MoTAdapterRecipe:
                     TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None)
                 )
             (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
+            # where each set was read: a URL with its Hub revision pinned to a commit, and the manifest's sha256
+            sources = [
+                {"given": given, "read_from": str(s.root), "manifest_sha256": s.manifest_sha256}
+                for given, s in zip(shard_paths(self.cfg), self.shard_sets)
+            ]
+            (self.output_dir / "data_sources.json").write_text(json.dumps(sources, indent=2, allow_nan=False) + "\n")
         self.logger = FanOutLogger(loggers)
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -278,6 +314,7 @@ class MoTAdapterRecipe:
             num_workers=self.num_workers,
             prefetch_factor=self.cfg.trainer.prefetch_factor,
             pin_memory=self.device.type == "cuda",
+            on_position=self.prefetcher.advance if self.prefetcher is not None else None,
         )
 
     def next_train_batch(self, batches: Iterator[Batch]) -> Batch:
@@ -437,6 +474,8 @@ class MoTAdapterRecipe:
             ckpt = self.save_checkpoint()
         self.dist.barrier()
         self.logger.close()
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         final = final_metrics(self.last_eval, self.progress, wall_s=time.perf_counter() - self._t0, ckpt=ckpt)
         if self.dist.is_main:
             write_final_report(self.output_dir, final, self.last_eval, self.progress)
@@ -451,4 +490,6 @@ def recipe_main(cfg: TrainConfig) -> dict[str, Any]:
         recipe.train()
         return recipe.cleanup()
     finally:
+        if getattr(recipe, "prefetcher", None) is not None:  # a run that stopped early: no thread outlives it
+            recipe.prefetcher.close()
         teardown_distributed()

@@ -3,7 +3,11 @@
 Reads tars with plain `tarfile` and decodes members only with safe decoders
 (`numpy.load(allow_pickle=False)`, strict `json.loads`: NaN/Infinity are not JSON). Keys, split names and shard
 paths must follow the naming rule (`keys.py`): a shard path that is absolute or leaves the set is never opened.
-Exit 0 with one OK line, or 1 listing every problem.
+Exit 0 with one OK line, or 1 listing every problem (2: a URL that cannot be read, in one line).
+
+A URL (s3://, gs://, hf://datasets/..., http(s)://) is checked the same way: `verify` is given a `fetch` that brings
+each file into a temporary directory just before it is read, and each tar is removed once checked
+(`tokenizer_pipeline.remote.fetch`).
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
+from ..errors import USER_ERROR_EXIT, UserError
 from .keys import KEY_RULE, key_problem, shard_path_problem
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord, SegmentSampleRecord
 from .write_shards import sha256_file
@@ -24,6 +32,8 @@ from .write_shards import sha256_file
 JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format versions 1-4)
 SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # own-audio segments (v3, v4)
 SOURCE_KINDS = ("audiocraft", "audiofolder")
+URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+Fetch = Callable[[str], None]  # brings the set's file `rel` into the root being checked (absent when it is missing)
 
 
 def _not_json(constant: str) -> None:
@@ -112,9 +122,15 @@ def read_tar_samples(path: Path) -> tuple[list[tuple[str, dict[str, bytes]]], li
     return list(samples.items()), problems
 
 
-def verify(root: Path) -> tuple[list[str], str]:
-    """All problems found in the shard set at `root`, and a one-line summary."""
+def verify(root: Path, fetch: Fetch | None = None) -> tuple[list[str], str]:
+    """All problems found in the shard set at `root`, and a one-line summary.
+
+    fetch: for a set read from a URL, called before each file is read (root is then a temporary directory, and each
+    tar is deleted once checked); None for a directory.
+    """
     mpath = root / "manifest.json"
+    if fetch is not None:
+        fetch("manifest.json")
     if not mpath.is_file():
         return [f"{mpath} missing: the set is incomplete (manifest.json is written last)"], ""
     try:
@@ -127,14 +143,14 @@ def verify(root: Path) -> tuple[list[str], str]:
             f"v{' or v'.join(map(str, READABLE_VERSIONS))}"
         ], ""
     try:
-        return _verify_contents(root, m)
+        return _verify_contents(root, m, fetch)
     except (KeyError, TypeError, AttributeError) as e:  # a field the format requires is absent or of another type
         return [
             f"{mpath}: a required field is missing or malformed ({type(e).__name__}: {e}); not a valid manifest"
         ], ""
 
 
-def _verify_contents(root: Path, m: dict) -> tuple[list[str], str]:
+def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[list[str], str]:
     """verify's checks of a manifest that parsed and has the right format/version (KeyError etc. on a bad shape)."""
     K, C = m["codec"]["n_codebooks"], m["codec"]["codebook_size"]
     problems: list[str] = []
@@ -154,6 +170,12 @@ def _verify_contents(root: Path, m: dict) -> tuple[list[str], str]:
                 problems.append(f"shard path {e['path']!r} {problem}; not read")
                 continue
             p = root / e["path"]
+            if fetch is not None:
+                try:
+                    fetch(e["path"])
+                except OSError as err:  # remote.RemoteError: retries spent, or refused (403)
+                    problems.append(f"{e['path']}: not read: {err}")
+                    continue
             if not p.is_file():
                 problems.append(f"{e['path']}: listed in the manifest but missing")
                 continue
@@ -166,6 +188,9 @@ def _verify_contents(root: Path, m: dict) -> tuple[list[str], str]:
             except (tarfile.TarError, EOFError, OSError) as err:
                 problems.append(f"{e['path']}: not a readable tar: {err}")
                 continue
+            finally:
+                if fetch is not None:
+                    p.unlink(missing_ok=True)  # a downloaded copy: the next tar needs the room
             problems += [f"{e['path']}: {t}" for t in tar_problems]
             if len(samples) != e["n_samples"]:
                 problems.append(f"{e['path']}: {len(samples)} samples, manifest says {e['n_samples']}")
@@ -184,6 +209,8 @@ def _verify_contents(root: Path, m: dict) -> tuple[list[str], str]:
         total_samples += split_samples
         total_frames += split_frames
     t = m["totals"]
+    if fetch is not None:
+        fetch("failures.jsonl")
     if t["encoded"] + t["failed"] != t["rows"] or t["encoded"] != total_samples or t["failed"] != len(m["failures"]):
         problems.append(f"totals {t} disagree with {total_samples} samples and {len(m['failures'])} failures")
     if not (root / "failures.jsonl").is_file():
@@ -195,11 +222,29 @@ def _verify_contents(root: Path, m: dict) -> tuple[list[str], str]:
     return problems, summary
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, url_verifier: Callable[[str], tuple[list[str], str]] | None = None) -> int:
+    """The command: a directory, or a URL when `url_verifier` is given (`python -m tokenizer_pipeline.verify` passes
+    tokenizer_pipeline.remote.fetch.verify_url: this room reads no URL itself)."""
     ap = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.verify", description=__doc__.splitlines()[0])
-    ap.add_argument("shard_set", type=Path, help="directory holding manifest.json")
+    ap.add_argument(
+        "shard_set",
+        help="directory holding manifest.json, or the set's URL (s3://, gs://, hf://datasets/..., https://)",
+    )
     args = ap.parse_args(argv)
-    problems, summary = verify(args.shard_set)
+    if URL_RE.match(args.shard_set) and (url_verifier is not None or not args.shard_set.lower().startswith("file://")):
+        if url_verifier is None:
+            print(f"error: {args.shard_set} is a URL: run python -m tokenizer_pipeline.verify", file=sys.stderr)
+            return USER_ERROR_EXIT
+        try:
+            problems, summary = url_verifier(args.shard_set)
+        except UserError as e:  # remote.RemoteError: a URL that cannot be read at all (backend missing, 403, ...)
+            print(f"error: {e}", file=sys.stderr)
+            return USER_ERROR_EXIT
+    else:
+        target = args.shard_set
+        if target.lower().startswith("file://"):  # file:///path (percent-escapes decoded)
+            target = unquote(urlsplit(target).path)
+        problems, summary = verify(Path(target))
     if problems:
         print(f"FAILED {args.shard_set}: {len(problems)} problem(s)", file=sys.stderr)
         for p in problems:

@@ -1,0 +1,335 @@
+"""The local shard cache: remote tars fetched once per node, verified against the manifest, bounded in bytes.
+
+Layout of `data.cache.dir` (shared by every rank and DataLoader worker of a node, and by runs on other sets):
+
+    <sha256>.tar                         a verified shard, named by its content (the manifest's sha256)
+    <sha256>-<bytes>.<pid>.<n>.part      a download in flight; counts as <bytes> against the bound
+    .locks/<sha256>.lock                 held while one process downloads that shard (the others wait for it)
+    .lock                                held while a process counts the cache, evicts, reserves or renames
+    .stats.json                          downloads, bytes downloaded, evictions, peak bytes (for the benchmark)
+
+Correct first: a tar appears only by atomic rename after its size and sha256 equal the manifest's; a mismatch is
+fetched once more, then the run stops naming the shard and the URL. A leftover .part whose shard lock nobody holds is
+deleted (by each process when it opens the cache, and whenever room is made). Readers hold a shared flock on the tar they read (`open`), and eviction takes that file's exclusive flock
+without waiting, so a shard being read is never removed (filelock has no shared mode: fcntl.flock directly).
+
+Bounded: before a download, the process holding `.lock` counts verified tars plus reservations, and evicts until the
+new shard fits: the shard whose next use in the example order is farthest away (a `planner` says; LRU by mtime for
+ties or without one), or the least recently used with policy "lru". max_bytes = 0 is no bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from filelock import FileLock, Timeout
+
+from adapter_trainer.data.remote.retry import with_retries
+from adapter_trainer.data.remote.urls import filesystem, protocol
+from adapter_trainer.errors import UserError
+
+POLICIES = ("order", "lru")
+_BLOCK = 1 << 20
+_COUNTER = itertools.count()
+
+
+class ShardCacheError(UserError, OSError):
+    """A shard cannot be made available: corrupt at its URL, or no room under data.cache.max_bytes."""
+
+
+@dataclass(frozen=True)
+class RemoteShard:
+    """One tar of a remote set, as its manifest lists it."""
+
+    url: str  # <set url>/<manifest path>, with a Hub revision pinned
+    sha256: str
+    bytes: int
+    path: str = ""  # the manifest's path of the tar, e.g. "train/shard-000003.tar" (for messages)
+
+
+def default_cache_dir() -> Path:
+    """$ADAPTER_TRAINER_SHARD_CACHE, else $XDG_CACHE_HOME/adapter_trainer/shards (~/.cache/... by default)."""
+    env = os.environ.get("ADAPTER_TRAINER_SHARD_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "adapter_trainer" / "shards"
+
+
+class ShardCache:
+    """Remote shards as verified local files under `root`, at most `max_bytes` on disk (0 = no bound)."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        max_bytes: int = 0,
+        *,
+        policy: str = "order",
+        tries: int = 5,
+        wait_s: float = 600.0,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"cache policy {policy!r}: choose one of {', '.join(POLICIES)}")
+        self.root = Path(root).expanduser()
+        self.max_bytes, self.policy, self.tries, self.wait_s = int(max_bytes), policy, tries, wait_s
+        # next_use(sha) -> examples until this node reads the shard (inf: not within the planner's horizon)
+        self.next_use: Callable[[str], float] | None = None
+        self._ready_pid = -1
+
+    def __getstate__(self) -> dict:  # a worker gets the settings; it sets up its own directory state
+        return {**self.__dict__, "_ready_pid": -1}
+
+    # ---- paths and state
+    def path(self, sha256: str) -> Path:
+        return self.root / f"{sha256}.tar"
+
+    def present(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    def _lock(self) -> FileLock:
+        return FileLock(str(self.root / ".lock"))
+
+    def _shard_lock(self, sha256: str) -> FileLock:
+        return FileLock(str(self.root / ".locks" / f"{sha256}.lock"))
+
+    def _ready(self) -> None:
+        """Create the directory and delete leftovers of dead downloads, once per process."""
+        if self._ready_pid == os.getpid():
+            return
+        (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+        self._reap_dead_parts()
+        self._ready_pid = os.getpid()
+
+    def _reap_dead_parts(self) -> None:
+        """Delete every .part whose shard lock nobody holds: its download died (a killed process, on this node)."""
+        for part in self.root.glob("*.part"):
+            sha = part.name.split("-", 1)[0]
+            try:
+                with self._shard_lock(sha).acquire(timeout=0):
+                    part.unlink(missing_ok=True)
+            except Timeout:
+                pass  # a live download of that shard
+
+    def used_bytes(self) -> int:
+        """Verified tars plus reserved downloads, in bytes (what the bound counts)."""
+        total = 0
+        for p in self.root.iterdir():
+            try:
+                if p.name.endswith(".tar"):
+                    total += p.stat().st_size
+                elif p.name.endswith(".part"):
+                    total += int(p.name.split(".", 1)[0].rsplit("-", 1)[1])
+            except (FileNotFoundError, ValueError, IndexError):
+                continue
+        return total
+
+    def stats(self) -> dict[str, int]:
+        """Counters since the cache directory was made: downloads, bytes_downloaded, evictions, peak_bytes."""
+        f = self.root / ".stats.json"
+        try:
+            return json.loads(f.read_text())
+        except (FileNotFoundError, ValueError):
+            return {"downloads": 0, "bytes_downloaded": 0, "evictions": 0, "peak_bytes": 0}
+
+    def _bump(self, **add: int) -> None:  # under self._lock()
+        s = self.stats()
+        for k, v in add.items():
+            s[k] = max(s.get(k, 0), v) if k == "peak_bytes" else s.get(k, 0) + v
+        tmp = self.root / f".stats.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(s, allow_nan=False))
+        os.replace(tmp, self.root / ".stats.json")
+
+    # ---- eviction
+    def _distance(self, sha: str) -> float:
+        if self.policy == "lru" or self.next_use is None:
+            return math.inf
+        return self.next_use(sha)
+
+    def _make_room(self, need: int, sha: str, admit_within: float | None) -> bool:
+        """Under self._lock(): evict until `need` more bytes fit. With admit_within (a prefetch), only shards used
+        later than that are evicted. False when it cannot fit now."""
+        if not self.max_bytes:
+            return True
+        self._reap_dead_parts()
+        used = self.used_bytes()
+        if used + need <= self.max_bytes:
+            return True
+        if admit_within is not None and self.policy == "lru":
+            return False  # LRU knows no next use: a prefetch only fills free room, never evicts
+        candidates = []
+        for p in self.root.glob("*.tar"):
+            other = p.name[: -len(".tar")]
+            if other == sha:
+                continue
+            try:
+                mtime = p.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            candidates.append((-self._distance(other), mtime, p))
+        candidates.sort(key=lambda c: (c[0], c[1]))  # farthest next use first, then least recently used
+        for neg_dist, _, p in candidates:
+            if admit_within is not None and -neg_dist <= admit_within:
+                return False  # everything left is needed no later than the shard we would prefetch
+            size = self._evict(p)
+            if size:
+                used -= size
+                if used + need <= self.max_bytes:
+                    return True
+        return False
+
+    def _evict(self, p: Path) -> int:
+        """Remove `p` unless a reader holds it; its size, or 0."""
+        try:
+            f = open(p, "rb")  # noqa: SIM115 (closed below, after the unlink)
+        except FileNotFoundError:
+            return 0
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            return 0  # being read
+        try:
+            size = os.fstat(f.fileno()).st_size
+            p.unlink()
+            self._bump(evictions=1)
+            return size
+        finally:
+            f.close()
+
+    # ---- fetching
+    def fetch(self, shard: RemoteShard, *, what: str, admit_within: float | None = None) -> bool:
+        """Make `shard` a verified local file. True when present on return; False only for a prefetch
+        (admit_within given) that found no room without evicting a shard needed sooner."""
+        self._ready()
+        if self.present(shard.sha256):
+            return True
+        if self.max_bytes and shard.bytes > self.max_bytes:
+            raise ShardCacheError(
+                f"{what} ({shard.url}) is {shard.bytes} bytes but data.cache.max_bytes={self.max_bytes}; raise "
+                f"data.cache.max_bytes to at least a few shards (the largest is >= {shard.bytes})"
+            )
+        with self._shard_lock(shard.sha256):  # one download per shard per node; the others wait here
+            if self.present(shard.sha256):
+                return True
+            part = self._reserve(shard, what=what, admit_within=admit_within)
+            if part is None:
+                return False
+            try:
+                self._download_verified(shard, part, what=what)
+                with self._lock():
+                    os.replace(part, self.path(shard.sha256))
+                    self._bump(downloads=1, bytes_downloaded=shard.bytes)
+            finally:
+                part.unlink(missing_ok=True)
+        return True
+
+    def _reserve(self, shard: RemoteShard, *, what: str, admit_within: float | None) -> Path | None:
+        """An empty .part file that reserves shard.bytes, after making room (waits for readers on demand)."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            with self._lock():
+                if self._make_room(shard.bytes, shard.sha256, admit_within):
+                    part = self.root / f"{shard.sha256}-{shard.bytes}.{os.getpid()}.{next(_COUNTER)}.part"
+                    part.touch()
+                    self._bump(peak_bytes=self.used_bytes())
+                    return part
+            if admit_within is not None:
+                return None
+            if time.monotonic() > deadline:
+                raise ShardCacheError(
+                    f"{what}: no room in {self.root} under data.cache.max_bytes={self.max_bytes} for "
+                    f"{self.wait_s:.0f} s: every cached shard is being read. Raise data.cache.max_bytes to at least "
+                    f"(ranks on this node x (DataLoader workers + 1)) x the largest shard"
+                )
+            time.sleep(0.05)
+
+    def _download_verified(self, shard: RemoteShard, part: Path, *, what: str) -> None:
+        """Download into `part` and check size + sha256; a mismatch is fetched once more, then refused."""
+        for attempt in (1, 2):
+            got = self._download(shard, part, what=what)
+            if got == shard.sha256:
+                return
+            part.write_bytes(b"")
+            if attempt == 2:
+                raise ShardCacheError(
+                    f"{what}: {shard.url} has sha256 {got}, but the manifest lists {shard.sha256} (fetched twice); "
+                    f"the copy at the URL is corrupt or was replaced after the manifest: re-push the set "
+                    f"(python -m tokenizer_pipeline.push) or check it with python -m tokenizer_pipeline.verify URL"
+                )
+
+    def _download(self, shard: RemoteShard, part: Path, *, what: str) -> str:
+        """Stream the URL into `part`; the sha256 of what was written, or a marker when the size differs.
+
+        HTTP(S) is read as one streamed GET (no Range requests: a server that ignores them works too); S3, GCS and
+        the Hub by blocks. A transfer cut off is tried again from the first byte not written when the file can seek
+        there, else from the start. A body that ends cleanly before the manifest's size is the origin's file being
+        shorter: a mismatch (fetched once more, then refused), not a network failure."""
+        fs, path = filesystem(shard.url)
+        streamed = protocol(shard.url) in ("http", "https")
+        state = {"n": 0, "h": hashlib.sha256()}
+
+        def restart() -> None:
+            state["n"], state["h"] = 0, hashlib.sha256()
+            part.write_bytes(b"")
+
+        def attempt() -> None:
+            with fs.open(path, "rb", block_size=0 if streamed else _BLOCK) as src:
+                if state["n"]:
+                    try:
+                        src.seek(state["n"])
+                    except (ValueError, OSError):  # a streamed file cannot seek: read it all again
+                        restart()
+                with part.open("ab") as dst:
+                    while state["n"] <= shard.bytes:
+                        chunk = src.read(min(_BLOCK, shard.bytes + 1 - state["n"]))
+                        if not chunk:
+                            break
+                        state["h"].update(chunk)
+                        dst.write(chunk)
+                        state["n"] += len(chunk)
+
+        with_retries(attempt, what=what, url=shard.url, tries=self.tries)
+        if state["n"] != shard.bytes:
+            return f"<{'more than ' if state['n'] > shard.bytes else ''}{state['n']} bytes, not {shard.bytes}>"
+        return state["h"].hexdigest()
+
+    # ---- reading
+    def open(self, shard: RemoteShard, *, what: str) -> BinaryIO:
+        """A read handle of the verified local copy, held (shared flock) until closed: never evicted meanwhile."""
+        while True:
+            self.fetch(shard, what=what)
+            p = self.path(shard.sha256)
+            try:
+                f = open(p, "rb")  # noqa: SIM115 (the caller closes it)
+            except FileNotFoundError:
+                continue  # evicted between fetch and open
+            fcntl.flock(f, fcntl.LOCK_SH)
+            if os.fstat(f.fileno()).st_nlink == 0:  # evicted before our lock: fetch again
+                f.close()
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(p)  # recency, for LRU
+            return f
+
+
+def cache_for(
+    paths: list[str], *, cache_dir: str = "", max_bytes: int = 0, policy: str = "order", tries: int = 5
+) -> ShardCache | None:
+    """The ShardCache for the remote sets among `paths` (data.cache.*: "" = default_cache_dir()); None when every
+    set is a directory."""
+    from adapter_trainer.data.remote.urls import is_url
+
+    if not any(is_url(p) for p in paths):
+        return None
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return ShardCache(root, max_bytes, policy=policy, tries=tries)

@@ -1,0 +1,179 @@
+"""Which shards this node reads next: the example order (a pure function of position) read ahead.
+
+The global order puts clip `order.clip(e, i)` at position n = e * E + i; the micro-batch starting at s holds
+positions [s, s + G) and rank r builds [s + r*B, s + (r+1)*B). So from any micro-batch start every process of a node
+can list, without talking to the others, the shards its node's ranks read in the next H positions, in order:
+`ShardPlanner.next_use` is Belady's distance for eviction (farthest next use goes first) and `upcoming` is what the
+prefetcher fetches. Shards of other sets or splits (eval) are not in the train order: their distance is infinite.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from adapter_trainer.data.remote.cache import RemoteShard, ShardCache
+from adapter_trainer.errors import UserError
+
+
+def epoch_clips(order: object, epoch: int) -> np.ndarray:
+    """[E] the clip at every index of `epoch` (ConcatOrder's permutation at once; other orders clip by clip)."""
+    perm = getattr(order, "epoch_clips", None)
+    if perm is not None:
+        return perm(epoch)
+    return np.fromiter((order.clip(epoch, i) for i in range(order.epoch_size)), np.int64, order.epoch_size)  # type: ignore[attr-defined]
+
+
+class ShardPlanner:
+    """Next uses of train shards by the ranks of one node, from a micro-batch start `position`."""
+
+    def __init__(
+        self,
+        order: object,
+        clip_shard: np.ndarray,
+        shard_sha: Sequence[str | None],
+        *,
+        batch_size: int,
+        world_size: int,
+        node_ranks: range,
+        horizon: int = 0,
+        in_flight: int = 1,
+    ) -> None:
+        """in_flight: micro-batches a rank's DataLoader may be building at once (workers x prefetch_factor; 1 when
+        the training process builds them itself): the prefetcher's reference (`reference`)."""
+        self.order, self.clip_shard, self.shard_sha = order, clip_shard, list(shard_sha)
+        self.in_flight = max(1, in_flight)
+        self.B, self.G, self.node_ranks = batch_size, batch_size * world_size, node_ranks
+        self.E: int = order.epoch_size  # type: ignore[attr-defined]
+        # positions looked ahead: one epoch, at most 65,536 (a shard read later counts as not needed: LRU among those)
+        self.horizon = horizon or min(self.E, 1 << 16)
+        self.position = 0  # the micro-batch start this process works at
+        self.cursor: int | None = None  # the example being read (position <= cursor < position + G); None: position
+        self._first: tuple[int, dict[str, np.ndarray]] | None = None
+        self._epochs: dict[int, np.ndarray] = {}
+
+    def _shards_of_epoch(self, epoch: int) -> np.ndarray:
+        if epoch not in self._epochs:
+            if len(self._epochs) > 2:
+                self._epochs.pop(min(self._epochs))
+            self._epochs[epoch] = self.clip_shard[epoch_clips(self.order, epoch)]
+        return self._epochs[epoch]
+
+    def window(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard id [L], read by this node [L]) of positions start .. start + length - 1."""
+        parts, n = [], start
+        while n < start + length:
+            e, i = divmod(n, self.E)
+            take = min(self.E - i, start + length - n)
+            parts.append(self._shards_of_epoch(e)[i : i + take])
+            n += take
+        shards = np.concatenate(parts)
+        rank = (np.arange(length) % self.G) // self.B  # relative to a micro-batch start
+        mine = (rank >= self.node_ranks.start) & (rank < self.node_ranks.stop)
+        return shards, mine
+
+    def reference(self) -> tuple[int, int]:
+        """(the position next uses are measured from, the micro-batch start the ranks' slices align to). A reader
+        (`cursor` set: a DataLoader worker, or the training process without workers) measures from the example it
+        reads: Belady's rule for its own reads. The prefetcher (`cursor` None, `position` = the newest micro-batch
+        the DataLoader asked for) measures from the oldest one that may still be in flight,
+        position - (in_flight - 1) x G: the shards the workers are reading count as needed now, and a prefetch never
+        evicts them for a later batch."""
+        if self.cursor is not None:
+            return self.cursor, self.position
+        floor = max(0, self.position - (self.in_flight - 1) * self.G)
+        return floor, floor
+
+    def _uses(self, base: int) -> dict[str, np.ndarray]:
+        """sha256 -> sorted offsets from the micro-batch start `base` at which this node reads the shard (cached)."""
+        if self._first is None or self._first[0] != base:
+            shards, mine = self.window(base, self.horizon)
+            offsets = np.flatnonzero(mine)  # [M] ascending
+            ids = shards[offsets]
+            order = np.argsort(ids, kind="stable")  # grouped by shard, ascending offsets within a shard
+            uniq, starts = np.unique(ids[order], return_index=True)
+            groups = np.split(offsets[order], starts[1:])
+            self._first = (
+                base,
+                {self.shard_sha[int(s)]: g for s, g in zip(uniq, groups) if self.shard_sha[int(s)] is not None},
+            )
+        return self._first[1]
+
+    def next_use(self, sha256: str) -> float:
+        """Positions from `reference()` until this node next reads the shard; inf beyond the horizon."""
+        ref, base = self.reference()
+        uses = self._uses(base).get(sha256)
+        if uses is None:
+            return math.inf
+        k = ref - base
+        i = int(np.searchsorted(uses, k))
+        return math.inf if i == len(uses) else float(uses[i] - k)
+
+    def upcoming(self, start: int, n_batches: int, ranks: range) -> list[tuple[int, int]]:
+        """(shard id, position offset) of the shards `ranks` read in n_batches micro-batches from `start`, in order
+        of first use."""
+        shards, _ = self.window(start, n_batches * self.G)
+        rank = (np.arange(len(shards)) % self.G) // self.B
+        mine = (rank >= ranks.start) & (rank < ranks.stop)
+        ids = shards[mine]
+        uniq, first = np.unique(ids, return_index=True)
+        pos = np.flatnonzero(mine)[first]
+        return sorted(((int(s), int(p)) for s, p in zip(uniq, pos)), key=lambda t: t[1])
+
+
+class Prefetcher:
+    """A background thread of the training process: fetches the shards this rank reads in the next
+    `lookahead` micro-batches, in order of first use, while the cache has room without evicting a shard needed
+    sooner. Told where the DataLoader is by `advance(start)` (the sampler's latest micro-batch start).
+
+    A failed prefetch is not the run's failure: the thread says so in one line (stderr) and goes on with the next
+    shard; the reader that needs the shard fetches it itself, and raises the error if the shard still cannot be
+    read. `failures` counts them."""
+
+    def __init__(
+        self, cache: ShardCache, planner: ShardPlanner, shards: Sequence[RemoteShard | None], rank: int, lookahead: int
+    ) -> None:
+        self.cache, self.planner, self.shards, self.lookahead = cache, planner, list(shards), lookahead
+        self.ranks = range(rank, rank + 1)
+        self.failures = 0
+        self._start: int | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shard-prefetch", daemon=True)
+        self._thread.start()
+
+    def advance(self, start: int) -> None:
+        self._start = start
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            start = self._start
+            if start is None or self._stop.is_set():
+                continue
+            self.planner.position, self.planner.cursor = start, None
+            ahead = start - self.planner.reference()[0]  # distances count from the oldest batch in flight
+            for sid, offset in self.planner.upcoming(start, self.lookahead, self.ranks):
+                shard = self.shards[sid]
+                if shard is None or self.cache.present(shard.sha256):
+                    continue
+                if self._stop.is_set() or self._start != start:
+                    break  # the loader moved on: plan again from there
+                what = f"shard {shard.path or shard.url}"
+                try:
+                    if not self.cache.fetch(shard, what=what, admit_within=float(ahead + offset)):
+                        break  # full of shards needed sooner
+                except UserError as e:  # the reader fetches it again and raises it if it persists
+                    self.failures += 1
+                    print(f"adapter_trainer: prefetch of {what} failed, its reader will fetch it: {e}", file=sys.stderr)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=60)

@@ -1,0 +1,106 @@
+"""URLs of shard sets: which strings are URLs, the fsspec filesystem that reads one, Hub revisions pinned.
+
+A URL names a set's root as a directory does: `<url>/manifest.json`, `<url>/train/shard-000000.tar`. Credentials and
+endpoints are whatever the backend reads (AWS_ENDPOINT_URL, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN,
+HF_ENDPOINT, ...): nothing here is project-specific. Filesystems are looked up per call (`filesystem`), never
+pickled: a DataLoader worker, forked or spawned, opens its own client (s3fs / aiohttp sessions are not fork-safe).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from adapter_trainer.data.remote.retry import with_retries
+from adapter_trainer.errors import UserError
+
+# protocol -> the extra that installs its fsspec backend (pip install 'adapter-trainer[<extra>]')
+BACKEND_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
+# a revision is one path segment (a branch with "/" is percent-encoded: @feat%2Fx) or a pull request / conversion ref
+_HF_DATASET = re.compile(
+    r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)(?:@(?P<rev>refs/(?:pr|convert)/[^/]+|[^/]+))?(?P<path>/.*)?$"
+)
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_url(path: str) -> bool:
+    """True for `scheme://...` other than file:// (a file URL is a local directory)."""
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", str(path))
+    return bool(m) and m.group(1).lower() != "file"
+
+
+def local_path(path: str) -> str:
+    """A file:// URL as a plain path (percent-escapes decoded; host empty or localhost); anything else unchanged."""
+    if not str(path).lower().startswith("file://"):
+        return str(path)
+    parts = urlsplit(str(path))
+    if parts.netloc not in ("", "localhost"):
+        raise UserError(f"{path}: a file:// URL names this machine's files (file:///path); mount {parts.netloc} first")
+    return unquote(parts.path)
+
+
+def join(url: str, rel: str) -> str:
+    """`<url>/<rel>` for a set root URL and a manifest's relative shard path (a query string stays at the end)."""
+    parts = urlsplit(url)
+    if parts.query and protocol(url) in ("http", "https"):
+        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + rel.lstrip("/")))
+    return url.rstrip("/") + "/" + rel.lstrip("/")
+
+
+def protocol(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path within it) for `url`. fsspec keeps one instance per protocol and settings and drops
+    them in a new process (forked or spawned workers make their own clients).
+
+    Raises UserError in one line when the protocol has no installed backend, naming the extra that installs it.
+    """
+    import fsspec
+
+    proto = protocol(url)
+    try:
+        fs = fsspec.filesystem(proto)
+    except (ImportError, ValueError) as e:
+        extra = BACKEND_EXTRAS.get(proto)
+        fix = (
+            f"pip install 'adapter-trainer[{extra}]'"
+            if extra
+            else "use s3://, gs://, hf://datasets/... or http(s)://, or install the fsspec backend for it"
+        )
+        raise UserError(f"{url}: no fsspec backend for {proto}:// is installed ({e}); {fix}") from e
+    return fs, url if proto in ("http", "https") else fs._strip_protocol(url)
+
+
+def pin(url: str, *, tries: int = 5) -> str:
+    """The URL with a Hub revision (branch, tag or none = main) replaced by its commit sha, so every rank, worker
+    and resume of a run reads one revision. Other URLs are returned unchanged: their bytes are pinned by the
+    manifest's sha256 (every shard is checked against it before use, and the manifest's own sha256 is in the run's
+    fingerprint)."""
+    m = _HF_DATASET.match(url)
+    if not m:
+        if url.startswith("hf://") and not url.startswith("hf://datasets/"):
+            raise UserError(
+                f"{url}: a shard set on the Hub is a dataset repo: hf://datasets/owner/name[@revision]/path"
+            )
+        return url
+    rev = m.group("rev") or "main"
+    if _SHA.match(rev):
+        return url
+    from huggingface_hub import HfApi
+
+    repo = m.group("repo")
+    info = with_retries(
+        lambda: HfApi().dataset_info(repo, revision=unquote(rev)),
+        what=f"shard set {url}",
+        url=url,
+        tries=tries,
+    )
+    return f"hf://datasets/{repo}@{info.sha}{m.group('path') or ''}"
+
+
+def pin_all(paths: list[str], *, tries: int = 5) -> list[str]:
+    """`pin` of every URL among `paths` (directories unchanged)."""
+    return [pin(p, tries=tries) if is_url(p) else p for p in paths]
