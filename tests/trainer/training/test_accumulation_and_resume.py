@@ -4,6 +4,7 @@ applied on resume, and fresh runs refused in a directory that holds checkpoints.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import torch
 
 from adapter_trainer.data.token_layout import collate
 from adapter_trainer.training.checkpoint import ResumeError, prepare_output_dir
+from adapter_trainer.training.metric_logging import read_jsonl
 from adapter_trainer.training.optim import WarmupCosine
-from adapter_trainer.training.recipe import MoTAdapterRecipe
+from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
 from adapter_trainer.training.step import backward_window, count_targets
 from tests.trainer.helpers import example, make_cfg, tiny_mot
 
@@ -146,3 +148,16 @@ def test_resume_with_other_optimizer_groups_is_refused_clearly() -> None:
         load_optimizer_with_config(new, new_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)
     # same groups: fine
     load_optimizer_with_config(old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)
+
+
+def test_resuming_a_finished_run_logs_its_last_eval_once(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
+    """A run resumed at its last step evaluates again for the report, but metrics.jsonl keeps one eval record for
+    that step (the one the finished run logged), as a run that was never interrupted."""
+    out = tmp_path / "finished"
+    shutil.copytree(step2_ckpt.parent.parent, out)
+    before = [r for r in read_jsonl(out / "metrics.jsonl") if "eval/ce" in r]
+    assert [r["step"] for r in before] == [2]
+    recipe_main(make_cfg(models, shards, out, "trainer.max_steps=2", "trainer.resume=latest"))
+    after = [r for r in read_jsonl(out / "metrics.jsonl") if "eval/ce" in r]
+    assert after == before
+    assert json.loads((out / "final_metrics.json").read_text())["eval"]["ce"] == pytest.approx(before[0]["eval/ce"])

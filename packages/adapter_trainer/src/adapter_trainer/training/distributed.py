@@ -152,6 +152,12 @@ def device_for_rank(device: torch.device, info: RankInfo) -> torch.device:
     return device
 
 
+def local_world_size(world: int) -> int:
+    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE; a launcher that sets none counts every rank as on this node
+    (DataLoader workers are sized by it, so this errs towards fewer). tokenizer_pipeline falls back alike."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world))
+
+
 def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInfo:
     """Join the torchrun job (NCCL on CUDA, gloo otherwise) when WORLD_SIZE > 1; else a one-process RankInfo."""
     world = env_world_size()
@@ -166,8 +172,7 @@ def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInf
         rank=env_rank(),
         world_size=world,
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        # torchrun sets it; a launcher that does not gets 1 (DataLoader workers are sized by it)
-        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        local_world_size=local_world_size(world),
     )
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"

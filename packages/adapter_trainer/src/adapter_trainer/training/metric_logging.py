@@ -48,6 +48,13 @@ class JsonlLogger:
             self.path.unlink()  # fresh run in an existing dir: start a fresh file
         self._f = self.path.open("a", encoding="utf-8")
 
+    def steps_with(self, key: str) -> set[int]:
+        """Steps of the records (kept so far) that hold `key`, e.g. the evals a resumed run already logged."""
+        if not self.path.exists():
+            return set()
+        recs = (json.loads(ln) for ln in self.path.read_text().splitlines() if ln.strip())
+        return {int(r["step"]) for r in recs if key in r}
+
     def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None:
         record = {"step": int(step)}
         for k, v in payload.items():

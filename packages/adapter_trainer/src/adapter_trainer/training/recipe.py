@@ -273,6 +273,7 @@ class MoTAdapterRecipe:
         self.progress, self.optimizer_changes = resume_run(
             self.cfg.trainer.resume,
             self.output_dir,
+            dist=self.dist,
             fingerprint=self.fingerprint,
             model=self.model,
             optimizer=self.optimizer,
@@ -286,8 +287,11 @@ class MoTAdapterRecipe:
     def _setup_logging(self, resume_step: int | None) -> None:
         """Rank 0 alone writes metrics (and checkpoints, plots, reports); a resumed run truncates later records."""
         loggers: list[MetricLogger] = []
+        self.logged_eval_steps: set[int] = set()  # eval records a resumed run finds in metrics.jsonl
         if self.dist.is_main:
-            loggers.append(JsonlLogger(self.output_dir / "metrics.jsonl", truncate_after_step=resume_step))
+            jsonl = JsonlLogger(self.output_dir / "metrics.jsonl", truncate_after_step=resume_step)
+            self.logged_eval_steps = jsonl.steps_with("eval/ce")
+            loggers.append(jsonl)
             if self.cfg.trainer.tensorboard:
                 loggers.append(
                     TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None)
@@ -468,7 +472,8 @@ class MoTAdapterRecipe:
         step = self.progress.step
         if self.last_eval is None or self.last_eval.step != step:
             self.last_eval = self.evaluate()
-            self.log_eval(self.last_eval, step)
+            if step not in self.logged_eval_steps:  # a resumed finished run: its eval at this step is logged already
+                self.log_eval(self.last_eval, step)
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
         if self.dist.is_main and not ckpt.exists():
             ckpt = self.save_checkpoint()

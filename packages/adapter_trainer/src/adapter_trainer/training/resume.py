@@ -10,15 +10,33 @@ import torch
 
 from adapter_trainer.config import OptimizerConfig
 from adapter_trainer.training import checkpoint
+from adapter_trainer.training.distributed import RankInfo
 
 if TYPE_CHECKING:  # builders/mot pull in transformers: not at import time
     from adapter_trainer.model.mot import MoTAdapterModel
+
+
+def read_on_main(resume: str, output_dir: Path, dist: RankInfo) -> tuple[Path, checkpoint.LoadedCheckpoint]:
+    """Rank 0 finds and reads the checkpoint (on CPU) and broadcasts it; a ResumeError on rank 0 is raised on every
+    rank, in one line, at the same point (no rank is left waiting in a collective)."""
+    found, error = None, None
+    if dist.is_main:
+        try:
+            ckpt_dir = checkpoint.find_checkpoint(resume, output_dir)
+            found = (ckpt_dir, checkpoint.load_checkpoint(ckpt_dir))
+        except checkpoint.ResumeError as e:
+            error = str(e)
+    found, error = dist.broadcast_object((found, error))
+    if error is not None:
+        raise checkpoint.ResumeError(error if dist.is_main else f"rank 0: {error}")
+    return found  # type: ignore[return-value]
 
 
 def resume_run(
     resume: str,
     output_dir: Path,
     *,
+    dist: RankInfo,
     fingerprint: dict[str, Any],
     model: MoTAdapterModel,
     optimizer: torch.optim.Optimizer,
@@ -27,9 +45,11 @@ def resume_run(
     scaler: torch.amp.GradScaler | None,
     optimizer_cfg: OptimizerConfig,
 ) -> tuple[checkpoint.TrainingProgress, list[str]]:
-    """Load the checkpoint trainer.resume names into the just-built run. Returns (its progress, optimizer changes)."""
-    ckpt_dir = checkpoint.find_checkpoint(resume, output_dir)
-    ckpt = checkpoint.load_checkpoint(ckpt_dir)
+    """Load the checkpoint trainer.resume names into the just-built run. Returns (its progress, optimizer changes).
+
+    Rank 0 alone reads it and sends it to every rank (`read_on_main`): only the rank that writes checkpoints needs to
+    see them, so nodes without a shared disk resume too."""
+    ckpt_dir, ckpt = read_on_main(resume, output_dir, dist)
     checkpoint.check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     model.load_trainable_state_dict(ckpt.adapter)
     # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.

@@ -41,7 +41,7 @@ from .kept import kept_shards, read_kept
 from .loader import decoded_clips
 from .planning import PlanItem, load_plan, source_sha256
 from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, refusal_words, why_redo
-from .ranks import RankInfo, agree, join_ranks
+from .ranks import RankInfo, agree, check_shared_out_dir, join_ranks
 from .segment_items import segmentation_summary, source_summary
 
 __all__ = ["EXPLAIN", "RunResult", "run_pipeline"]
@@ -254,6 +254,12 @@ def _setup_out_dir(
             if lock is not None:
                 lock.release()
     agree(ranks, error)
+    try:
+        check_shared_out_dir(ranks, store.dir, what="out_dir", where=store.out_dir)
+    except PipelineError:
+        if lock is not None:
+            lock.release()
+        raise
     return lock
 
 

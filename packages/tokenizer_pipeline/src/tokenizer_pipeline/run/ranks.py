@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -53,7 +56,13 @@ def join_ranks(codec_device: str) -> RankInfo:
         torch.cuda.set_device(local_rank)  # codec.device "cuda"/"auto" then means cuda:LOCAL_RANK
     if not dist.is_initialized():
         dist.init_process_group("nccl" if on_gpu else "gloo", timeout=DIST_TIMEOUT)
-    return RankInfo(dist.get_rank(), dist.get_world_size(), local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    return RankInfo(dist.get_rank(), dist.get_world_size(), local_rank, local_world_size(world))
+
+
+def local_world_size(world: int) -> int:
+    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE; a launcher that sets none counts every rank as on this node
+    (workers per rank are sized by it, so this errs towards fewer). adapter_trainer falls back alike."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
 def agree(ranks: RankInfo, error: str | None) -> None:
@@ -74,3 +83,36 @@ def agree(ranks: RankInfo, error: str | None) -> None:
             dist.destroy_process_group()
     if error:
         raise PipelineError(error)
+
+
+def check_shared_out_dir(ranks: RankInfo, directory: Path, *, what: str, where: Path) -> None:
+    """Every rank must see the file rank 0 writes into `directory` (before any encoding): every rank writes its shards
+    and progress records under `where`, and rank 0 assembles the manifest from them. A node that sees another
+    directory at that path (no shared filesystem) stops every rank with one line naming the fix."""
+    if not ranks.is_distributed:
+        return
+    import torch.distributed as dist
+
+    box: list[str | None] = [secrets.token_hex(8) if ranks.is_main else None]
+    probe = directory / f".shared-{box[0]}" if ranks.is_main else None
+    if ranks.is_main:
+        probe.write_text(box[0])  # type: ignore[union-attr]
+    dist.broadcast_object_list(box, src=0)
+    seen = directory / f".shared-{box[0]}"
+    error = None
+    try:
+        ok = seen.read_text() == box[0]
+    except OSError:
+        ok = False
+    if not ok:
+        error = (
+            f"{what}={where} is not shared: rank {ranks.rank} on {socket.gethostname()} does not see the file rank 0 "
+            f"wrote there ({seen.name}), and every rank writes its shards into it. Put {what} on a filesystem every "
+            f"node mounts (NFS, Lustre, a shared volume), or encode on one node (torchrun --nnodes=1) and copy the set "
+            f"out with python -m tokenizer_pipeline.push"
+        )
+    try:
+        agree(ranks, error)
+    finally:
+        if ranks.is_main:
+            probe.unlink(missing_ok=True)  # type: ignore[union-attr]
