@@ -28,6 +28,16 @@ import tarfile
 import time
 from pathlib import Path
 
+# no periodic eval/checkpoint; the closing eval is cut to 16 clips x 1 derangement (it is not what is measured)
+QUIET_RUN = (
+    "trainer.progress_bar=false",
+    "trainer.tensorboard=false",
+    "trainer.eval_every=0",
+    "trainer.ckpt_every=0",
+    "data.eval_max_clips=16",
+    "trainer.eval_caption_shuffles=1",
+)
+
 
 def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
     """`replicas` copies of every shard of `src`, keys suffixed `_rNNN` (json ytid too), with a fresh manifest.
@@ -131,15 +141,7 @@ def main() -> None:
     if args.child:
         return child(args)
 
-    # no periodic eval/checkpoint; the closing eval is cut to 16 clips x 1 derangement (it is not what is measured)
-    quiet = [
-        "trainer.progress_bar=false",
-        "trainer.tensorboard=false",
-        "trainer.eval_every=0",
-        "trainer.ckpt_every=0",
-        "data.eval_max_clips=16",
-        "trainer.eval_caption_shuffles=1",
-    ]
+    quiet = list(QUIET_RUN)
     # 1) data wait: a real demo run with the default workers (--wait-steps 0 skips it)
     out: dict = {}
     if args.wait_steps > 0:

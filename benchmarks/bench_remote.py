@@ -44,18 +44,11 @@ from collections import OrderedDict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # run as a script or imported: its sibling bench_data.py
+from bench_data import QUIET_RUN  # noqa: E402
+
 BUCKET, PREFIX = "bench-shards", "demo"
 CASES = ("local", "order", "lru", "whole")
-# AWS variables that would win over (or disable) the loopback server's endpoint and credentials (tests/remote)
-AWS_OVERRIDES = (
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AWS_REGION",
-)
 
 
 # ---------------------------------------------------------------------------------------------- child: one run
@@ -170,14 +163,7 @@ def run_case(case: str, pass_no: int, args: argparse.Namespace, env: dict[str, s
     """One training run in a fresh interpreter; its row. `bound`: the cache bound of this case."""
     base = fresh_dir(Path(args.out).resolve().parent / "remote_runs" / f"pass{pass_no}_{case}")
     run_dir, cache_dir = base / "run", base / "cache"
-    quiet = [
-        "trainer.progress_bar=false",
-        "trainer.tensorboard=false",
-        "trainer.eval_every=0",
-        "trainer.ckpt_every=0",
-        "data.eval_max_clips=16",
-        "trainer.eval_caption_shuffles=1",
-    ]
+    quiet = list(QUIET_RUN)  # bench_data.py's: no periodic eval or checkpoint, a short closing eval
     where = [f"data.shards=[{args.shards}]"]
     if case != "local":
         where = [
@@ -292,7 +278,7 @@ def main() -> None:
         return child(args)
 
     sys.path.insert(0, str(HERE.parent))  # the repository root: the tests' loopback S3 server
-    from tests.remote.servers import S3Server
+    from tests.remote.servers import AWS_OVERRIDES, S3Server
 
     shards = Path(args.shards)
     total, n_train = set_bytes(shards)

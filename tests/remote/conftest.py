@@ -20,18 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.remote.servers import FaultyHTTPServer, HubStandIn, S3Server
+from tests.remote.servers import AWS_OVERRIDES, FaultyHTTPServer, HubStandIn, S3Server
 
-# AWS variables that would win over (or disable) the ones s3_env sets
-_AWS_OVERRIDES = (
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AWS_REGION",
-)
 # huggingface_hub variables that would win over (or disable) the ones hub_server sets
 _HF_OVERRIDES = (
     "HF_HUB_OFFLINE",
@@ -56,7 +46,7 @@ def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3S
     from s3fs import S3FileSystem
 
     s3_server.reset()
-    for name in _AWS_OVERRIDES:
+    for name in AWS_OVERRIDES:
         monkeypatch.delenv(name, raising=False)
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)

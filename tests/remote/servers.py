@@ -398,6 +398,19 @@ class FaultyHTTPServer(_LoopbackServer):
 # --- moto's S3 in server mode ----------------------------------------------------------------------------------
 
 
+# AWS variables that would win over (or disable) the endpoint and credentials in `S3Server.env`: a client meant for
+# the loopback server runs without them (tests/remote/conftest.py's s3_env, benchmarks/bench_remote.py)
+AWS_OVERRIDES = (
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_REGION",
+)
+
+
 class S3Server:
     """moto's S3 (`ThreadedMotoServer`, flask + moto[s3] suffice) on 127.0.0.1:<ephemeral>. `env` is what a client
     needs (set it in os.environ: plain `fsspec.filesystem("s3")`, boto3, subprocesses and torchrun ranks all read
