@@ -161,3 +161,15 @@ def test_resuming_a_finished_run_logs_its_last_eval_once(models, shards, step2_c
     after = [r for r in read_jsonl(out / "metrics.jsonl") if "eval/ce" in r]
     assert after == before
     assert json.loads((out / "final_metrics.json").read_text())["eval"]["ce"] == pytest.approx(before[0]["eval/ce"])
+
+
+def test_a_metrics_line_torn_by_a_killed_run_is_dropped_on_resume(tmp_path: Path) -> None:
+    from adapter_trainer.training.metric_logging import JsonlLogger
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "train/loss": 2.0}\n{"step": 2, "eval/ce": 1.5}\n{"step": 3, "train/lo')
+    logger = JsonlLogger(path, truncate_after_step=2)
+    assert logger.steps_with("eval/ce") == {2}
+    logger.log_dict({"train/loss": 1.0}, 3)
+    logger.close()
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3]

@@ -1,8 +1,11 @@
-"""Two nodes without a shared disk, simulated on one machine as a new user would try it: `torchrun --nnodes=2
---node_rank=0|1` with c10d rendezvous on 127.0.0.1, one CPU rank per node, each node in its own working directory and
-a relative trainer.output_dir, so the same path holds different files on each node. Only the rank that writes
-checkpoints (global rank 0) sees them; a resume must still continue the run exactly, and a resume rank 0 cannot make
-must stop every rank in one line (exit 2), never with a traceback or a hang (every launch has a timeout)."""
+"""Two nodes without a shared disk, simulated on one machine: `torchrun --nnodes=2` on 127.0.0.1, one CPU rank per
+node, each node in its own working directory. For the trainer, node 1 runs in its own mount namespace where node 0's
+directory is an empty tmpfs (`unshare -m`): the same absolute path holds different files on each node, as on two
+machines (the recipe sends rank 0's absolute output_dir to every rank, so separate working directories alone would
+share it). Static rendezvous there, so node_rank 0 is global rank 0. Only rank 0 sees the checkpoints; a resume
+must still continue the run exactly, and a resume rank 0 cannot make must stop every rank in one line (exit 2),
+never with a traceback or a hang (every launch has a timeout). The pipeline does not send out_dir: a relative
+out_dir in separate working directories is already two directories (c10d rendezvous)."""
 
 from __future__ import annotations
 
@@ -30,32 +33,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def two_nodes(module: list[str], cwds: list[Path], timeout: float = 600) -> list[subprocess.CompletedProcess]:
-    """`torchrun --nnodes=2 --node_rank=k` for k = 0, 1, each in cwds[k]; both must end within `timeout`."""
+def can_isolate(tmp_path: Path) -> bool:
+    """True when `unshare -m` can hide a directory from a child process (root, or a user namespace allowed)."""
+    hidden = tmp_path / "probe-hidden"
+    hidden.mkdir()
+    (hidden / "marker").write_text("x")
+    cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+           f'mount -t tmpfs none "{hidden}" && test ! -e "{hidden}/marker"']  # fmt: skip
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture()
+def isolated(tmp_path: Path) -> None:
+    if not can_isolate(tmp_path):
+        pytest.skip("needs `unshare -m` (a mount namespace) to give the second node a disk of its own")
+
+
+def two_nodes(
+    module: list[str], cwds: list[Path], timeout: float = 600, isolate: bool = False
+) -> list[subprocess.CompletedProcess]:
+    """`torchrun --nnodes=2 --node_rank=k` for k = 0, 1, each in cwds[k]; both must end within `timeout`.
+    isolate: node 1 does not see node 0's directory (a tmpfs over it in its own mount namespace), and the static
+    rendezvous makes node 0 global rank 0 (docs/real-data.md, "Many nodes, no shared disk")."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    run = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
+    if isolate:
+        run += ["--master-addr=127.0.0.1", f"--master-port={port}"]
+    else:
+        run += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=multinode-test"]
+    cmds = [[*run, f"--node-rank={k}", "-m", *module] for k in (0, 1)]
+    if isolate:
+        cmds[1] = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   f'mount -t tmpfs none "{cwds[0]}" && exec "$@"', "sh", *cmds[1]]  # fmt: skip
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes=2",
-                "--nproc_per_node=1",
-                f"--node_rank={k}",
-                "--rdzv_backend=c10d",
-                f"--rdzv_endpoint=127.0.0.1:{port}",
-                "--rdzv_id=multinode-test",
-                "-m",
-                *module,
-            ],  # fmt: skip
-            cwd=cwds[k],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
+        subprocess.Popen(cmds[k], cwd=cwds[k], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for k in (0, 1)
     ]
     out = []
@@ -95,46 +111,53 @@ def train_args(world: dict, out: str, *extra: str) -> list[str]:
             "optimizer.warmup_steps=2", "trainer.num_workers=0", *extra)]  # fmt: skip
 
 
-def test_without_a_shared_disk_a_run_resumes_from_rank_0s_checkpoint(world, tmp_path: Path) -> None:
+def test_without_a_shared_disk_a_run_resumes_from_rank_0s_checkpoint(world, isolated, tmp_path: Path) -> None:
     nodes = [tmp_path / "node0", tmp_path / "node1"]
     for n in nodes:
         n.mkdir()
     shared = tmp_path / "shared_run"  # the reference: both nodes write into one directory
     for r in two_nodes(train_args(world, str(shared), f"trainer.max_steps={STEPS}"), nodes):
         assert r.returncode == 0, r.stderr[-3000:]
-    first = two_nodes(train_args(world, "run", f"trainer.max_steps={STEPS}"), nodes)  # relative: one dir per node
-    for r in first:
+    run = nodes[0] / "run"  # rank 0's disk; node 1 sees an empty directory at this path
+    for r in two_nodes(train_args(world, str(run), f"trainer.max_steps={STEPS}"), nodes, isolate=True):
         assert r.returncode == 0, r.stderr[-3000:]
-    writer = [n for n in nodes if (n / "run" / "checkpoints").is_dir()]
-    assert len(writer) == 1  # only global rank 0 writes, on whichever node the rendezvous made rank 0
-    run, other = writer[0] / "run", nodes[1 - nodes.index(writer[0])]
-    assert not (other / "run" / "checkpoints").exists()
     assert losses(run) == pytest.approx(losses(shared), rel=1e-4)
     # as if the job died after step 2: rank 0's disk alone holds step-000002, and the run continues from it
     for step in range(4, STEPS + 1, 2):
         shutil.rmtree(run / "checkpoints" / f"step-{step:06d}")
-    resumed = two_nodes(train_args(world, "run", f"trainer.max_steps={STEPS}", "trainer.resume=latest"), nodes)
+    resumed = two_nodes(
+        train_args(world, str(run), f"trainer.max_steps={STEPS}", "trainer.resume=latest"), nodes, isolate=True
+    )
     for r in resumed:
         assert r.returncode == 0, r.stderr[-3000:]
-    assert any("resumed from" in r.stdout and "step-000002" in r.stdout for r in resumed)
+    assert "resumed from" in resumed[0].stdout and "step-000002" in resumed[0].stdout
     want, got = losses(shared), losses(run)
     assert sorted(got) == list(range(1, STEPS + 1))
     for s in want:
         assert got[s] == pytest.approx(want[s], rel=1e-4), (s, got[s], want[s])
-    assert not (other / "run" / "checkpoints").exists()
 
 
-def test_a_resume_rank_0_cannot_find_stops_every_rank_in_one_line(world, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", ["no checkpoint", "optimizer.pt missing"])
+def test_a_resume_rank_0_cannot_make_stops_every_rank_in_one_line(world, isolated, case: str, tmp_path: Path) -> None:
     nodes = [tmp_path / "a", tmp_path / "b"]
     for n in nodes:
         n.mkdir()
-    results = two_nodes(train_args(world, "fresh", "trainer.max_steps=2", "trainer.resume=latest"), nodes, timeout=300)
+    run = nodes[0] / "run"
+    want = "trainer.resume=latest but"
+    if case != "no checkpoint":
+        for r in two_nodes(train_args(world, str(run), "trainer.max_steps=2"), nodes):
+            assert r.returncode == 0, r.stderr[-3000:]
+        (run / "checkpoints" / "step-000002" / "optimizer.pt").unlink()
+        want = "cannot read the checkpoint"
+    results = two_nodes(
+        train_args(world, str(run), "trainer.max_steps=4", "trainer.resume=latest"), nodes, timeout=300, isolate=True
+    )
     for r in results:
         assert r.returncode != 0
         assert not rank_tracebacks(r.stderr), r.stderr[-3000:]
         assert "Connection closed by peer" not in r.stderr, r.stderr[-3000:]
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("adapter_trainer: error:")]
-        assert len(errors) == 1 and "trainer.resume=latest but" in errors[0], r.stderr[-3000:]
+        assert len(errors) == 1 and want in errors[0], r.stderr[-3000:]
         assert re.search(r"exitcode\s*:\s*2\b", r.stderr), r.stderr[
             -3000:
         ]  # the rank's own status, in torchrun's report

@@ -27,6 +27,17 @@ class CurveLogger(Protocol):
     def log_curve(self, tag: str, values: Sequence[float], step: int) -> None: ...
 
 
+def _whole_lines(path: Path) -> list[str]:
+    """The non-empty lines of a metrics.jsonl; a last line torn by a run killed mid-write (not JSON) is left out."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    if lines:
+        try:
+            json.loads(lines[-1])
+        except ValueError:
+            lines.pop()
+    return lines
+
+
 class JsonlLogger:
     """One JSON object per call, `{"step": N, **payload}`, appended to `path` (flushed every line).
 
@@ -38,11 +49,7 @@ class JsonlLogger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if truncate_after_step is not None and self.path.exists():
-            kept = [
-                ln
-                for ln in self.path.read_text().splitlines()
-                if ln.strip() and json.loads(ln)["step"] <= truncate_after_step
-            ]
+            kept = [ln for ln in _whole_lines(self.path) if json.loads(ln)["step"] <= truncate_after_step]
             self.path.write_text("".join(ln + "\n" for ln in kept))
         elif truncate_after_step is None and self.path.exists():
             self.path.unlink()  # fresh run in an existing dir: start a fresh file
@@ -52,7 +59,7 @@ class JsonlLogger:
         """Steps of the records (kept so far) that hold `key`, e.g. the evals a resumed run already logged."""
         if not self.path.exists():
             return set()
-        recs = (json.loads(ln) for ln in self.path.read_text().splitlines() if ln.strip())
+        recs = (json.loads(ln) for ln in _whole_lines(self.path))
         return {int(r["step"]) for r in recs if key in r}
 
     def log_dict(self, payload: Mapping[str, Scalar], step: int) -> None:

@@ -16,16 +16,27 @@ if TYPE_CHECKING:  # builders/mot pull in transformers: not at import time
     from adapter_trainer.model.mot import MoTAdapterModel
 
 
-def read_on_main(resume: str, output_dir: Path, dist: RankInfo) -> tuple[Path, checkpoint.LoadedCheckpoint]:
-    """Rank 0 finds and reads the checkpoint (on CPU) and broadcasts it; a ResumeError on rank 0 is raised on every
-    rank, in one line, at the same point (no rank is left waiting in a collective)."""
+def read_on_main(
+    resume: str, output_dir: Path, dist: RankInfo, optimizer_cfg: OptimizerConfig
+) -> tuple[Path, checkpoint.LoadedCheckpoint, list[str]]:
+    """Rank 0 finds and reads the checkpoint (on CPU) and the optimizer settings that changed since (its
+    config.yaml), and broadcasts them: no other rank opens a file of it. Any failure to read it on rank 0 is a
+    ResumeError raised on every rank, in one line, at the same point (no rank is left waiting in a collective)."""
     found, error = None, None
     if dist.is_main:
+        ckpt_dir = None
         try:
             ckpt_dir = checkpoint.find_checkpoint(resume, output_dir)
-            found = (ckpt_dir, checkpoint.load_checkpoint(ckpt_dir))
+            ckpt = checkpoint.load_checkpoint(ckpt_dir)
+            found = (ckpt_dir, ckpt, checkpoint.optimizer_changes(ckpt_dir, asdict(optimizer_cfg)))
         except checkpoint.ResumeError as e:
             error = str(e)
+        except Exception as e:  # a file of the checkpoint missing, truncated or not what it should be: one line
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            error = (
+                f"cannot read the checkpoint {ckpt_dir} ({type(e).__name__}: {first}); resume from an earlier "
+                f"step-* directory (trainer.resume=/path/to/step-XXXXXX) or move this one out of the way"
+            )
     found, error = dist.broadcast_object((found, error))
     if error is not None:
         raise checkpoint.ResumeError(error if dist.is_main else f"rank 0: {error}")
@@ -49,12 +60,11 @@ def resume_run(
 
     Rank 0 alone reads it and sends it to every rank (`read_on_main`): only the rank that writes checkpoints needs to
     see them, so nodes without a shared disk resume too."""
-    ckpt_dir, ckpt = read_on_main(resume, output_dir, dist)
+    ckpt_dir, ckpt, changes = read_on_main(resume, output_dir, dist, optimizer_cfg)
     checkpoint.check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     model.load_trainable_state_dict(ckpt.adapter)
     # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
     checkpoint.load_optimizer_with_config(optimizer, scheduler, ckpt.optimizer, ckpt.scheduler, schedule)
-    changes = checkpoint.optimizer_changes(ckpt_dir, asdict(optimizer_cfg))
     for line in changes:
         print(f"resume: {line} (applied: the config wins for optimizer settings)")
     if scaler is not None and ckpt.scaler is not None:

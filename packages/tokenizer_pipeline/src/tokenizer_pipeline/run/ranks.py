@@ -93,26 +93,32 @@ def check_shared_out_dir(ranks: RankInfo, directory: Path, *, what: str, where: 
         return
     import torch.distributed as dist
 
-    box: list[str | None] = [secrets.token_hex(8) if ranks.is_main else None]
-    probe = directory / f".shared-{box[0]}" if ranks.is_main else None
+    box: list[str | None] = [None]
+    probe, error = None, None
     if ranks.is_main:
-        probe.write_text(box[0])  # type: ignore[union-attr]
+        token = secrets.token_hex(8)
+        probe = directory / f".shared-{token}"
+        try:
+            probe.write_text(token)
+            box = [token]
+        except OSError as e:  # still broadcast: the other ranks wait for it
+            error, box = f"cannot write into {directory}: {e}; check that {what}={where} is writable", [""]
     dist.broadcast_object_list(box, src=0)
-    seen = directory / f".shared-{box[0]}"
-    error = None
-    try:
-        ok = seen.read_text() == box[0]
-    except OSError:
-        ok = False
-    if not ok:
-        error = (
-            f"{what}={where} is not shared: rank {ranks.rank} on {socket.gethostname()} does not see the file rank 0 "
-            f"wrote there ({seen.name}), and every rank writes its shards into it. Put {what} on a filesystem every "
-            f"node mounts (NFS, Lustre, a shared volume), or encode on one node (torchrun --nnodes=1) and copy the set "
-            f"out with python -m tokenizer_pipeline.push"
-        )
+    if box[0] and error is None:
+        seen = directory / f".shared-{box[0]}"
+        try:
+            ok = seen.read_text() == box[0]
+        except OSError:
+            ok = False
+        if not ok:
+            error = (
+                f"{what}={where} is not shared: rank {ranks.rank} on {socket.gethostname()} does not see the file "
+                f"rank 0 wrote there ({seen.name}), and every rank writes its shards into it. Put {what} on a "
+                f"filesystem every node mounts (NFS, Lustre, a shared volume), or encode on one node (torchrun "
+                f"--nnodes=1) and copy the set out with python -m tokenizer_pipeline.push"
+            )
     try:
         agree(ranks, error)
     finally:
-        if ranks.is_main:
-            probe.unlink(missing_ok=True)  # type: ignore[union-attr]
+        if probe is not None:
+            probe.unlink(missing_ok=True)
