@@ -172,3 +172,21 @@ def test_a_workers_error_is_one_line() -> None:
     )
     assert one_line(wrapped) == "shard train/a.tar: s3://b/a.tar has sha256 x"
     assert one_line(ShardCacheError("plain")) == "plain"
+
+
+def test_a_manifest_sha256_that_is_not_hex_is_refused_before_it_names_a_cache_file(tmp_path) -> None:
+    """The sha256 names the cache's files: '../x' there must never become a path outside the cache."""
+    import json
+
+    from adapter_trainer.data.shards import ShardFormatError, read_manifest
+    from tests.contract.shard_fixture import write_synthetic_set
+
+    root = write_synthetic_set(tmp_path / "set", n_train=4, n_eval=2, frames=(12, 16), samples_per_shard=4)
+    m = json.loads((root / "manifest.json").read_text())
+    m["splits"]["train"]["shards"][0]["sha256"] = "../../escaped"
+    (root / "manifest.json").write_text(json.dumps(m))
+    with FaultyHTTPServer(root) as srv:
+        for where in (str(root), srv.url):
+            with pytest.raises(ShardFormatError, match=r"sha256='\.\./\.\./escaped'.*64 lowercase hex"):
+                read_manifest(where, ShardCache(tmp_path / "cache"))
+    assert not (tmp_path / "escaped").exists()

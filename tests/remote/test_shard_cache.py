@@ -173,3 +173,11 @@ def test_retry_after_is_honoured_and_backoff_is_capped():
     with pytest.raises(RemoteReadError, match="HTTP 404"):
         with_retries(lambda: (_ for _ in ()).throw(Busy(404)), what="w", url="u", sleep=waits.append)
     assert len(waits) == 3  # no wait for a 404
+
+
+def test_the_configs_policy_choices_are_the_caches() -> None:
+    """config.py imports no room, so it lists data.cache.policy's choices itself: they must be the cache's."""
+    from adapter_trainer.config import CACHE_POLICIES
+    from adapter_trainer.data.remote.cache import POLICIES
+
+    assert CACHE_POLICIES == POLICIES

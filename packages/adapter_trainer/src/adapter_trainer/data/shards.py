@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -26,6 +27,7 @@ FORMAT_NAME = "musiccaps-encodec-shards"
 # split by the audio's sha256 (`source.split_rule`; samples as in 3): a newer set's samples keep every field version 1
 # has, and fields the trainer does not know are ignored
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class ShardFormatError(UserError, ValueError):
@@ -173,6 +175,13 @@ def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: i
                     f"{mpath}: shard path {s['path']!r} {problem}; refusing the set (docs/shard-format.md)"
                 )
             n, size, sha = int(s["n_samples"]), int(s["bytes"]), str(s["sha256"])
+            if not SHA256_HEX.fullmatch(sha) or size < 0:
+                # the sha256 names cache files (the remote shard cache, the header-scan cache): a value that is not
+                # 64 hex digits could name a path outside them
+                raise ShardFormatError(
+                    f"{mpath}: shard {s['path']!r} has sha256={sha!r}, bytes={size}: a sha256 is 64 lowercase hex "
+                    f"digits and a size >= 0 (docs/shard-format.md); regenerate the set or fix its manifest"
+                )
             if remote:
                 assert cache is not None
                 shard = RemoteShard(join(str(root), str(s["path"])), sha, size, str(s["path"]))

@@ -32,6 +32,26 @@ def shard_cache(cfg: TrainConfig, paths: Sequence[str]) -> ShardCache | None:
     return cache_for(list(paths), cache_dir=c.dir, max_bytes=c.max_bytes, policy=c.policy, tries=c.retries)
 
 
+def remote_sets_line(cfg: TrainConfig, shard_sets: Sequence[ShardSet], index: SplitIndex) -> str | None:
+    """The startup line naming the remote sets (Hub revisions pinned) and their cache; None for local sets."""
+    remote = [s for s in shard_sets if s.is_remote]
+    if not remote:
+        return None
+    c = cfg.data.cache
+    cache_dir = index.cache.root if index.cache is not None else "?"
+    bound = f"{c.max_bytes:,} bytes" if c.max_bytes else "no bound"
+    return (
+        f"remote shard sets: {', '.join(str(s.root) for s in remote)}; cache {cache_dir} ({bound}, policy "
+        f"{c.policy}, prefetch {c.prefetch} micro-batches), every tar checked against its sha256"
+    )
+
+
+def loader_workers(cfg: TrainConfig, dist: RankInfo) -> int:
+    """DataLoader workers per rank: trainer.num_workers, or -1 = half this rank's share of the CPUs (1 to 8)."""
+    t = cfg.trainer
+    return t.num_workers if t.num_workers >= 0 else default_num_workers(dist.local_world_size)
+
+
 def check_cache_bound(cfg: TrainConfig, shard_sets: Sequence[ShardSet], dist: RankInfo) -> str | None:
     """Before any tar is fetched: refuse a data.cache.max_bytes smaller than the largest remote shard (ConfigError),
     and return a one-line note when it holds fewer shards than the node reads at once. Each reading process (a
@@ -47,7 +67,7 @@ def check_cache_bound(cfg: TrainConfig, shard_sets: Sequence[ShardSet], dist: Ra
             f"data.cache.max_bytes={bound} is smaller than the largest remote shard ({largest} bytes); set it to at "
             f"least {largest}, better several shards"
         )
-    workers = cfg.trainer.num_workers if cfg.trainer.num_workers >= 0 else default_num_workers(dist.local_world_size)
+    workers = loader_workers(cfg, dist)
     readers = dist.local_world_size * (max(workers, 1) + 1)
     if bound < readers * largest:
         return (

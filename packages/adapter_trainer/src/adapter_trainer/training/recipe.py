@@ -47,7 +47,7 @@ from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, sha
 from adapter_trainer.data.mixture import MixtureOrder
 from adapter_trainer.data.shards import open_shard_sets
 from adapter_trainer.data.split_index import SplitIndex, build_index
-from adapter_trainer.data.streaming import TrainBatches, default_num_workers, distinct_texts
+from adapter_trainer.data.streaming import TrainBatches, distinct_texts
 from adapter_trainer.data.token_layout import Batch
 from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
 from adapter_trainer.evaluation.report import EvalReport
@@ -56,8 +56,10 @@ from adapter_trainer.training.data_setup import (
     check_cache_bound,
     eval_set_spans,
     example_spec,
+    loader_workers,
     pinned_shard_paths,
     plan_remote_reads,
+    remote_sets_line,
     resumed_batches,
     shard_cache,
     train_order,
@@ -124,15 +126,9 @@ class MoTAdapterRecipe:
             if isinstance(order, MixtureOrder):
                 shares = ", ".join(f"{path}: {p:.3f}" for path, p in zip(shard_paths(cfg), order.p))
                 print(f"mixture: {order.epoch_size} examples per epoch; share per draw {shares}")
-            remote = [s for s in self.shard_sets if s.is_remote]
-            if remote:
-                c = cfg.data.cache
-                cache_dir = self.train_index.cache.root if self.train_index.cache is not None else "?"
-                bound = f"{c.max_bytes:,} bytes" if c.max_bytes else "no bound"
-                print(
-                    f"remote shard sets: {', '.join(str(s.root) for s in remote)}; cache {cache_dir} ({bound}, "
-                    f"policy {c.policy}, prefetch {c.prefetch} micro-batches), every tar checked against its sha256"
-                )
+            line = remote_sets_line(cfg, self.shard_sets, self.train_index)
+            if line:
+                print(line)
 
     def _setup_device(self) -> None:
         """The device, the precision check, and this process's place in a torchrun job."""
@@ -225,7 +221,7 @@ class MoTAdapterRecipe:
             world_size=self.dist.world_size,
             order=train_order(self.cfg, self.shard_sets, self.train_index),
         )
-        self.num_workers = t.num_workers if t.num_workers >= 0 else default_num_workers(self.dist.local_world_size)
+        self.num_workers = loader_workers(self.cfg, self.dist)
         # remote sets: eviction by next use in this order, and this rank's background prefetch
         in_flight = self.num_workers * t.prefetch_factor if self.num_workers > 0 else 1
         self.prefetcher = plan_remote_reads(

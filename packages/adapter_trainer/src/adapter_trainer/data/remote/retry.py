@@ -1,6 +1,6 @@
 """Retries for remote reads: capped exponential backoff with full jitter, a bounded number of tries.
 
-Transient: timeouts, dropped connections, short bodies, HTTP 429 and 5xx (Retry-After honoured, capped). Never
+Transient: timeouts, dropped connections, bodies cut off, HTTP 429 and 5xx (Retry-After honoured, capped). Never
 retried: not found, forbidden, unauthorised and other 4xx answers: they name a problem a retry cannot fix.
 fsspec's backends raise their own types (aiohttp's, botocore's via s3fs, huggingface_hub's), so the status is read
 from the exception chain rather than from one class. Hand-written (not tenacity, not urllib3's Retry) because the
@@ -29,10 +29,6 @@ TRANSIENT_NAMES = ("Timeout", "Connect", "Payload", "ContentLength", "Disconnect
 
 class RemoteReadError(UserError, OSError):
     """A remote file could not be read after the allowed tries (or at once, for a permanent error)."""
-
-
-class ShortReadError(OSError):
-    """A body ended before the size the manifest lists (a dropped or truncated transfer): transient."""
 
 
 def _chain(e: BaseException) -> list[BaseException]:
@@ -96,7 +92,7 @@ def is_transient(e: BaseException) -> bool:
     on its size probe. Then the status. (tokenizer_pipeline's remote/retry.py classifies alike:
     tests/remote/test_retry_agreement.py.)"""
     chain = _chain(e)
-    if any(isinstance(x, (ShortReadError, TimeoutError, ConnectionError)) for x in chain) or any(
+    if any(isinstance(x, (TimeoutError, ConnectionError)) for x in chain) or any(
         any(n in type(x).__name__ for n in TRANSIENT_NAMES) for x in chain if not isinstance(x, UserError)
     ):
         return True
