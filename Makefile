@@ -124,11 +124,15 @@ DEMO_SHARD_ARGS := duration_tolerance_s=$(shell $(PYTHON) -c 'print(round(10 - $
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 
-# tiny Llama pretrained (1 thread, seeded, ~2 min) on the MusicCaps captions NOT in the demo corpus, tiny MusicGen
+# tiny Llama pretrained (1 thread, seeded, ~2 min) on the MusicCaps captions NOT in the demo corpus; tiny MusicGen
+# pretrained (1 thread, seeded, ~MUSIC_PRETRAIN_STEPS x 0.1 s) as an unconditional music LM on the demo shards' TRAIN
+# codes (stage 2: it reads shards, never audio; the held-out eval clips are never trained on)
+MUSIC_PRETRAIN_STEPS ?= 1500
 demo-models: demo-settings $(DEMO)/models/.done
-$(DEMO)/models/.done: $(DEMO)/corpus/.done
+$(DEMO)/models/.done: $(DEMO)/corpus/.done $(DEMO)/shards/manifest.json
 	$(PY) -m adapter_trainer.demo_models --out $(DEMO)/models \
-		--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv $(DEMO)/corpus/musiccaps-subset.csv
+		--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv $(DEMO)/corpus/musiccaps-subset.csv \
+		--shards $(DEMO)/shards --music-pretrain-steps $(MUSIC_PRETRAIN_STEPS)
 	touch $@
 
 demo: demo-shards demo-models

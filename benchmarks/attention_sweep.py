@@ -8,6 +8,8 @@ variant's overrides, `trainer.seed` and the `--set` overrides, one intra-op thre
 `--parallel` at a time. Results go to <out>/results.json (after every run; a rerun skips the rows it has) and a
 Markdown table <out>/table.md (every seed's row). Needs `make demo-shards demo-models`; the "random-init LLM" row
 also needs build/demo/models_random (`python -m adapter_trainer.demo_models --out build/demo/models_random`).
+The published sweep ran when `make demo-models` wrote a random-init MusicGen; since it pretrains one on the demo's
+train codes, pass model.audio_lm=build/demo/models_random/musicgen (extra overrides) to measure what it measured.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def run_one(name: str, overrides: list[str], seed: int, out: Path, extra: list[s
         "adapter_trainer",
         "+experiment=demo",
         "data.start_crop_prob=0.0",  # the sweep was measured with random crops, before the demo preset's start crops
+        "model.mot.audio_embed_init=random",  # ...and random audio tables, before it took the musicgen tables
+        "model.mot.audio_head_init=random",
         *overrides,
         *extra,
         f"trainer.seed={seed}",

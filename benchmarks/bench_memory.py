@@ -35,7 +35,8 @@ has no peak counter, and its memory is the machine's own (unified), so the RSS a
 macOS: the RSS after the build is then the peak so far (ru_maxrss; the build only grows the process).
 
 Usage: python benchmarks/bench_memory.py --out FILE.json [--dims real|tiny] [--modes fp32,fp32_autocast,bf16]
-       [--batches 1,2] [--seqs 512,1024] [--recompute off,on] [--device cpu|mps] [--merge]
+       [--batches 1,2] [--seqs 512,1024] [--recompute off,on] [--device cpu|mps] [--merge] [--tower llm|musicgen]
+--tower musicgen measures model.mot.audio_tower=musicgen (audio rows on MusicGen's own layers) instead.
 --merge keeps the cases already in FILE.json (those run again are replaced) and recomputes fits, table and summary
 over all of them: e.g. `--modes fp32 --batches 2 --seqs 1024 --merge` re-measures the two cases of the ratio.
 Writes {"summary": {"realsize_bytes_per_position", "realsize_fixed_gb", "realsize_activation_bytes_per_position",
@@ -106,6 +107,7 @@ def run_case(case: dict) -> dict:
         f"data.max_seq_len={case['seq']}",
         f"trainer.batch_size={case['batch']}",
         f"trainer.activation_checkpointing={str(case['recompute']).lower()}",
+        f"model.mot.audio_tower={case.get('tower', 'llm')}",
     )
     t0 = time.perf_counter()
     model, vocab = build_model(cfg, case["dims"], device)
@@ -265,6 +267,12 @@ def main() -> None:
     ap.add_argument("--recompute", default="off,on", help="activation checkpointing settings to run: off, on or both")
     ap.add_argument("--device", choices=["cpu", "mps"], default="cpu", help="mps: also the MPS allocator's figures")
     ap.add_argument("--merge", action="store_true", help="keep the cases already in --out that are not run again")
+    ap.add_argument(
+        "--tower",
+        choices=["llm", "musicgen"],
+        default="llm",
+        help="model.mot.audio_tower (write each to its own --out)",
+    )
     args = ap.parse_args()
     if args.case:
         Path(args.out).write_text(json.dumps(run_case(json.loads(args.case))))
@@ -290,7 +298,18 @@ def main() -> None:
     tmp = out.parent / f"{out.stem}-cases"
     tmp.mkdir(parents=True, exist_ok=True)
     new = [
-        measure({"dims": args.dims, "mode": m, "batch": b, "seq": s, "recompute": r, "device": args.device}, tmp)
+        measure(
+            {
+                "dims": args.dims,
+                "mode": m,
+                "batch": b,
+                "seq": s,
+                "recompute": r,
+                "device": args.device,
+                "tower": args.tower,
+            },
+            tmp,
+        )
         for m in modes
         for r in recompute
         for s in seqs

@@ -28,12 +28,13 @@ from adapter_trainer.config import mot_fields, to_train_config
 from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example
 from adapter_trainer.model.builders import (
     llama3_2_1b_config,
+    mot_model,
     musicgen_small_decoder_config,
     tiny_llama_config,
     tiny_musicgen_decoder_config,
     upcast_trainable_to_fp32,
 )
-from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+from adapter_trainer.model.mot import MoTConfig
 from adapter_trainer.training.optim import param_groups
 from adapter_trainer.training.step import backward_window
 
@@ -74,7 +75,7 @@ def main() -> None:
     audio_lm = MusicgenForCausalLM(audio_cfg)
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-    model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
     upcast_trainable_to_fp32(model)
     build_s = time.perf_counter() - t0
     trainable = [p for p in model.parameters() if p.requires_grad]

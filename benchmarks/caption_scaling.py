@@ -261,7 +261,10 @@ def train_and_probe(py: str, out: Path, shards: list[Path], n: int, seed: int, s
               f"trainer.eval_every={steps}", f"trainer.ckpt_every={steps}",
               # the curve is measured with random crops (the demo preset's start crops were chosen from it);
               # an override such as data.start_crop_prob=1.0 comes later and wins
-              "data.start_crop_prob=0.0", *args.overrides]  # fmt: skip
+              "data.start_crop_prob=0.0",
+              # ...and with random audio tables on a random-init MusicGen (its models are built without --shards),
+              # the demo preset before it took the real recipe's musicgen tables
+              "model.mot.audio_embed_init=random", "model.mot.audio_head_init=random", *args.overrides]  # fmt: skip
     log = out / "logs" / f"c{n}-steps{steps}-s{seed}"
     seconds = {"train": 0.0, "generate": 0.0, "probe": 0.0}
     for stage in ("train", "generate", "probe"):

@@ -18,6 +18,7 @@ from adapter_trainer.config import TrainConfig, mot_fields, to_train_config
 from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
 from adapter_trainer.model.builders import (
     llama3_2_1b_config,
+    mot_model,
     musicgen_small_decoder_config,
     tiny_llama_config,
     tiny_musicgen_decoder_config,
@@ -58,7 +59,7 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(before)
 
 
-def build_model(cfg: TrainConfig, dims: str, device: torch.device | str) -> tuple[MoTAdapterModel, AudioVocab]:
+def build_model(cfg: TrainConfig, dims: str, device: torch.device | str) -> tuple[torch.nn.Module, AudioVocab]:
     """MoT adapter over random-weight towers: dims "real" = Llama-3.2-1B + musicgen-small sizes, "tiny" = demo sizes.
 
     Frozen towers in cfg.model.dtype, trainable tensors fp32 (as build_mot_model), on `device`,
@@ -74,7 +75,7 @@ def build_model(cfg: TrainConfig, dims: str, device: torch.device | str) -> tupl
         audio_lm = MusicgenForCausalLM(audio_cfg)
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-    model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
     upcast_trainable_to_fp32(model)
     model.activation_checkpointing = cfg.trainer.activation_checkpointing
     return model.to(device), vocab

@@ -63,7 +63,7 @@ RULES = {
             "training": {"model", "data", "evaluation"},
             "generation": {"model", "data", "training"},  # training.device / training.checkpoint only (checked below)
             "evaluation": {"data"},
-            "demo": {"model"},
+            "demo": {"model", "data"},  # the demo MusicGen pretrains on a shard set's codes
         },
         bottom={
             "adapter_trainer.errors": set(),

@@ -144,3 +144,110 @@ def test_a_shard_set_with_no_eval_clips_is_named_as_train_only_not_printed_as_na
     text = learning_check_text(r)
     assert "set a: CE 2.5000" in text and "set b: no eval clips (it adds train clips only)" in text
     assert "nan" not in "".join(line for line in text.split("\n") if line.lstrip().startswith("set "))
+
+
+# ---- the frozen music LM alone (evaluation.music_lm_baseline)
+
+
+def _musicgen_own_ce(models, recipe: MoTAdapterRecipe) -> tuple[float, list[float]]:
+    """MusicGen's CE on every eval clip's learning-check window, from transformers' own loss, clip by clip: the
+    window's codes (those the report scores) in build_delay_pattern_mask's layout. Returns (mean over targets, per clip)."""
+    import torch
+
+    from adapter_trainer.data.streaming import eval_example
+    from adapter_trainer.data.token_layout import DelayPattern
+    from adapter_trainer.model.builders import load_musicgen_decoder
+
+    mg = load_musicgen_decoder(models["musicgen"]).eval()
+    K, pad, bos = mg.config.num_codebooks, mg.config.pad_token_id, mg.config.bos_token_id
+    h = recipe.held_out
+    total, count, per_clip = 0.0, 0, []
+    for i in range(len(h.index)):
+        ex = eval_example(h.spec, h.captions[i].tolist(), h.reader.read(i))
+        audio = ex.tokens[ex.is_audio][1:] - h.spec.vocab.text_vocab_size  # [steps, K] after AUDIO_START
+        is_code = audio < h.spec.vocab.n_codes
+        steps = DelayPattern(K).revert(torch.where(is_code, audio, torch.zeros_like(audio)))  # [T, K] k*C + c
+        codes = (steps - torch.arange(K) * h.spec.vocab.codebook_size).T  # [K, T] raw codes of the window
+        T = codes.shape[1]
+        prompt = torch.cat([torch.full((K, 1), bos), codes], dim=1)
+        _, pattern = mg.build_delay_pattern_mask(prompt, pad_token_id=pad, max_length=T + K)  # [K, T + K]
+        with torch.no_grad():
+            loss = float(mg(input_ids=pattern[:, :-1], labels=pattern[:, 1:].T[None]).loss)  # K codebooks x T codes
+        per_clip.append(loss)
+        total += loss * T * K
+        count += T * K
+    return total / count, per_clip
+
+
+def test_music_lm_alone_is_musicgens_own_loss_on_the_eval_windows(models, tmp_path: Path) -> None:
+    from tests.contract.shard_fixture import synthetic_clips, write_shard_set
+
+    long = write_shard_set(
+        tmp_path / "long",
+        {
+            "train": synthetic_clips(4, frames=(60, 80), seed=0, prefix="tr"),
+            "eval": synthetic_clips(5, frames=(60, 80), seed=1, prefix="ev"),  # no window reaches an END
+        },
+    )
+    recipe = MoTAdapterRecipe(make_cfg(models, long, tmp_path / "run", "trainer.batch_size=2"))
+    recipe.setup()
+    r = recipe.evaluate()
+    want, per_clip = _musicgen_own_ce(models, recipe)
+    assert r.music_lm_ce == pytest.approx(want, rel=1e-5)
+    # per-clip gains: MusicGen's per-clip CE minus the adapter's
+    adapter = recipe.held_out  # the report's gain is the mean over clips of (music LM - adapter)
+    assert adapter.music_lm is not None
+    got = adapter.music_lm.sum_per_example / adapter.music_lm.count_per_example
+    np.testing.assert_allclose(got, per_clip, rtol=1e-5)
+    text = learning_check_text(r)
+    assert "music LM      " in text and f"{r.music_lm_ce:.4f} nats/code alone" in text
+    summary = learning_check_summary(r)
+    assert summary["music_lm_ce"] == r.music_lm_ce and len(summary["gain_over_music_lm_ci95"]) == 2
+    assert set(summary["gain_over_music_lm_by_position"]) == {"frames_0_10", "frames_10_50", "frames_50_end"}
+    assert np.isfinite(r.scalars()["eval/gain_over_music_lm"])
+
+
+@pytest.mark.parametrize("override", ["trainer.eval_music_lm=false", "data.pattern=flatten"])
+def test_music_lm_alone_is_not_scored_when_off_or_on_flatten(models, shards, tmp_path: Path, override: str) -> None:
+    recipe = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "run", override))
+    recipe.setup()
+    r = recipe.evaluate()
+    assert recipe.held_out.music_lm is None and not r.music_lm_ce_per_codebook
+    assert "music LM" not in learning_check_text(r)
+    summary = learning_check_summary(r)
+    assert summary["music_lm_ce"] is None and summary["gain_over_music_lm"] is None
+    assert "eval/music_lm_ce" not in r.scalars()
+
+
+def test_gain_over_music_lm_is_its_per_clip_ce_minus_the_adapters() -> None:
+    rng = np.random.default_rng(0)
+    n = np.full(40, 50)
+    true = rng.uniform(2.0, 3.0, 40) * n
+    music = true + rng.uniform(0.0, 0.2, 40) * n  # the adapter is better on every clip
+    r = make_report(
+        step=1,
+        model_true=_target_ce(true, n),
+        model_shuf=_target_ce(true + 0.05 * n, n),
+        unigram=_target_ce(true * 2, n),
+        end_ce_sum=0.0,
+        end_count=0,
+        n_bootstrap=200,
+        seed=0,
+        music_lm=_target_ce(music, n),
+    )
+    assert r.gain_over_music_lm == pytest.approx(float(np.mean((music - true) / n)))
+    assert 0.0 < r.gain_over_music_lm_lo < r.gain_over_music_lm < r.gain_over_music_lm_hi
+    assert r.gain_over_music_lm_shuffled == pytest.approx(r.music_lm_ce - r.ce_shuffled)
+    assert r.music_lm_ce == pytest.approx(music.sum() / n.sum())
+    with pytest.raises(RuntimeError, match="music LM run scored different targets"):
+        make_report(
+            step=1,
+            model_true=_target_ce(true, n),
+            model_shuf=_target_ce(true, n),
+            unigram=_target_ce(true, n),
+            end_ce_sum=0.0,
+            end_count=0,
+            n_bootstrap=10,
+            seed=0,
+            music_lm=_target_ce(music[:-1], n[:-1]),
+        )

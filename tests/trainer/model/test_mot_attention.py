@@ -311,6 +311,8 @@ def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str, free
     in_place = {id(p) for p in [*llm.parameters(), *mg.parameters()]}
     ref = [p.detach().clone() for p in [*llm.parameters(), *mg.parameters()]]
     ref.append(torch.cat([e.weight.detach()[:C] for e in mg.model.decoder.embed_tokens]))  # code_embed's source rows
+    bos_pad = [torch.stack([e.weight.detach()[r] for e in mg.model.decoder.embed_tokens]) for r in (C, C)]
+    ref.append(torch.stack(bos_pad))  # special_code_embed's: MusicGen's BOS and pad rows (id C) of each codebook
     mot = MoTAdapterModel(
         llm,
         mg,

@@ -31,6 +31,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
 AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.model.mot)
+AUDIO_TOWERS = ("llm", "musicgen")  # model.mot.audio_tower: whose layers the audio rows run (model.builders.mot_model)
 
 
 class ConfigError(UserError, ValueError):
@@ -95,6 +96,10 @@ class MoTSchema:
     # > 0: a caption summary (per layer, the mean of the caption rows' normed hidden states) goes through a trainable
     # rank-r map (zero-init up) into every audio row's residual stream: a direct caption path besides attention
     caption_cond_rank: int = 0
+    # llm: audio rows ride the frozen Llama's layers, with MusicGen's FFN blocks as experts (the fields above);
+    # musicgen: audio rows run MusicGen's own decoder layers (its attention, norms, positions, FFNs, heads), reading
+    # the caption through a zero-gated cross-attention per MusicGen layer (layer_map: MusicGen layer -> Llama layer)
+    audio_tower: str = "llm"
 
 
 @dataclass
@@ -139,6 +144,9 @@ class TrainerConfig:
     eval_caption_shuffles: int = (
         4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
     )
+    # true: the learning check also scores the frozen music LM alone (MusicGen, no caption) on the same eval targets,
+    # once at setup (delay pattern only: flatten has no MusicGen reading); the adapter's gain over it is in every report
+    eval_music_lm: bool = True
     # --- data loading + distributed (see adapter_trainer/data/streaming.py, training/distributed.py)
     num_workers: int = -1  # DataLoader workers per rank building batches; -1 = auto (half the rank's CPUs, 1..8)
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
@@ -257,6 +265,8 @@ def validate_config(cfg: TrainConfig) -> None:
     _check_choice("model.mot.audio_embed_init", cfg.model.mot.audio_embed_init, EMBED_INITS)
     _check_choice("model.mot.audio_head_init", cfg.model.mot.audio_head_init, EMBED_INITS)
     _check_choice("model.mot.audio_attention", cfg.model.mot.audio_attention, AUDIO_ATTENTION)
+    _check_choice("model.mot.audio_tower", cfg.model.mot.audio_tower, AUDIO_TOWERS)
+    _check_musicgen_tower(cfg)
     if (cfg.model.mot.lora_rank > 0) != (cfg.model.mot.audio_attention == "lora"):
         raise ConfigError(
             f"model.mot.lora_rank={cfg.model.mot.lora_rank} with model.mot.audio_attention="
@@ -371,6 +381,31 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
 def config_to_yaml(cfg: TrainConfig) -> str:
     """Resolved YAML of a typed config (stored in checkpoints and the run dir)."""
     return OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True)
+
+
+def _check_musicgen_tower(cfg: TrainConfig) -> None:
+    """audio_tower=musicgen runs MusicGen's own attention, tables and heads: the llm tower's knobs must stay at their
+    defaults, and the pattern is MusicGen's delay."""
+    mot = cfg.model.mot
+    if mot.audio_tower != "musicgen":
+        return
+    off = {
+        "data.pattern": (cfg.data.pattern, "delay"),
+        "model.mot.audio_attention": (mot.audio_attention, "shared"),
+        "model.mot.lora_rank": (mot.lora_rank, 0),
+        "model.mot.caption_cond_rank": (mot.caption_cond_rank, 0),
+        "model.mot.audio_embed_init": (mot.audio_embed_init, "musicgen"),
+        "model.mot.audio_head_init": (mot.audio_head_init, "musicgen"),
+        "model.mot.freeze_audio_ffn": (mot.freeze_audio_ffn, True),
+    }
+    bad = [f"{k}={have}" for k, (have, want) in off.items() if have != want]
+    if bad:
+        raise ConfigError(
+            f"model.mot.audio_tower=musicgen runs MusicGen's own layers, tables and heads, so {', '.join(bad)} "
+            f"cannot apply: set them back ("
+            + " ".join(f"{k}={want}" for k, (have, want) in off.items() if have != want)
+            + ") or use model.mot.audio_tower=llm"
+        )
 
 
 def mot_fields(cfg: TrainConfig) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Embedded demo models: tiny stand-ins laid out exactly like the real checkpoints.
 
     python -m adapter_trainer.demo_models --out build/demo/models [--seed 0] \
-        [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv]
+        [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv] \
+        [--shards build/demo/shards]
 
 writes
     <out>/llm/        tiny LlamaForCausalLM with the REAL Llama 3 vocabulary (128,256 ids) and the real Llama 3
@@ -9,7 +10,9 @@ writes
                       --captions-csv it is first pretrained as a language model on the captions whose ytid is not
                       in --exclude-csv (pretrain.py), standing in for a real LLM that knows music words.
     <out>/musicgen/   the facebook/musicgen-small LAYOUT: composite MusicgenConfig config.json (T5 + EnCodec 32 kHz
-                      sub-configs as plain dicts) and model.safetensors with only `decoder.`-prefixed tensors
+                      sub-configs as plain dicts) and model.safetensors with only `decoder.`-prefixed tensors.
+                      With --shards it is first pretrained as an unconditional music LM on the codes of the set's
+                      train split (music_pretrain.py; shards only, never audio), standing in for musicgen-small.
     <out>/README.md
 
 Both load back through `load_llm` / `load_musicgen_decoder`, the path real checkpoints take. Nothing here builds
@@ -20,19 +23,22 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast
 
+from adapter_trainer.data.samples import Clip, load_split
+from adapter_trainer.data.shards import read_manifest
+from adapter_trainer.demo.music_pretrain import MusicPretrainConfig, MusicPretrainReport, pretrain_music_lm
 from adapter_trainer.demo.pretrain import PretrainConfig, PretrainReport, pretrain_on_captions, read_captions
 from adapter_trainer.file_modes import follow_umask, save_safetensors
 from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_decoder_config
 
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
 LLAMA3_NUM_RESERVED_SPECIAL_TOKENS = 256
-PRETRAINING_JSON = "demo_pretraining.json"  # in llm/: what the demo LLM was pretrained on, and the losses
+PRETRAINING_JSON = "demo_pretraining.json"  # in llm/ and musicgen/: what each was pretrained on, and the losses
 
 README = """# Demo models ({kind})
 
@@ -45,6 +51,7 @@ Use them to run the pipeline offline, never to judge audio quality.
 - `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`; weights hold only the
   `decoder.`-prefixed tensors of a tiny `MusicgenForCausalLM`: {k} codebooks x {c} codes, hidden {mg_hidden},
   {mg_layers} layers). The T5 and EnCodec sub-configs are configuration only; no weights for them exist here.
+  {mg_training}
 
 Real runs: `model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small`.
 """
@@ -186,17 +193,65 @@ def write_llm(
     return llm_dir
 
 
-def write_musicgen(out_dir: Path, seed: int, max_shard_size: str | None = None) -> Path:
+@dataclass
+class MusicTrainingSet:
+    """What the demo MusicGen is pretrained on: a shard set's train split, and its eval split to score afterwards."""
+
+    shards: str  # the shard-set directory as given
+    manifest_sha256: str  # its identity (the trainer's data fingerprint uses the same)
+    train: list[Clip]
+    eval: list[Clip]
+
+
+def read_music_training_set(shards: Path, train_split: str = "train", eval_split: str = "eval") -> MusicTrainingSet:
+    """The train and eval clips of a shard set (codes only), checked against the tiny MusicGen's K x C."""
+    shard_set = read_manifest(shards)
+    mc = tiny_musicgen_decoder_config()
+    if (shard_set.n_codebooks, shard_set.codebook_size) != (mc.num_codebooks, mc.vocab_size):
+        raise ValueError(
+            f"{shard_set.manifest_path}: codes of {shard_set.n_codebooks} codebooks x {shard_set.codebook_size}, the "
+            f"demo MusicGen reads {mc.num_codebooks} x {mc.vocab_size}; pass the demo shard set (make demo-shards)"
+        )
+    if train_split not in shard_set.splits:
+        raise ValueError(f"{shard_set.manifest_path} has no {train_split!r} split to pretrain the demo MusicGen on")
+    return MusicTrainingSet(
+        shards=str(shards),
+        manifest_sha256=shard_set.manifest_sha256,
+        train=load_split([shard_set], train_split),
+        eval=load_split([shard_set], eval_split) if eval_split in shard_set.splits else [],
+    )
+
+
+def write_musicgen(
+    out_dir: Path,
+    seed: int,
+    max_shard_size: str | None = None,
+    music: MusicTrainingSet | None = None,
+    pretrain: MusicPretrainConfig | None = None,
+) -> Path:
     """Tiny MusicGen decoder saved in the facebook/musicgen-small layout into out_dir/musicgen.
 
     Args:
         max_shard_size: e.g. "300KB" to write sharded safetensors with an index (as big checkpoints do).
+        music: pretrain it first, unconditionally, on these train clips (music_pretrain.py); the settings, the data's
+            identity and the losses go to musicgen/demo_pretraining.json. Without, it stays random-init.
     """
     mg_dir = out_dir / "musicgen"
     mg_dir.mkdir(parents=True, exist_ok=True)
     dec_cfg = tiny_musicgen_decoder_config()
     torch.manual_seed(seed + 1)
     decoder = MusicgenForCausalLM(dec_cfg).eval()
+    if music is not None:
+        cfg = pretrain or MusicPretrainConfig(seed=seed)
+        report = pretrain_music_lm(decoder, music.train, cfg, eval_clips=music.eval, eval_split="eval")
+        record = {
+            "config": asdict(cfg),
+            "report": asdict(report),
+            "shards": music.shards,
+            "manifest_sha256": music.manifest_sha256,
+            "torch_threads": 1,
+        }
+        (mg_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
     config = musicgen_small_layout_config(dec_cfg.to_dict())
     config.save_pretrained(mg_dir)
     state = {f"decoder.{k}": v.detach().contiguous().clone() for k, v in decoder.state_dict().items()}
@@ -241,12 +296,15 @@ def write_demo_models(
     captions_csv: str | Path | None = None,
     exclude_csv: str | Path | None = None,
     pretrain: PretrainConfig | None = None,
+    shards: str | Path | None = None,
+    music_pretrain: MusicPretrainConfig | None = None,
 ) -> dict[str, Path]:
-    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed (and the CSVs).
+    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed (and the CSVs, the shards).
 
     Args:
         captions_csv: MusicCaps CSV; when given, the LLM is pretrained on its captions (see pretrain.py).
         exclude_csv: CSV with a ytid column (the demo corpus's musiccaps-subset.csv) whose rows are left out.
+        shards: a shard set; when given, MusicGen is pretrained on its train split's codes (music_pretrain.py).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -266,12 +324,34 @@ def write_demo_models(
             f"{rep.final_loss:.2f} nats/token. It stands in for Llama 3.2's knowledge of music vocabulary; the "
             f"trainer freezes it like the real Llama."
         )
-    mg_dir = write_musicgen(out, seed)
+    if shards is None:
+        mg_dir = write_musicgen(out, seed)
+        mg_training = "Random init: it carries no knowledge."
+    else:
+        music = read_music_training_set(Path(shards))
+        mcfg = music_pretrain or MusicPretrainConfig(seed=seed)
+        mg_dir = write_musicgen(out, seed, music=music, pretrain=mcfg)
+        mrep = MusicPretrainReport(**json.loads((mg_dir / PRETRAINING_JSON).read_text())["report"])
+        held = (
+            f"; on the {mrep.eval_clips} held-out clips it never saw, {mrep.eval_ce:.2f} nats/code"
+            if mrep.eval_ce is not None
+            else ""
+        )
+        mg_training = (
+            f"Pretrained unconditionally on the codes of the {mrep.n_clips} `{mrep.split}` clips of `{shards}` "
+            f"({mrep.n_frames} frames; the eval split is never trained on), in MusicGen's own delay pattern, "
+            f"{mcfg.steps} steps of {mcfg.batch_size} windows of up to {mcfg.max_frames} frames: loss "
+            f"{mrep.first_loss:.2f} -> {mrep.final_loss:.2f} nats/code{held}. It stands in for musicgen-small's "
+            f"knowledge of music; the trainer freezes it and starts the adapter's audio tables from its own."
+        )
+    if shards is not None:
+        kind = "MusicGen pretrained on codes" if captions_csv is None else f"{kind}, MusicGen on codes"
     lc, mc = tiny_llama_config(), tiny_musicgen_decoder_config()
     (out / "README.md").write_text(
         README.format(
             kind=kind,
             llm_training=llm_training,
+            mg_training=mg_training,
             seed=seed,
             llm_hidden=lc.hidden_size,
             llm_layers=lc.num_hidden_layers,
@@ -302,16 +382,36 @@ def main(argv: list[str] | None = None) -> None:
         help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)",
     )
     parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
+    parser.add_argument(
+        "--shards",
+        type=Path,
+        default=None,
+        help="shard set: pretrain MusicGen on its train split's codes (omit for a random-init MusicGen)",
+    )
+    parser.add_argument(
+        "--music-pretrain-steps", type=int, default=MusicPretrainConfig.steps, help="MusicGen pretraining steps"
+    )
     args = parser.parse_args(argv)
     for path in (args.captions_csv, args.exclude_csv):
         if path is not None and not path.is_file():
             parser.error(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
+    if args.shards is not None and not (args.shards / "manifest.json").is_file():
+        parser.error(f"{args.shards}/manifest.json does not exist; build the demo shards first (make demo-shards)")
     pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
+    music_pretrain = MusicPretrainConfig(steps=args.music_pretrain_steps, seed=args.seed)
     paths = write_demo_models(
-        args.out, seed=args.seed, captions_csv=args.captions_csv, exclude_csv=args.exclude_csv, pretrain=pretrain
+        args.out,
+        seed=args.seed,
+        captions_csv=args.captions_csv,
+        exclude_csv=args.exclude_csv,
+        pretrain=pretrain,
+        shards=args.shards,
+        music_pretrain=music_pretrain,
     )
-    kind = "LLM pretrained on captions" if args.captions_csv else "random init"
-    print(f"wrote demo models ({kind}): llm={paths['llm']} musicgen={paths['musicgen']}")
+    kinds = [
+        k for k, on in (("LLM pretrained on captions", args.captions_csv), ("MusicGen on codes", args.shards)) if on
+    ]
+    print(f"wrote demo models ({', '.join(kinds) or 'random init'}): llm={paths['llm']} musicgen={paths['musicgen']}")
 
 
 if __name__ == "__main__":

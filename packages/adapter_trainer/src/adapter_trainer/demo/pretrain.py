@@ -45,6 +45,22 @@ class PretrainReport:
     final_loss: float  # nats/token, mean of the last 20 steps
 
 
+def set_lr(opt: torch.optim.Optimizer, peak: float, step: int, warmup_steps: int, steps: int) -> None:
+    """The demo pretrainings' schedule: linear warmup, then cosine from `peak` to 0.1 x peak over `steps`."""
+    lr = peak * min(1.0, (step + 1) / warmup_steps) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def optimizer_step(loss: torch.Tensor, model: torch.nn.Module, opt: torch.optim.Optimizer) -> float:
+    """Backward, clip the global grad norm at 1, AdamW step; returns the loss as a float."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
 def read_captions(csv_path: Path, exclude_csv: Path | None) -> tuple[list[str], int]:
     """Captions of `csv_path` (MusicCaps CSV) whose ytid is not in `exclude_csv` -> (captions, n_excluded)."""
     exclude: set[str] = set()
@@ -112,9 +128,7 @@ def _pretrain(model, tokenizer, captions, cfg: PretrainConfig, progress: bool) -
     start = 0
     for step in bar:
         # linear warmup, then cosine from lr to 0.1 * lr
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * (0.55 + 0.45 * math.cos(math.pi * step / cfg.steps))
-        for group in opt.param_groups:
-            group["lr"] = lr
+        set_lr(opt, cfg.lr, step, cfg.warmup_steps, cfg.steps)
         if start + cfg.batch_size > len(ids):  # epoch boundary: reshuffle
             order, start = torch.randperm(len(ids), generator=g), 0
         batch = [local_ids[int(i)] for i in order[start : start + cfg.batch_size]]
@@ -126,12 +140,7 @@ def _pretrain(model, tokenizer, captions, cfg: PretrainConfig, progress: bool) -
             x[b, : len(t)] = t
             mask[b, : len(t)] = 1
         labels = x.masked_fill(mask == 0, -100)  # [B, S]; HF shifts them inside
-        loss = small(input_ids=x, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(small.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(optimizer_step(small(input_ids=x, attention_mask=mask, labels=labels).loss, small, opt))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
 
     trained = small.state_dict()

@@ -21,12 +21,14 @@ import torch
 from adapter_trainer.data.clip_reader import ClipReader
 from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.streaming import ExampleSpec, caption_ids, eval_example
-from adapter_trainer.data.token_layout import collate, max_frames, target_frames
+from adapter_trainer.data.token_layout import Batch, collate, max_frames, target_frames
 from adapter_trainer.errors import UserError
+from adapter_trainer.evaluation.music_lm_baseline import music_lm_ce_per_target
 from adapter_trainer.evaluation.report import EvalReport, make_report, per_set_figures
 from adapter_trainer.evaluation.stats import derangement, unigram_log_probs
 from adapter_trainer.evaluation.target_ce import (
     CEAccumulator,
+    TargetCE,
     average_runs,
     gather_target_ce,
     per_frame_sums,
@@ -102,6 +104,49 @@ class HeldOutEval:
         self.perms = [derangement(len(index), shuffle_rng) for _ in range(n_derangements)]
         # Frames of the eval window (eval_example's fixed audio budget): the caption gain by position counts per frame.
         self.n_frames = max_frames(spec.max_seq_len - spec.max_caption_tokens - 2, spec.pattern, spec.vocab.n_codebooks)
+        self.music_lm: TargetCE | None = None  # the frozen music LM alone on the same targets (score_music_lm)
+
+    def _true_batch(self, ids: list[int], clips: dict[int, Any], device: torch.device) -> Batch:
+        """The eval windows of clips `ids` with their own captions, on `device`."""
+        examples = [eval_example(self.spec, self.captions[i].tolist(), clips[i]) for i in ids]
+        return collate(examples, pad_id=self.spec.pad_id).to(device)
+
+    @torch.no_grad()
+    def score_music_lm(
+        self,
+        audio_lm: torch.nn.Module,
+        *,
+        batch_size: int,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        rank: int = 0,
+        world_size: int = 1,
+        all_gather: Callable[[Any], list[Any]] = lambda x: [x],
+    ) -> None:
+        """Score the frozen music LM alone (a MusicgenForCausalLM, no caption) on exactly the code targets every
+        report scores, once: it does not train, so each later report carries the same figures (`self.music_lm`)."""
+        if self.spec.pattern != "delay":
+            raise ValueError(f"the music LM baseline reads the delay pattern, not {self.spec.pattern!r}")
+        audio_lm.eval()
+        acc = CEAccumulator(self.spec.vocab.n_codebooks)
+        mine = np.array_split(np.arange(len(self.index)), world_size)[rank]
+        for start in range(0, len(mine), batch_size):
+            ids = [int(i) for i in mine[start : start + batch_size]]
+            batch = self._true_batch(ids, {i: self.reader.read(i) for i in ids}, device)
+            with autocast():
+                ce = music_lm_ce_per_target(audio_lm, batch, self.spec.vocab)  # [B, S, K]
+            frames = target_frames(batch.tokens, batch.labels, vocab=self.spec.vocab, pattern=self.spec.pattern)
+            is_code = frames >= 0  # [B, S, K] the code targets (END targets have no frame)
+            K = self.spec.vocab.n_codebooks
+            k_idx = torch.arange(K, device=ce.device).expand_as(ce)  # [B, S, K]
+            acc.add(
+                torch.bincount(k_idx[is_code], weights=ce[is_code], minlength=K),
+                torch.bincount(k_idx[is_code], minlength=K),
+                (ce * is_code).sum((1, 2)),
+                is_code.sum((1, 2)),
+                per_frame_sums(ce, frames, self.n_frames),
+            )
+        self.music_lm = gather_target_ce(acc.result(self.n_frames), mine, len(self.index), all_gather)
 
     @torch.no_grad()
     def __call__(
@@ -176,6 +221,7 @@ class HeldOutEval:
             n_bootstrap=n_bootstrap,
             seed=seed,
             n_overlap_clips=n_overlap_clips,
+            music_lm=self.music_lm,
         )
         report.per_shard_set = per_set_figures(final["true"], shuffled, final["uni"], self.set_spans)
         return report

@@ -32,6 +32,20 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
         },
         # the bins add back (weighted by n_codes) to this code-weighted gain, not to caption_gain (per-clip means)
         "caption_gain_by_position_total": r.caption_gain_by_position_total,
+        # the frozen music LM alone (MusicGen, no caption) on the same targets; gain = its CE - the adapter's (> 0:
+        # the adapter adds to it); null when not scored (flatten pattern, trainer.eval_music_lm=false)
+        "music_lm_ce": r.music_lm_ce if r.music_lm_ce_per_codebook else None,
+        "music_lm_ce_per_codebook": r.music_lm_ce_per_codebook or None,
+        "gain_over_music_lm": r.gain_over_music_lm if r.music_lm_ce_per_codebook else None,
+        "gain_over_music_lm_ci95": [r.gain_over_music_lm_lo, r.gain_over_music_lm_hi]
+        if r.music_lm_ce_per_codebook
+        else None,
+        "gain_over_music_lm_shuffled": r.gain_over_music_lm_shuffled if r.music_lm_ce_per_codebook else None,
+        "gain_over_music_lm_by_position": {
+            k: {"gain": g["gain"], "ci95": list(g["ci95"]), "n_codes": g["n_codes"]}
+            for k, g in r.gain_over_music_lm_by_position.items()
+        }
+        or None,
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
         "per_shard_set": r.per_shard_set,
@@ -55,6 +69,19 @@ def _per_set_lines(per_set: dict[str, dict[str, Any]]) -> list[str]:
         if f["n_clips"]
         else f"  set {name}: no eval clips (it adds train clips only)"
         for name, f in per_set.items()
+    ]
+
+
+def _music_lm_lines(r: EvalReport) -> list[str]:
+    """The frozen music LM alone and what the adapter adds to it (nothing when it was not scored)."""
+    if not r.music_lm_ce_per_codebook:
+        return []
+    first = r.gain_over_music_lm_by_position.get("frames_0_10")
+    return [
+        f"  music LM      {r.music_lm_ce:.4f} nats/code alone (no caption)   adapter gain over it "
+        f"{r.gain_over_music_lm:+.4f} [{r.gain_over_music_lm_lo:+.4f}, {r.gain_over_music_lm_hi:+.4f}] with true "
+        f"captions, {r.gain_over_music_lm_shuffled:+.4f} with shuffled"
+        + (f"; frames 0-10 {first['gain']:+.4f} [{first['ci95'][0]:+.4f}, {first['ci95'][1]:+.4f}]" if first else "")
     ]
 
 
@@ -120,6 +147,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
             if r.caption_gain_by_position
             else []
         ),
+        *_music_lm_lines(r),
         *_per_set_lines(r.per_shard_set),
         "=" * 72,
     ]

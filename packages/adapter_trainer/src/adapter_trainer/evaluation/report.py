@@ -83,6 +83,17 @@ class EvalReport:
     # what the bins add back to (weighted by n_codes): the code-weighted gain over the window; caption_gain is a mean
     # of per-clip means, equal to it only when every clip has the same code count
     caption_gain_by_position_total: float = float("nan")
+    # the frozen music LM alone (MusicGen, no caption) on the same code targets (music_lm_baseline), NaN / empty when
+    # not scored (flatten pattern, trainer.eval_music_lm=false); gain = its CE minus the adapter's, > 0 = the adapter
+    # predicts better: per-clip means with a bootstrap interval, by window position, and with deranged captions
+    music_lm_ce: float = float("nan")
+    music_lm_ce_per_codebook: list = field(default_factory=list)
+    gain_over_music_lm: float = float("nan")
+    gain_over_music_lm_lo: float = float("nan")
+    gain_over_music_lm_hi: float = float("nan")
+    gain_over_music_lm_shuffled: float = float("nan")  # music LM CE minus the adapter's with deranged captions,
+    # code-weighted over all targets (music_lm_ce - ce_shuffled), not a mean of per-clip means like gain_over_music_lm
+    gain_over_music_lm_by_position: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     # per entry of data.shards (its path as written): ce, n_clips, n_code_targets, unigram_ce, rel_to_unigram_pct,
     # ce_shuffled, caption_gain; from the same per-clip sums as the overall figures (`per_set_figures`)
@@ -100,6 +111,12 @@ class EvalReport:
             f"{prefix}caption_gain_lo": self.caption_gain_lo,
             f"{prefix}caption_gain_hi": self.caption_gain_hi,
         }
+        if self.music_lm_ce_per_codebook:
+            out[f"{prefix}music_lm_ce"] = self.music_lm_ce
+            out[f"{prefix}gain_over_music_lm"] = self.gain_over_music_lm
+            out[f"{prefix}gain_over_music_lm_lo"] = self.gain_over_music_lm_lo
+            out[f"{prefix}gain_over_music_lm_hi"] = self.gain_over_music_lm_hi
+            out[f"{prefix}gain_over_music_lm_shuffled"] = self.gain_over_music_lm_shuffled
         for key, g in self.caption_gain_by_position.items():
             out[f"{prefix}caption_gain_{key}"] = g["gain"]
             out[f"{prefix}caption_gain_{key}_lo"], out[f"{prefix}caption_gain_{key}_hi"] = g["ci95"]
@@ -126,9 +143,13 @@ def make_report(
     n_bootstrap: int,
     seed: int,
     n_overlap_clips: int = 0,
+    music_lm: TargetCE | None = None,
 ) -> EvalReport:
-    """Combine per-target sums into the report. Raises if the three runs did not score the same targets."""
-    for name, other in (("shuffled-caption", model_shuf), ("unigram", unigram)):
+    """Combine per-target sums into the report. Raises if the runs did not score the same targets.
+
+    music_lm: the frozen music LM alone on the same targets (music_lm_baseline), or None (not scored)."""
+    others = [("shuffled-caption", model_shuf), ("unigram", unigram)]
+    for name, other in others + ([("music LM", music_lm)] if music_lm is not None else []):
         if not (
             np.array_equal(model_true.count_per_codebook, other.count_per_codebook)
             and np.array_equal(model_true.count_per_example, other.count_per_example)
@@ -152,7 +173,7 @@ def make_report(
         if model_true.sum_per_frame is not None and model_shuf.sum_per_frame is not None
         else ({}, [])
     )
-    return EvalReport(
+    report = EvalReport(
         step=step,
         n_clips=len(per_clip_true),
         n_code_targets=n_targets,
@@ -179,6 +200,27 @@ def make_report(
         if by_position
         else float("nan"),
     )
+    if music_lm is not None:
+        _add_music_lm(report, model_true, music_lm, per_clip_true, n_bootstrap, seed)
+    return report
+
+
+def _add_music_lm(
+    r: EvalReport, true: TargetCE, music_lm: TargetCE, per_clip_true: np.ndarray, n_bootstrap: int, seed: int
+) -> None:
+    """The music LM's figures and the adapter's gain over it (same targets as `true`, checked by make_report)."""
+    K = len(music_lm.sum_per_codebook)
+    r.music_lm_ce = safe_div(float(music_lm.sum_per_codebook.sum()), r.n_code_targets)
+    r.music_lm_ce_per_codebook = [
+        safe_div(music_lm.sum_per_codebook[k], music_lm.count_per_codebook[k]) for k in range(K)
+    ]
+    per_clip_music = music_lm.sum_per_example / music_lm.count_per_example  # [N]
+    r.gain_over_music_lm, r.gain_over_music_lm_lo, r.gain_over_music_lm_hi = bootstrap_mean_ci(
+        per_clip_music - per_clip_true, n_bootstrap, seed
+    )
+    r.gain_over_music_lm_shuffled = r.music_lm_ce - r.ce_shuffled
+    if music_lm.sum_per_frame is not None and true.sum_per_frame is not None:
+        r.gain_over_music_lm_by_position = caption_gain_by_position(true, music_lm, n_bootstrap, seed)[0]
 
 
 def _set_figures(true: TargetCE, shuf: TargetCE, uni: TargetCE, rows: slice) -> dict[str, Any]:

@@ -182,7 +182,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
                 sampling=sampling,
                 row_seeds=[g.seed * 1_000_003 + i for i in idx],
                 device=device,
-                new_cache=MoTKVCache.allocate,
+                new_cache=getattr(model, "new_generation_cache", MoTKVCache.allocate),  # audio_tower=musicgen: its own
             )
         codes += res.codes
         ended += res.ended

@@ -29,6 +29,7 @@ from transformers import (
 from adapter_trainer.config import ConfigError, TrainConfig, mot_fields
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+from adapter_trainer.model.musicgen_rows import MusicgenRowsMoT
 
 OFFLINE_HINT = (
     "Model weights cannot be downloaded in this environment. Pass a local directory that holds the "
@@ -332,7 +333,7 @@ def upcast_trainable_to_fp32(model: torch.nn.Module) -> int:
 class MoTBuild:
     """What `build_mot_model` gives: the adapter (frozen towers + trainable parts) and its token facts."""
 
-    model: MoTAdapterModel
+    model: MoTAdapterModel | MusicgenRowsMoT
     tokenizer: PreTrainedTokenizerBase
     vocab: AudioVocab  # text ids first, then K x C audio ids, then the audio specials
     bos_id: int
@@ -353,6 +354,16 @@ def load_audio_lm_config(cfg: TrainConfig) -> MusicgenDecoderConfig:
         raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
 
 
+def mot_model(
+    llm: LlamaForCausalLM, audio_lm: MusicgenForCausalLM, vocab: AudioVocab, pattern: str, cfg: MoTConfig
+) -> MoTAdapterModel | MusicgenRowsMoT:
+    """The adapter of `cfg.audio_tower`: `llm` (audio rows ride the Llama's layers with MusicGen's FFNs) or `musicgen`
+    (audio rows run MusicGen's own layers and read the caption through zero-gated cross-attention)."""
+    if cfg.audio_tower == "musicgen":
+        return MusicgenRowsMoT(llm, audio_lm, vocab, pattern, cfg.layer_map)
+    return MoTAdapterModel(llm, audio_lm, vocab, pattern, cfg)
+
+
 def build_mot_model(cfg: TrainConfig, device: torch.device | str, *, fp32_trainable: bool = True) -> MoTBuild:
     """Load the tokenizer and both frozen towers of `cfg.model`, build the MoT adapter and move it to `device`.
 
@@ -369,7 +380,10 @@ def build_mot_model(cfg: TrainConfig, device: torch.device | str, *, fp32_traina
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
     bos_id, pad_id = special_ids(tokenizer)
-    model = MoTAdapterModel(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    try:
+        model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    except ValueError as e:  # a setting the models cannot take (sizes, layer_map): one line naming it
+        raise ConfigError(str(e)) from e
     if fp32_trainable:
         upcast_trainable_to_fp32(model)
     return MoTBuild(model=model.to(device), tokenizer=tokenizer, vocab=vocab, bos_id=bos_id, pad_id=pad_id)

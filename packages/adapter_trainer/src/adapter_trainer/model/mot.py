@@ -31,7 +31,6 @@ flatten -> one head over K*C + 1 (code (k, c) at k*C + c, then AUDIO_END).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,7 +41,9 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
 from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
 from adapter_trainer.data.token_layout import AudioVocab, Batch, n_slots
+from adapter_trainer.model.adapter_params import AdapterParams
 from adapter_trainer.model.attention import sdpa_mask
+from adapter_trainer.model.audio_tables import AudioTables
 from adapter_trainer.model.kv_cache import MoTKVCache
 from adapter_trainer.model.layers import AudioExpert, CaptionCond, MoTLayer
 from adapter_trainer.model.loss import LossOutput, compute_loss
@@ -59,6 +60,9 @@ class MoTConfig:
     audio_head_init: Literal["musicgen", "random"] = "musicgen"
     random_init_scale: float = 0.1  # x text-embedding std, for "random" init
     caption_cond_rank: int = 0  # > 0: CaptionCond per layer (the caption summary into audio rows); 0 = off
+    # llm: audio rows ride the Llama's layers (this module); musicgen: they run MusicGen's own decoder layers and read
+    # the caption through zero-gated cross-attention (musicgen_rows.MusicgenRowsMoT); builders.mot_model picks
+    audio_tower: Literal["llm", "musicgen"] = "llm"
 
 
 def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
@@ -68,7 +72,7 @@ def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
     return [round(l * (n_audio_layers - 1) / (n_llm_layers - 1)) for l in range(n_llm_layers)]
 
 
-class MoTAdapterModel(nn.Module):
+class MoTAdapterModel(AudioTables, AdapterParams):
     """forward(tokens [B,S,J], is_audio [B,S]) -> logits; compute_loss(batch) -> LossOutput.
 
     Args:
@@ -97,6 +101,10 @@ class MoTAdapterModel(nn.Module):
             raise ValueError(
                 f"vocab.text_vocab_size={vocab.text_vocab_size} exceeds the LLM's vocab_size={lcfg.vocab_size}; "
                 f"build AudioVocab with the LLM's tokenizer size"
+            )
+        if cfg.audio_tower != "llm":
+            raise ValueError(
+                f"MoTConfig.audio_tower={cfg.audio_tower!r} is MusicgenRowsMoT's; build with builders.mot_model"
             )
         self.n_slots = n_slots(pattern, K)  # validates the pattern name
         for name in ("audio_embed_init", "audio_head_init"):
@@ -153,41 +161,7 @@ class MoTAdapterModel(nn.Module):
             for mod in (layer.audio.ffn_norm, layer.audio.fc1, layer.audio.fc2):
                 mod.requires_grad_(not cfg.freeze_audio_ffn)
 
-        text_std = float(ref.detach().float().std())
-        n_codes = vocab.n_codes
-        # ---- audio embeddings: one table over the audio range [V, V + K*C + 3)
-        if cfg.audio_embed_init == "musicgen":
-            codes = torch.cat(
-                [e.weight.detach()[:C] for e in audio_lm.model.decoder.embed_tokens], dim=0
-            )  # [K*C, d_audio]
-            self.code_embed = nn.Parameter(codes.clone())  # [K*C, d_audio] trainable, initialised from MusicGen's rows
-            self.embed_adapter = nn.Linear(d_audio, d_llm, bias=False, device=dev, dtype=dt)  # trainable
-            with torch.no_grad():  # scale so mapped code embeddings have the text embeddings' std
-                sample = self.embed_adapter(codes[:: max(1, n_codes // 1024)])  # [<=1024, d_llm]
-                self.embed_adapter.weight.mul_(text_std / max(float(sample.float().std()), 1e-8))
-            self.special_embed = nn.Parameter(
-                torch.randn(3, d_llm, device=dev, dtype=dt) * cfg.random_init_scale * text_std
-            )  # [3, d_llm] START, END, PAD
-        else:
-            self.audio_embed = nn.Embedding(vocab.n_audio_ids, d_llm, device=dev, dtype=dt)
-            nn.init.normal_(self.audio_embed.weight, std=cfg.random_init_scale * text_std)
-
-        # ---- heads (audio positions): delay K x (C + 1), flatten 1 x (K*C + 1)
-        self.n_heads = K if pattern == "delay" else 1
-        self.head_size = C + 1 if pattern == "delay" else n_codes + 1
-        if cfg.audio_head_init == "musicgen":
-            self.out_adapter = nn.Linear(d_llm, d_audio, bias=False, device=dev, dtype=dt)  # trainable
-            # MusicGen's lm_heads read hidden states after its final LayerNorm, so the adapter output goes through a
-            # copy of it before copies of the lm_heads. Both are trainable (audio norm / audio heads); the audio LM's
-            # own modules stay frozen and untouched.
-            self.audio_out_norm = copy.deepcopy(audio_lm.model.decoder.layer_norm).requires_grad_(True)
-            self.lm_heads = copy.deepcopy(audio_lm.lm_heads).requires_grad_(True)  # K x Linear(d_audio, C)
-            self.end_head = nn.Parameter(
-                torch.randn(self.n_heads, d_audio, device=dev, dtype=dt) * 0.02
-            )  # [H, d_audio]
-        else:
-            self.head = nn.Linear(d_llm, self.n_heads * self.head_size, bias=False, device=dev, dtype=dt)
-            nn.init.normal_(self.head.weight, std=0.02)  # small: near-uniform logits at init
+        self._init_audio_tables(audio_lm, vocab, pattern, cfg, float(ref.detach().float().std()))
         if cfg.caption_cond_rank < 0:
             raise ValueError(f"MoTConfig.caption_cond_rank={cfg.caption_cond_rank} must be >= 0 (0 = off)")
         # ---- caption summary into the audio rows of every layer (CaptionCond), trainable
@@ -213,17 +187,6 @@ class MoTAdapterModel(nn.Module):
         local = tokens.reshape(B * S, J).index_select(0, idx_audio) - V  # [N_audio, J] in [0, K*C + 3)
         emb = self._embed_audio(local)  # [N_audio, D]
         return flat.index_copy(0, idx_audio, emb.to(flat.dtype)).reshape(B, S, self.d_llm)  # [B, S, D]
-
-    def _embed_audio(self, local: torch.Tensor) -> torch.Tensor:
-        """local [N, J] audio ids minus text_vocab_size, in [0, K*C + 3) -> embeddings [N, D] (slots summed)."""
-        if self.cfg.audio_embed_init == "musicgen":
-            n_codes = self.vocab.n_codes
-            is_code = local < n_codes  # [N, J]
-            code_vec = self.code_embed[local.clamp(max=n_codes - 1)] * is_code[..., None]  # [N, J, d_audio]
-            spec_vec = self.special_embed[(local - n_codes).clamp(min=0)] * (~is_code)[..., None]  # [N, J, D]
-            # The adapter is linear (no bias): summing the slots before or after it is the same.
-            return self.embed_adapter(code_vec.sum(1)) + spec_vec.sum(1)  # [N, D]
-        return self.audio_embed(local).sum(1)  # [N, J, D] -> [N, D]
 
     def _check_ids(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> None:
         V, n = self.vocab.text_vocab_size, self.vocab.n_audio_ids
@@ -406,21 +369,6 @@ class MoTAdapterModel(nn.Module):
         h = self.llm.model.norm(h)  # [B, 1, D]
         return self.audio_logits(h.reshape(B, -1)).reshape(B, 1, self.n_heads, self.head_size), cache
 
-    def audio_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """h [N, D] final-normed hidden states of audio positions -> logits [N, H, head_size].
-
-        H = K (delay; head k = C codes of codebook k then AUDIO_END) or 1 (flatten; K*C codes then AUDIO_END).
-        """
-        N = h.shape[0]
-        if self.cfg.audio_head_init == "random":
-            return self.head(h).reshape(N, self.n_heads, self.head_size)  # [N, H*size] -> [N, H, size]
-        a = self.audio_out_norm(self.out_adapter(h))  # [N, d_audio]
-        codes = torch.stack([head(a) for head in self.lm_heads], dim=1)  # [N, K, C]
-        end = a @ self.end_head.to(a.dtype).T  # [N, H]
-        if self.pattern == "delay":
-            return torch.cat([codes, end[..., None]], dim=-1)  # [N, K, C + 1]
-        return torch.cat([codes.reshape(N, 1, -1), end[..., None]], dim=-1)  # [N, K, C] -> [N, 1, K*C + 1]
-
     def forward(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -462,32 +410,17 @@ class MoTAdapterModel(nn.Module):
         FFN blocks when freeze_audio_ffn=false (trained in place), and under musicgen init the code embeddings,
         audio output norm and lm_heads. Everything else trainable (down/up adapters, LoRA, random-init tables) is new."""
         in_layer = (".audio_attn.", ".audio.norm.", ".audio.ffn_norm.", ".audio.fc1.", ".audio.fc2.")
-        prefixes = ("code_embed", "audio_out_norm.", "lm_heads.")
+        prefixes = ("code_embed", "special_code_embed", "audio_out_norm.", "lm_heads.")
         return [
             p
             for name, p in self.named_parameters()
             if p.requires_grad and (any(s in name for s in in_layer) or name.startswith(prefixes))
         ]
 
-    # ------------------------------------------------------------------------------------- checkpoints
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """Only the trainable tensors (adapters, audio norms/embeddings/heads, LoRA), detached, by stable name."""
-        return {name: p.detach().clone() for name, p in self.named_parameters() if p.requires_grad}
-
-    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Load what trainable_state_dict wrote; refuses missing/unexpected names and shape changes."""
-        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
-        missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-        if missing or unexpected:
-            raise ValueError(
-                f"adapter checkpoint does not match this model: missing {missing[:8]}, unexpected {unexpected[:8]}; "
-                f"resume with the same model config (pattern, audio_attention, lora_rank, init choices, freeze_audio_ffn)"
-            )
-        for name, p in params.items():
-            if tuple(state[name].shape) != tuple(p.shape):
-                raise ValueError(
-                    f"adapter tensor {name}: checkpoint shape {tuple(state[name].shape)} != model {tuple(p.shape)}"
-                )
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(state[name].to(device=p.device, dtype=p.dtype))
+    def upgrade_trainable_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A checkpoint written before START/PAD/END read MusicGen's rows (special_embed alone did) has no
+        special_code_embed: zero rows give exactly that model."""
+        params = dict(self.named_parameters())
+        if "special_code_embed" in params and "code_embed" in state and "special_code_embed" not in state:
+            return {**state, "special_code_embed": torch.zeros_like(params["special_code_embed"])}
+        return state

@@ -201,7 +201,11 @@ def adapter_config(run_dir: Path, ckpt: Path, out: Path) -> tuple[dict[str, Any]
             "llm": tower_record("llm", cfg.model.llm),
             "audio_lm": tower_record("audio_lm", cfg.model.audio_lm),
         },
-        "model": {"architecture": "MoTAdapterModel", "mot": mot_fields(cfg), "trainable_params": n_params},
+        "model": {
+            "architecture": "MusicgenRowsMoT" if cfg.model.mot.audio_tower == "musicgen" else "MoTAdapterModel",
+            "mot": mot_fields(cfg),
+            "trainable_params": n_params,
+        },
         "token_layout": {
             "text_vocab_size": V,
             "n_codebooks": K,

@@ -123,7 +123,7 @@ Sampling defaults (`generation_config.json`, from {gen.get("source")}): CFG {gen
 | --- | --- |
 | text LLM (frozen) | `{llm["name_or_path"]}`, weights sha256 `{llm["weights_sha256"]}` |
 | audio LM (frozen) | `{alm["name_or_path"]}`, weights sha256 `{alm["weights_sha256"]}` |
-| MoT | audio attention `{mot["audio_attention"]}`, LoRA rank {mot["lora_rank"]}, caption summary rank {mot["caption_cond_rank"]}, audio FFNs frozen: {mot["freeze_audio_ffn"]} |
+| MoT | audio tower `{mot.get("audio_tower", "llm")}`, audio attention `{mot["audio_attention"]}`, LoRA rank {mot["lora_rank"]}, caption summary rank {mot["caption_cond_rank"]}, audio FFNs frozen: {mot["freeze_audio_ffn"]} |
 | token layout | {layout["text_vocab_size"]:,} text ids + {layout["n_codebooks"]} x {layout["codebook_size"]} codes, `{layout["pattern"]}` pattern |
 | captions | `{acfg["captions"]["text"]}`, up to {acfg["captions"]["max_caption_tokens"]} tokens, caption dropout {acfg["captions"]["caption_dropout"]} |
 | precision | trained `{acfg["precision"]["train"]}`, frozen towers `{acfg["precision"]["frozen_dtype"]}` |

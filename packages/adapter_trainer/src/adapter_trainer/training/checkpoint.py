@@ -186,8 +186,17 @@ def _read_progress(path: Path) -> TrainingProgress:
     return TrainingProgress(**saved)
 
 
+# trainable tensors added after checkpoints existed; a checkpoint without them loads them as the zeros that are exactly
+# the model it was (MoTAdapterModel.upgrade_trainable_state), so their absence is not a difference
+LATER_TRAINABLE = ("special_code_embed",)
+
+
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path) -> None:
     """Raise ResumeError listing every key whose value differs between the checkpoint and this run."""
+    shapes, now = saved.get("trainable_shapes"), current.get("trainable_shapes")
+    if isinstance(shapes, dict) and isinstance(now, dict):
+        later = {k for k in LATER_TRAINABLE if k not in shapes}
+        current = {**current, "trainable_shapes": {k: v for k, v in now.items() if k not in later}}
     diffs = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
     if not diffs:
         return
@@ -257,8 +266,10 @@ def load_optimizer_with_config(
     if saved != [len(g["params"]) for g in optimizer.param_groups]:
         raise ResumeError(
             f"the checkpoint's AdamW groups hold {saved} tensors, this run's {[len(g['params']) for g in optimizer.param_groups]}: "
-            f"it was written before copies of pretrained weights got their own groups (optimizer.pretrained_copy_lr_scale) "
-            f"or for another model; start a fresh run (trainer.overwrite=true or another trainer.output_dir)"
+            f"it was written before copies of pretrained weights got their own groups (optimizer.pretrained_copy_lr_scale), "
+            f"before AUDIO_START/PAD/END read MusicGen's rows (special_code_embed, 2026-11-27; such a checkpoint still "
+            f"samples and exports as it was) or for another model; start a fresh run (trainer.overwrite=true or another "
+            f"trainer.output_dir)"
         )
     kernels = [{k: g[k] for k in KERNEL_GROUP_KEYS if k in g} for g in optimizer.param_groups]
     groups = [{**saved_group, **k} for saved_group, k in zip(optimizer_state["param_groups"], kernels)]
@@ -284,7 +295,8 @@ def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module,
     """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
     c = cfg
     # Settings added after checkpoints already existed are recorded only when set, so those checkpoints stay resumable.
-    mot = {k: v for k, v in mot_fields(c).items() if not (k == "caption_cond_rank" and v == 0)}
+    defaults_then = {"caption_cond_rank": 0, "audio_tower": "llm"}  # added later: recorded only when set otherwise
+    mot = {k: v for k, v in mot_fields(c).items() if not (k in defaults_then and v == defaults_then[k])}
     later = {
         k: v
         for k, v in (

@@ -49,12 +49,11 @@ from adapter_trainer.data.shards import open_shard_sets
 from adapter_trainer.data.split_index import SplitIndex, build_index
 from adapter_trainer.data.streaming import TrainBatches, distinct_texts
 from adapter_trainer.data.token_layout import Batch
-from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
+from adapter_trainer.evaluation.held_out import check_held_out
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint
 from adapter_trainer.training.data_setup import (
     check_cache_bound,
-    eval_set_spans,
     example_spec,
     loader_workers,
     pinned_shard_paths,
@@ -66,6 +65,7 @@ from adapter_trainer.training.data_setup import (
 )
 from adapter_trainer.training.device import autocast, check_precision, device_memory_gb, resolve_device
 from adapter_trainer.training.distributed import RankInfo, device_for_rank, init_distributed, teardown_distributed
+from adapter_trainer.training.eval_setup import build_held_out
 from adapter_trainer.training.final_report import final_metrics, write_final_report
 from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
@@ -229,24 +229,18 @@ class MoTAdapterRecipe:
         )
 
     def _setup_eval(self) -> None:
-        """The held-out scoring: eval captions (tokenized once), unigram baseline, caption derangements."""
-        cfg = self.cfg
-        # Unigram baseline from the train split: rank 0 reads, all ranks get it ([K, C]).
-        unigram_logp = self.dist.broadcast_object(
-            unigram_baseline(
-                self.train_index, self.vocab.n_codebooks, self.vocab.codebook_size, cfg.data.unigram_max_clips
-            )
-            if self.dist.is_main
-            else None
-        )
-        self.held_out = HeldOutEval(
+        """The held-out scoring: eval captions (tokenized once), unigram baseline, caption derangements, and the
+        frozen music LM alone on the same targets (scored once)."""
+        self.held_out = build_held_out(
+            self.cfg,
+            self.train_index,
             self.eval_index,
+            self.shard_sets,
             self.tokenizer,
             self.spec,
-            unigram_logp,
-            n_derangements=cfg.trainer.eval_caption_shuffles,
-            seed=cfg.trainer.seed,
-            set_spans=eval_set_spans(cfg, self.shard_sets, len(self.eval_index)),
+            self.dist,
+            self.device,
+            self.autocast,
         )
 
     def _setup_optimizer(self) -> None:

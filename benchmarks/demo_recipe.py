@@ -1,0 +1,162 @@
+"""The demo on the real recipe vs the random audio tables it trained before (docs/results.md, "The demo on the real
+recipe").
+
+Variants (each `+experiment=demo` on `make demo`'s shards and LLM, 600 steps, trainer.seed in --seeds):
+    real      the preset as it is: the pretrained demo MusicGen (build/demo/models/musicgen), frozen, and the
+              adapter's audio tables and heads from its own (`audio_embed_init/audio_head_init: musicgen`)
+    random    the demo before 2026-11-27: a random-init MusicGen and random audio tables and heads
+    random_pt random audio tables and heads on the pretrained MusicGen (which of the two changes matters)
+    musicgen_tower  the real recipe with model.mot.audio_tower=musicgen: audio rows run MusicGen's own layers and read
+              the caption through zero-gated cross-attention (docs/results.md, "Audio rows that keep MusicGen's layers")
+For each run: train, generate a clip for every held-out caption (5 s), run the attribute probe; then one table of
+held-out CE vs unigram and vs the music LM alone, first-10-frames caption gain, probe fraction of its ceiling.
+Each stage is a subprocess with its log under `<out>/logs/`; a stage whose output exists is skipped (resumable).
+
+    python benchmarks/demo_recipe.py --out build/demo_recipe                 # 2 variants x 3 seeds (~35 min, 2 cores)
+    python benchmarks/demo_recipe.py --out /tmp/r --variants real --seeds 1 --steps 20 --generate-n 8   # smoke
+
+Writes `<out>/results.json` and `<out>/results.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("real", "random", "random_pt", "musicgen_tower")
+
+
+def random_musicgen(out: Path) -> Path:
+    """The random-init demo MusicGen `make demo-models` wrote before it was pretrained (same seed, same weights)."""
+    mg = out / "random_models" / "musicgen"
+    if not (mg / "config.json").is_file():
+        subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; from adapter_trainer.demo.models import "
+             "write_musicgen; write_musicgen(Path(sys.argv[1]), seed=0)", str(mg.parent)],
+            check=True,
+        )  # fmt: skip
+    return mg
+
+
+def overrides(variant: str, args, out: Path) -> list[str]:
+    models = args.models
+    mg = random_musicgen(out) if variant == "random" else models / "musicgen"
+    tables = (
+        []
+        if variant in ("real", "musicgen_tower")
+        else ["model.mot.audio_embed_init=random", "model.mot.audio_head_init=random"]
+    )
+    tower = ["model.mot.audio_tower=musicgen"] if variant == "musicgen_tower" else []
+    return [f"data.shards=[{args.shards}]", f"model.llm={models / 'llm'}", f"model.audio_lm={mg}", *tables, *tower]
+
+
+def run(cmd: list[str], log: Path, threads: int) -> float:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... exited {rc}; see {log}")
+    return time.perf_counter() - t0
+
+
+def one_run(variant: str, seed: int, args, out: Path, threads: int) -> dict:
+    run_dir = out / "runs" / f"{variant}_s{seed}"
+    common = [*overrides(variant, args, out), f"trainer.seed={seed}", f"trainer.output_dir={run_dir}",
+              f"trainer.max_steps={args.steps}", "trainer.progress_bar=false", *args.overrides]  # fmt: skip
+    py, logs, secs = sys.executable, out / "logs" / f"{variant}_s{seed}", {}
+    if not (run_dir / "final_metrics.json").is_file():
+        secs["train"] = run([py, "-m", "adapter_trainer", "+experiment=demo", "trainer.overwrite=true", *common],
+                            logs.with_suffix(".train.log"), threads)  # fmt: skip
+    report = run_dir / "generation_report.json"
+    if args.generate_n >= 0 and not report.is_file():
+        secs["generate"] = run(
+            [py, "-m", "adapter_trainer.generate", "+experiment=demo", *common, "generate.checkpoint=latest",
+             "generate.captions=eval", f"generate.n={args.generate_n}", "generate.seconds=5", "generate.overwrite=true"],
+            logs.with_suffix(".generate.log"), threads)  # fmt: skip
+        secs["probe"] = run([py, "-m", "adapter_trainer.probe", "--shards", str(args.shards), "--generated",
+                             str(run_dir / "generated"), "--out", str(report)], logs.with_suffix(".probe.log"), threads)  # fmt: skip
+    final = json.loads((run_dir / "final_metrics.json").read_text())
+    lc = final["learning_check"]
+    fig = {
+        "variant": variant, "seed": seed, "eval_ce": lc["eval_ce"], "unigram_ce": lc["unigram_ce"],
+        "ce_rel_pct": lc["rel_to_unigram_pct"], "music_lm_ce": lc["music_lm_ce"],
+        "gain_over_music_lm": lc["gain_over_music_lm"], "gain_over_music_lm_ci95": lc["gain_over_music_lm_ci95"],
+        "gain_first10": lc["caption_gain_by_position"]["frames_0_10"]["gain"],
+        "gain_first10_ci95": lc["caption_gain_by_position"]["frames_0_10"]["ci95"],
+        "gain_window": lc["caption_gain"], "train_wall_s": final["wall_time_s"], "seconds": secs,
+        "trainable_params": _trainable_params(logs.with_suffix(".train.log")),
+    }  # fmt: skip
+    if report.is_file():
+        probe = json.loads(report.read_text())
+        fig["probe_fraction"] = probe.get("fraction_of_ceiling")
+        fig["probe_fraction_ci95"] = probe.get("fraction_of_ceiling_ci95")
+    return fig
+
+
+def _trainable_params(train_log: Path) -> int | None:
+    """The count the run printed at setup ("trainable params=1,132,288"), or None (a log from elsewhere)."""
+    m = re.search(r"trainable params=([\d,]+)", train_log.read_text()) if train_log.is_file() else None
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def table(figs: list[dict]) -> str:
+    rows = [
+        "| variant | seed | held-out CE | % under unigram | music LM alone | adapter gain over it [95% CI] | "
+        "first-10-frames gain [95% CI] | whole-window gain | probe fraction of ceiling |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for f in figs:
+        gm, g10 = f["gain_over_music_lm_ci95"], f["gain_first10_ci95"]
+        probe = f.get("probe_fraction")
+        rows.append(
+            f"| {f['variant']} | {f['seed']} | {f['eval_ce']:.4f} | {f['ce_rel_pct']:.1f} | {f['music_lm_ce']:.4f} | "
+            f"{f['gain_over_music_lm']:+.4f} [{gm[0]:+.4f}, {gm[1]:+.4f}] | {f['gain_first10']:+.4f} "
+            f"[{g10[0]:+.4f}, {g10[1]:+.4f}] | {f['gain_window']:+.4f} | "
+            + (
+                f"{probe:.2f} [{f['probe_fraction_ci95'][0]:.2f}, {f['probe_fraction_ci95'][1]:.2f}] |"
+                if probe is not None
+                else "- |"
+            )
+        )
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "demo_recipe")
+    ap.add_argument("--shards", type=Path, default=ROOT / "build" / "demo" / "shards")
+    ap.add_argument("--models", type=Path, default=ROOT / "build" / "demo" / "models")
+    ap.add_argument("--variants", nargs="+", default=["real", "random"], choices=VARIANTS)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1234, 1, 2])
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--generate-n", type=int, default=0, help="clips for the probe (0 = every held-out; -1 = none)")
+    ap.add_argument("--parallel", type=int, default=2, help="runs at a time (one intra-op thread each when > 1)")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
+    args = ap.parse_args(argv)
+    for need in (args.shards / "manifest.json", args.models / "musicgen" / "config.json"):
+        if not need.is_file():
+            ap.error(f"{need} does not exist: build the demo first (make demo-shards demo-models)")
+    threads = 1 if args.parallel > 1 else (os.cpu_count() or 1)
+    if "random" in args.variants:
+        random_musicgen(args.out)  # once, before the runs that read it start side by side
+    jobs = [(v, s) for s in args.seeds for v in args.variants]
+    with ThreadPoolExecutor(args.parallel) as pool:
+        figs = list(pool.map(lambda vs: one_run(vs[0], vs[1], args, args.out, threads), jobs))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(figs, indent=2) + "\n")
+    (args.out / "results.md").write_text(table(figs))
+    print(table(figs))
+
+
+if __name__ == "__main__":
+    main()
