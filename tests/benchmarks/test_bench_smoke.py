@@ -267,25 +267,25 @@ def test_caption_scaling_smoke_run(tmp_path: Path) -> None:
 
 
 def test_demo_recipe_smoke_run(tiny: dict, tmp_path: Path) -> None:
-    """benchmarks/demo_recipe.py (docs/results.md, "The demo on the real recipe"): both variants, 2 steps, no probe."""
+    """benchmarks/demo_recipe.py (docs/results.md, "The demo on the real recipe"): one variant, 2 steps, no probe. The
+    `random` one: it also writes its own random-init MusicGen and overrides the preset's tables (the real recipe is the
+    preset itself, which every other trainer test runs)."""
     out = tmp_path / "recipe"
     proc = subprocess.run(
         [sys.executable, str(BENCH / "demo_recipe.py"), "--out", str(out), "--shards", str(tiny["shards"]),
-         "--models", str(tiny["models"]["llm"].parent), "--variants", "real", "random", "--seeds", "1", "--steps", "2",
+         "--models", str(tiny["models"]["llm"].parent), "--variants", "random", "--seeds", "1", "--steps", "2",
          "--generate-n", "-1", "--parallel", "1", *trainer_overrides(tiny)[3:], "trainer.eval_every=0"],
         cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "ADAPTER_TRAINER_INDEX_CACHE": ""},
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     rows = json.loads((out / "results.json").read_text())
-    assert [(r["variant"], r["seed"]) for r in rows] == [("real", 1), ("random", 1)]
-    for r in rows:
-        assert_finite(r, ("eval_ce", "ce_rel_pct", "music_lm_ce", "gain_over_music_lm", "gain_first10"))
-    # the random variant reads its own random-init MusicGen and random tables; the real one the preset's musicgen init
+    assert [(r["variant"], r["seed"]) for r in rows] == [("random", 1)]
+    assert_finite(rows[0], ("eval_ce", "ce_rel_pct", "music_lm_ce", "gain_over_music_lm", "gain_first10"))
+    assert rows[0]["trainable_params"] > 0
     random_cfg = (out / "runs" / "random_s1" / "config.yaml").read_text()
     assert str(out / "random_models" / "musicgen") in random_cfg and "audio_embed_init: random" in random_cfg
-    assert "audio_embed_init: musicgen" in (out / "runs" / "real_s1" / "config.yaml").read_text()
-    assert "| real | 1 |" in (out / "results.md").read_text()
+    assert "| random | 1 |" in (out / "results.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------- coverage, groups
