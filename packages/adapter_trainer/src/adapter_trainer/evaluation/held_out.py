@@ -137,11 +137,9 @@ class HeldOutEval:
                 ce = music_lm_ce_per_target(audio_lm, batch, self.spec.vocab)  # [B, S, K]
             frames = target_frames(batch.tokens, batch.labels, vocab=self.spec.vocab, pattern=self.spec.pattern)
             is_code = frames >= 0  # [B, S, K] the code targets (END targets have no frame)
-            K = self.spec.vocab.n_codebooks
-            k_idx = torch.arange(K, device=ce.device).expand_as(ce)  # [B, S, K]
-            acc.add(
-                torch.bincount(k_idx[is_code], weights=ce[is_code], minlength=K),
-                torch.bincount(k_idx[is_code], minlength=K),
+            acc.add(  # delay: slot k is codebook k, so the last axis is the per-codebook split (no bincount on MPS)
+                (ce * is_code).sum((0, 1)),
+                is_code.sum((0, 1)),
                 (ce * is_code).sum((1, 2)),
                 is_code.sum((1, 2)),
                 per_frame_sums(ce, frames, self.n_frames),
