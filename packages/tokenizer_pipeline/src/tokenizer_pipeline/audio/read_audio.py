@@ -22,6 +22,8 @@ Failures: every way a clip can be unusable raises `ClipFailure`, whose `reason` 
     FailureRecord(ytid=..., csv_row=..., split=..., **failure.record_fields())   # one failures.jsonl line
 The run loop catches `ClipFailure` per clip and records it; any other exception it sees for one clip
 (e.g. in the encoder) it wraps with `ClipFailure.from_exception("encode_error", path, exc)`.
+A MusicCaps clip's file is `{audio_dir}/{ytid}.<ext>` (`find_audio`: the decode workers and the redo rule look it up
+the same way); none there is `missing_audio`.
 """
 
 from __future__ import annotations
@@ -132,6 +134,17 @@ def _rebuild_clip_failure(
 
 # Old names, kept so existing callers (`except AudioDecodeError`) keep working.
 AudioDecodeError = ClipFailure
+
+
+def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
+    """First existing `{audio_dir}/{ytid}.{ext}` in `exts` order; ClipFailure("missing_audio") if none."""
+    for ext in exts:
+        p = audio_dir / f"{ytid}.{ext.lstrip('.')}"
+        if p.is_file():
+            return p
+    raise ClipFailure(
+        "missing_audio", audio_dir / f"{ytid}.*", f"audio file not found: no {ytid}.{{{','.join(exts)}}} in {audio_dir}"
+    )
 
 
 def resample(x: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:

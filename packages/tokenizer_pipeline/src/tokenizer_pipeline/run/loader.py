@@ -14,24 +14,13 @@ from pathlib import Path
 
 import torch
 
-from ..audio.read_audio import ClipFailure, load_audio
+from ..audio.read_audio import ClipFailure, find_audio, load_audio
 from ..config import PipelineConfig
 from ..shards.manifest import FailureRecord
 from ..shards.write_shards import sha256_file
 from ..sources.plan import SegmentItem
 from .planning import PlanItem
 from .segment_items import decode_segment, segment_failure
-
-
-def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
-    """First existing `{audio_dir}/{ytid}.{ext}` in `exts` order; ClipFailure("missing_audio") if none."""
-    for ext in exts:
-        p = audio_dir / f"{ytid}.{ext.lstrip('.')}"
-        if p.is_file():
-            return p
-    raise ClipFailure(
-        "missing_audio", audio_dir / f"{ytid}.*", f"audio file not found: no {ytid}.{{{','.join(exts)}}} in {audio_dir}"
-    )
 
 
 def clip_failure(row: PlanItem, err: Exception, stage: str, path: Path | str | None = None) -> FailureRecord:

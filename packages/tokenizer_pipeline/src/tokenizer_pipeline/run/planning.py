@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..config import PipelineConfig
 from ..errors import ConfigError, PipelineError
@@ -12,9 +11,7 @@ from ..shards.write_shards import sha256_file
 from ..sources.musiccaps import ClipRow, CsvRowError, check_ytids, read_musiccaps_csv
 from ..sources.plan import SegmentItem, SourceInfo, plan_items
 from ..sources.track import SourceError
-
-if TYPE_CHECKING:  # kept.py reads .progress/ (progress.py), which imports the loader, which imports this module
-    from .kept import KeptSet
+from .kept import KeptSet
 
 # A planned unit of work: a MusicCaps CSV row (one clip), or a segment (or track-level failure) of another source.
 PlanItem = ClipRow | SegmentItem

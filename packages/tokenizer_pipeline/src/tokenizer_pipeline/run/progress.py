@@ -19,13 +19,12 @@ from typing import Any
 import numpy as np
 
 from ..audio.ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
-from ..audio.read_audio import ClipFailure
+from ..audio.read_audio import ClipFailure, find_audio
 from ..config import PipelineConfig
 from ..errors import PipelineError
 from ..shards.manifest import FailureRecord, ShardEntry, dumps_strict, failure_from_dict, write_text_atomic
 from ..shards.write_shards import ShardPlan, sha256_file
 from ..sources.plan import SegmentItem, SourceInfo
-from .loader import find_audio
 from .segment_items import segment_identity, sha256_cached
 
 PROGRESS_DIR = ".progress"
