@@ -4,20 +4,35 @@
 returns the mean CE (the loss, differentiable) with detached per-codebook, per-example and per-cell sums (the
 learning check's figures). `local_targets` maps combined-vocab labels to each head's own indices. Text positions are
 never targets: the caption conditions the audio, and the loss is on the audio alone.
+
+The loss knows the model only as `LossModel`, what it calls: both towers (`mot.MoTAdapterModel`,
+`musicgen_rows.MusicgenRowsMoT`) are one, and each model's own `compute_loss` method calls this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, target_frames
 
-if TYPE_CHECKING:
-    from adapter_trainer.model.mot import MoTAdapterModel
+
+class LossModel(Protocol):
+    """What `compute_loss` needs of a model: its token layout, its trunk and its audio heads."""
+
+    vocab: AudioVocab
+    pattern: str  # token_layout's codebook pattern: "delay" (K heads) or "flatten" (one head)
+    head_size: int  # logits per head
+    early_frame_weight: tuple[int, float]  # (first frames of each window, their loss weight); (0, 1.0) = plain CE
+
+    def hidden_states(
+        self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor: ...  # [B, S, J], [B, S], [B, S] -> final-normed h [B, S, D]
+
+    def audio_logits(self, h: torch.Tensor) -> torch.Tensor: ...  # [N, D] -> [N, H, head_size]
 
 
 @dataclass
@@ -58,7 +73,7 @@ def local_targets(labels: torch.Tensor, vocab: AudioVocab, pattern: str) -> tupl
     return local, book
 
 
-def compute_loss(model: MoTAdapterModel, batch: Batch) -> LossOutput:
+def compute_loss(model: LossModel, batch: Batch) -> LossOutput:
     """CE over code and AUDIO_END targets of a token_layout.Batch (tokens/labels [B, S, J], is_audio [B, S]).
 
     Heads run only on positions that have a target, so text positions never produce logits.
