@@ -7,7 +7,11 @@ Both packages:
 - the top-level command modules (`python -m <pkg>.<command>`) only forward to the room that holds the code, and
   keep its exit status (`raise SystemExit(main())`; `main()` only where main returns None);
 - the top level holds nothing else but the bottom and the package's entry (`__init__`, `__main__`, `cli`);
-- no module is over `MAX_MODULE_LINES` lines (one concern per module).
+- no module is over `MAX_MODULE_LINES` lines (one concern per module);
+- no import circle between its modules (`import_cycles`), counting every import the source writes: at module level,
+  inside a function (lazy), and under `if TYPE_CHECKING:` (a type-only import still ties the two modules together).
+  An import of `<pkg>.<room>.<module>.<Name>` is one of that module, `from <pkg>.<room> import <module>` one of that
+  module, and any other import of a package one of its `__init__`.
 
 adapter_trainer: data/ imports no other room, model/ and evaluation/ only data/; nothing but `__main__` imports the
 training recipe (statically: the package's lazy `recipe_main` export is by name); generation/ imports no training code
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import shutil
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,9 +146,20 @@ def imports_of(path: Path, pkg: str, root: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             mod = ".".join([*base, node.module] if node.module else base)
-            found.add(mod)
-            found.update(f"{mod}.{alias.name}" for alias in node.names)  # `from pkg import module`
+            names = {f"{mod}.{alias.name}" for alias in node.names}  # `from pkg import module` names the module
+            found.update(names)
+            if not all(_is_module(name, pkg, root) for name in names):  # a name defined in `mod`: it imports `mod`
+                found.add(mod)
     return found
+
+
+def _is_module(name: str, pkg: str, root: Path) -> bool:
+    """Whether `name` is a module (or subpackage) of `pkg`, whose source is under `root`."""
+    parts = name.split(".")
+    if parts[0] != pkg or len(parts) < 2:
+        return False
+    path = root.joinpath(*parts[1:])
+    return path.with_name(path.name + ".py").is_file() or (path / "__init__.py").is_file()
 
 
 def modules(pkg: str, root: Path | None = None) -> dict[str, set[str]]:
@@ -291,6 +307,52 @@ def sources_import_the_encoder(mods: dict[str, set[str]]) -> list[str]:
     ]
 
 
+def import_graph(pkg: str, mods: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports: an imported name counts as the longest module it starts with
+    (`<pkg>.<room>.<module>.<Name>` -> `<pkg>.<room>.<module>`; `<pkg>.<room>` -> the room's `__init__`)."""
+    graph: dict[str, set[str]] = {}
+    for mod, imps in mods.items():
+        targets = set()
+        for imp in imps:
+            parts = imp.split(".") if own(pkg, imp) else []
+            prefixes = (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+            targets.add(next((p for p in prefixes if p in mods), ""))
+        graph[mod] = targets - {"", mod}
+    return graph
+
+
+def _circle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """The shortest import path from `start` back to itself (breadth first), or None when none leads back."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return [*reversed(path), start]
+            if nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    return None
+
+
+def import_cycles(pkg: str, mods: dict[str, set[str]]) -> list[str]:
+    """Import circles between the package's modules, each as `a -> b -> ... -> a` (one per module not already on a
+    reported circle). Every import the scanner sees counts: module level, function level and `if TYPE_CHECKING:`."""
+    graph = import_graph(pkg, mods)
+    found: list[str] = []
+    seen: set[str] = set()
+    for start in sorted(graph):
+        circle = None if start in seen else _circle_through(graph, start)
+        if circle:
+            found.append(" -> ".join(circle))
+            seen.update(circle)
+    return found
+
+
 def long_modules(root: Path) -> list[str]:
     lengths = {
         p.relative_to(root).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in root.rglob("*.py")
@@ -382,6 +444,21 @@ def test_pipeline_sources_never_import_the_encoder() -> None:
 
 
 @pytest.mark.parametrize("pkg", sorted(SRC))
+def test_no_import_circles(pkg: str) -> None:
+    """Modules import one way inside a room too: a circle (even one closed only by a type-only import) means two
+    modules each need the other, so code sits in the wrong one; it moves down (a shared type, a Protocol)."""
+    assert import_cycles(pkg, modules(pkg)) == []
+
+
+def test_the_import_graph_names_modules() -> None:
+    """`from <pkg>.<room> import <module>` is an import of that module alone, a name's import one of its module."""
+    graph = import_graph("adapter_trainer", modules("adapter_trainer"))
+    assert graph["adapter_trainer.model.attention"] >= {"adapter_trainer.model.sdpa_kernels"}
+    assert "adapter_trainer.model" not in graph["adapter_trainer.model.attention"]
+    assert "adapter_trainer.data.token_layout" in graph["adapter_trainer.model.loss"]  # `...token_layout import Batch`
+
+
+@pytest.mark.parametrize("pkg", sorted(SRC))
 def test_no_module_is_over_the_limit(pkg: str) -> None:
     """One concern per module: a module past MAX_MODULE_LINES is cut by concern inside its room (as model/ keeps the
     MoT model, its layer, attention, KV cache and loss apart)."""
@@ -400,6 +477,7 @@ def test_the_pipeline_cli_is_the_only_top_level_user_of_the_run_room() -> None:
 
 # ------------------------------------------------------------------------------- the rules catch breakage
 
+TYPE_ONLY = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
 # (package, file relative to its src dir, line appended, the check that must now report it)
 MUTATIONS = [
     ("tokenizer_pipeline", "sources/plan.py", "from ..codec.encode import CodecEncoder", "sources_encoder"),
@@ -424,6 +502,13 @@ MUTATIONS = [
     ("adapter_trainer", "probe.py", "TIMEOUT_S = 30", "command:probe"),
     ("tokenizer_pipeline", "shortcut.py", "from .codec.encode import CodecEncoder", "outside_rooms"),
     ("adapter_trainer", "helpers.py", "from .model import builders", "outside_rooms"),
+    # circles: the redo rule reading the decode side again (run/ had it: progress -> loader -> planning -> kept)
+    ("tokenizer_pipeline", "run/progress.py", "from .loader import clip_failure", "cycles"),
+    # one closed only by a type-only import (model/ had it: the loss naming the model class)
+    ("adapter_trainer", "model/loss.py", TYPE_ONLY + "    from .mot import MoTAdapterModel", "cycles"),
+    ("tokenizer_pipeline", "shards/manifest.py", TYPE_ONLY + "    from .write_shards import ShardPlan", "cycles"),
+    # one through a function-level import, written `from <package> import <module>`
+    ("adapter_trainer", "training/checkpoint.py", "def later():\n    from . import recipe", "cycles"),
 ]
 
 
@@ -440,6 +525,7 @@ def _violations(pkg: str, root: Path, check: str) -> list[str]:
         "sources_encoder": lambda: sources_import_the_encoder(mods),
         "length": lambda: long_modules(root),
         "outside_rooms": lambda: modules_outside_rooms(pkg, root),
+        "cycles": lambda: import_cycles(pkg, mods),
     }[check]()
 
 
