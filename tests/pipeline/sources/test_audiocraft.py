@@ -358,8 +358,8 @@ def test_audiocraft_example_paths_relative_to_the_launch_dir_are_read_from_there
     tmp_path: Path, tiny_codec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """audiocraft's own egs/example/data.jsonl names 'dataset/example/x.mp3', relative to the directory audiocraft is
-    launched from: launched from there, every track is read (the issue: 6 of 6 were reported missing). Launched from
-    elsewhere the file is a retryable missing_audio failure that says where it was looked for and what to do."""
+    launched from: launched from there, every track is read (none is reported missing). Launched from elsewhere the
+    file is a retryable missing_audio failure that says where it was looked for and what to do."""
     write_track(tmp_path / "dataset/example/electro_1.wav", 2.0)
     (tmp_path / "dataset/example/electro_1.json").write_text(json.dumps({"description": "electro"}))
     write_manifest(tmp_path / "egs/example/data.jsonl", [audiocraft_line("dataset/example/electro_1.wav", 2.0)])

@@ -178,8 +178,8 @@ def test_a_jsonl_row_with_nan_is_its_tracks_failure_naming_it(tmp_path: Path, ti
 
 
 def test_a_changed_metadata_row_redoes_only_its_tracks_shard(tmp_path: Path, tiny_codec: Path) -> None:
-    """The metadata file is no longer the set's identity (a collection grows; issue 39): a re-captioned row redoes the
-    shard of that track's segments, the other shards stay, and the set equals a fresh run's."""
+    """The metadata file is not the set's identity (a collection grows, so it changes): a re-captioned row redoes only
+    the shard of that track's segments, the other shards stay, and the set equals a fresh run's."""
     make_audiofolder(
         tmp_path / "mine", {"": [{"file_name": "a.wav", "caption": "x"}, {"file_name": "b.wav", "caption": "y"}]}
     )

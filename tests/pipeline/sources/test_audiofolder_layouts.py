@@ -76,7 +76,7 @@ def _theirs(root: Path, cache: Path) -> dict[tuple[str, str], str | None]:
     return out
 
 
-def _layout_extra(root: Path) -> None:  # the case: 2 of 3 tracks vanished
+def _layout_extra(root: Path) -> None:  # metadata in a sub-folder and the root: all 3 tracks read, not the root's 1
     _write(root, "", _rows("a.wav"))
     _write(root, "extra", _rows("b.wav", "c.wav"))
 

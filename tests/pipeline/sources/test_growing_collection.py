@@ -1,6 +1,7 @@
-"""Your own audio that grows (issue 39): a track's split is a function of its audio, never of where it sits or what
-sits beside it; keys stay put where they can; a grown collection encoded into the same out_dir redoes only the shards
-of its new tracks, and no resume or heal moves a kept track between splits."""
+"""Your own audio that grows (tracks added, renamed, moved or removed between runs): a track's split is a function of
+its audio, never of where it sits or what sits beside it; keys stay put where they can; a grown collection encoded
+into the same out_dir redoes only the shards of its new tracks, and no resume or heal moves a kept track between
+splits."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def test_audiocraft_a_change_elsewhere_moves_no_track_and_renames_no_other_key(
     tmp_path: Path, tiny_codec: Path, change: str
 ) -> None:
     """Absolute paths, as audiocraft's writer makes them; the manifest is written again after the change and encoded
-    into the same out_dir (keys kept) and into a new one (splits kept: the issue's 8 of 12 tracks moved)."""
+    into the same out_dir (keys kept) and into a new one (splits kept: no kept track moves to the other split)."""
     top, manifest = tmp_path / "music", tmp_path / "egs/data.jsonl"
     add_tracks(top / "old", NAMES)
     audiocraft_writer(top, manifest)
