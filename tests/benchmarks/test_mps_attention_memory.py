@@ -5,13 +5,27 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from types import ModuleType
+
+import pytest
 
 from tests import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))  # the script imports live_memory as its neighbour
-_spec = importlib.util.spec_from_file_location("mps_attention_memory", REPO / "benchmarks" / "mps_attention_memory.py")
-mam = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mam)
+
+def load(name: str, **neighbours: ModuleType) -> ModuleType:
+    """benchmarks/ is a directory of scripts, not a package: load one script from its file, without touching sys.path.
+    The neighbours it imports by name (`from live_memory import ...`) are answered by modules loaded the same way,
+    put in sys.modules only while it loads."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        for neighbour, loaded in neighbours.items():
+            mp.setitem(sys.modules, neighbour, loaded)
+        spec.loader.exec_module(module)
+    return module
+
+
+mam = load("mps_attention_memory", live_memory=load("live_memory"))
 
 H, KV, HD = 8, 2, 16
 
