@@ -7,7 +7,8 @@ Both packages:
 - the top-level command modules (`python -m <pkg>.<command>`) only forward to the room that holds the code, and
   keep its exit status (`raise SystemExit(main())`; `main()` only where main returns None);
 - the top level holds nothing else but the bottom and the package's entry (`__init__`, `__main__`, `cli`);
-- no module is over `MAX_MODULE_LINES` lines (one concern per module);
+- no module is over `MAX_MODULE_LINES` lines (one concern per module); adapter_trainer's training recipe is held to
+  `MAX_RECIPE_LINES`;
 - no import circle between its modules (`import_cycles`), counting every import the source writes: at module level,
   inside a function (lazy), and under `if TYPE_CHECKING:` (a type-only import still ties the two modules together).
   An import of `<pkg>.<room>.<module>.<Name>` is one of that module, `from <pkg>.<room> import <module>` one of that
@@ -41,6 +42,8 @@ from tests import REPO
 SRC = {pkg: REPO / "packages" / pkg / "src" / pkg for pkg in ("tokenizer_pipeline", "adapter_trainer")}
 TRAINER = SRC["adapter_trainer"]
 MAX_MODULE_LINES = 500
+MAX_RECIPE_LINES = 450  # the recipe reads top to bottom (setup sequence, loop, cleanup); the rest is library
+RECIPE = "training/recipe.py"  # relative to adapter_trainer's src dir
 
 
 @dataclass(frozen=True)
@@ -360,6 +363,11 @@ def long_modules(root: Path) -> list[str]:
     return [f"{name}: {n} lines" for name, n in sorted(lengths.items()) if n > MAX_MODULE_LINES]
 
 
+def long_recipe(root: Path) -> list[str]:
+    n = len((root / RECIPE).read_text(encoding="utf-8").splitlines())  # as long_modules counts
+    return [f"{RECIPE}: {n} lines (at most {MAX_RECIPE_LINES})"] if n > MAX_RECIPE_LINES else []
+
+
 # ------------------------------------------------------------------------------------------------- tests
 
 
@@ -465,6 +473,12 @@ def test_no_module_is_over_the_limit(pkg: str) -> None:
     assert long_modules(SRC[pkg]) == []
 
 
+def test_the_recipe_stays_short() -> None:
+    """The recipe reads top to bottom (setup's `_setup_*` sequence, the loop, cleanup): what grows beside them (data,
+    eval, resume, logging, reports) goes to the training library module whose concern it is, not into the recipe."""
+    assert long_recipe(TRAINER) == []
+
+
 def test_the_pipeline_cli_is_the_only_top_level_user_of_the_run_room() -> None:
     """The run room is the stage's recipe: `cli` (and so `__main__`) drives it; no other room or command does."""
     users = sorted(
@@ -476,6 +490,11 @@ def test_the_pipeline_cli_is_the_only_top_level_user_of_the_run_room() -> None:
 
 
 # ------------------------------------------------------------------------------- the rules catch breakage
+
+
+def _recipe_lines() -> int:
+    return len((TRAINER / RECIPE).read_text(encoding="utf-8").splitlines())
+
 
 TYPE_ONLY = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
 # (package, file relative to its src dir, line appended, the check that must now report it)
@@ -495,6 +514,8 @@ MUTATIONS = [
     ("tokenizer_pipeline", "decode.py", "import sys", "command:decode"),
     ("tokenizer_pipeline", "run/finish.py", "\n" * MAX_MODULE_LINES, "length"),
     ("adapter_trainer", "model/mot.py", "\n" * MAX_MODULE_LINES, "length"),
+    # blank lines that bring the recipe to one line over its limit (appended as "\n" + line + "\n")
+    ("adapter_trainer", RECIPE, "\n" * (MAX_RECIPE_LINES - 1 - _recipe_lines()), "recipe_length"),
     ("adapter_trainer", "data/streaming.py", "from ..model import builders", "rooms"),
     ("adapter_trainer", "model/mot.py", "from ..demo import models", "demo"),
     ("adapter_trainer", "data/shards.py", "import tokenizer_pipeline.errors", "cross"),
@@ -524,6 +545,7 @@ def _violations(pkg: str, root: Path, check: str) -> list[str]:
         "cross": lambda: cross_package_imports(pkg, mods),
         "sources_encoder": lambda: sources_import_the_encoder(mods),
         "length": lambda: long_modules(root),
+        "recipe_length": lambda: long_recipe(root),
         "outside_rooms": lambda: modules_outside_rooms(pkg, root),
         "cycles": lambda: import_cycles(pkg, mods),
     }[check]()

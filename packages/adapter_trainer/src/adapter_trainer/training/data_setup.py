@@ -1,16 +1,19 @@
-"""The recipe's data from the config: the example spec, the train example order, the eval set spans, the loader."""
+"""The recipe's data from the config: the shard sets and split indexes, the example spec, the train example order,
+the eval set spans, the loader, and what the run records and prints about its data."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from adapter_trainer.config import ConfigError, DataConfig, TrainConfig, shard_paths, shard_weights
 from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
 from adapter_trainer.data.remote.cache import ShardCache, cache_for
 from adapter_trainer.data.remote.planner import Prefetcher, ShardPlanner
 from adapter_trainer.data.remote.urls import is_url, pin_all
-from adapter_trainer.data.shards import ShardSet
-from adapter_trainer.data.split_index import SplitIndex
+from adapter_trainer.data.shards import ShardSet, open_shard_sets
+from adapter_trainer.data.split_index import SplitIndex, build_index
 from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, default_num_workers, train_loader
 from adapter_trainer.data.token_layout import AudioVocab, Batch
 from adapter_trainer.training.checkpoint import TrainingProgress
@@ -76,6 +79,58 @@ def check_cache_bound(cfg: TrainConfig, shard_sets: Sequence[ShardSet], dist: Ra
             f"prefetch)): downloads will wait for readers; {readers * largest} or more avoids it"
         )
     return None
+
+
+def open_sets(cfg: TrainConfig, dist: RankInfo, *, n_codebooks: int, codebook_size: int) -> list[ShardSet]:
+    """data.shards opened and checked against the audio LM's K codebooks of C codes (before any weight is loaded);
+    remote sets read through their cache, whose bound is checked before any tar is fetched (its note on rank 0)."""
+    paths = pinned_shard_paths(cfg, dist)  # a Hub revision: its commit, the same on every rank
+    shard_sets = open_shard_sets(
+        paths,
+        model_n_codebooks=n_codebooks,
+        model_codebook_size=codebook_size,
+        audio_lm=cfg.model.audio_lm,
+        cache=shard_cache(cfg, paths),
+        tries=cfg.data.cache.retries,
+    )
+    note = check_cache_bound(cfg, shard_sets, dist)  # before any remote tar is fetched
+    if note and dist.is_main:
+        print(note)
+    return shard_sets
+
+
+def split_indexes(cfg: TrainConfig, shard_sets: list[ShardSet]) -> tuple[SplitIndex, SplitIndex]:
+    """The train and eval splits' header-only indexes (~40 bytes per clip; codes are read per batch by DataLoader
+    workers / per eval batch). An empty train split is a ConfigError."""
+    d = cfg.data
+    train_index = build_index(shard_sets, d.train_split, sha256=d.verify_sha256)
+    eval_index = build_index(shard_sets, d.eval_split, max_clips=d.eval_max_clips, sha256=d.verify_sha256)
+    if not len(train_index):
+        raise ConfigError(f"split data.train_split={d.train_split!r} is empty in {d.shards}")
+    return train_index, eval_index
+
+
+def data_lines(
+    cfg: TrainConfig, train_data: TrainBatches, shard_sets: Sequence[ShardSet], index: SplitIndex
+) -> list[str]:
+    """The startup lines about the data after the run's own: a weighted mixture's shares, the remote sets."""
+    lines = []
+    order = train_data.order
+    if isinstance(order, MixtureOrder):
+        shares = ", ".join(f"{path}: {p:.3f}" for path, p in zip(shard_paths(cfg), order.p))
+        lines.append(f"mixture: {order.epoch_size} examples per epoch; share per draw {shares}")
+    remote = remote_sets_line(cfg, shard_sets, index)
+    return lines + ([remote] if remote else [])
+
+
+def write_data_sources(path: Path, cfg: TrainConfig, shard_sets: Sequence[ShardSet]) -> None:
+    """data_sources.json: where each set was read (a URL with its Hub revision pinned to a commit) and the sha256
+    of its manifest."""
+    sources = [
+        {"given": given, "read_from": str(s.root), "manifest_sha256": s.manifest_sha256}
+        for given, s in zip(shard_paths(cfg), shard_sets)
+    ]
+    path.write_text(json.dumps(sources, indent=2, allow_nan=False) + "\n")
 
 
 def plan_remote_reads(

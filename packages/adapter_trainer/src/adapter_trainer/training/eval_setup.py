@@ -1,5 +1,6 @@
 """The run's held-out scoring (`HeldOutEval`), built once at setup: the eval captions, the unigram baseline from
-the train split, the caption derangements, and the frozen music LM alone on the same targets."""
+the train split, the caption derangements, and the frozen music LM alone on the same targets; before it, the checks
+on the two splits (`check_splits`); at a step, the run's report (`held_out_report`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,35 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from adapter_trainer.config import TrainConfig
+from adapter_trainer.config import ConfigError, TrainConfig
 from adapter_trainer.data.shards import ShardSet
 from adapter_trainer.data.split_index import SplitIndex
-from adapter_trainer.data.streaming import ExampleSpec
-from adapter_trainer.evaluation.held_out import HeldOutEval, unigram_baseline
+from adapter_trainer.data.streaming import ExampleSpec, distinct_texts
+from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
+from adapter_trainer.evaluation.report import EvalReport
+from adapter_trainer.training.checkpoint import TrainingProgress
 from adapter_trainer.training.data_setup import eval_set_spans
 from adapter_trainer.training.distributed import RankInfo
+
+
+def check_splits(cfg: TrainConfig, train_index: SplitIndex, eval_index: SplitIndex, dist: RankInfo) -> tuple[int, int]:
+    """The train/eval overlap refusal (evaluation.held_out.check_held_out) and the eval split's size (the caption-gain
+    check needs >= 2 clips). Returns (eval clips also in train, distinct conditioning texts of the train clips: the
+    learning check's header, read once by rank 0 from the json members and sent to every rank)."""
+    d = cfg.data
+    n_overlap_clips = check_held_out(
+        (train_index.key(i) for i in range(len(train_index))),
+        (eval_index.key(i) for i in range(len(eval_index))),
+        allow_overlap=d.allow_eval_overlap,
+        where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}",
+    )
+    n_train_captions: int = dist.broadcast_object(distinct_texts(train_index, d.text) if dist.is_main else None)
+    if len(eval_index) < 2:
+        raise ConfigError(
+            f"split data.eval_split={d.eval_split!r} has {len(eval_index)} clip(s) in "
+            f"{d.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)"
+        )
+    return n_overlap_clips, n_train_captions
 
 
 def build_held_out(
@@ -58,3 +81,39 @@ def build_held_out(
             all_gather=dist.all_gather_object,
         )
     return held_out
+
+
+def held_out_report(
+    held_out: HeldOutEval,
+    model: torch.nn.Module,
+    cfg: TrainConfig,
+    dist: RankInfo,
+    device: torch.device,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    progress: TrainingProgress,
+    *,
+    n_overlap_clips: int,
+    n_train_clips: int,
+    n_train_captions: int,
+) -> EvalReport:
+    """The held-out report at progress.step: every rank scores its share of the eval clips, all ranks get the
+    gathered report. It also carries what training saw so far (train clips, distinct captions, windows with an
+    AUDIO_END target), set here: the scoring itself does not know it."""
+    t = cfg.trainer
+    report = held_out(
+        model,
+        step=progress.step,
+        batch_size=t.batch_size,
+        device=device,
+        autocast=autocast,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        all_gather=dist.all_gather_object,
+        n_bootstrap=t.eval_bootstrap,
+        seed=t.seed,
+        n_overlap_clips=n_overlap_clips,
+    )
+    report.n_train_clips, report.n_train_captions = n_train_clips, n_train_captions
+    report.train_windows, report.train_end_targets = progress.train_windows, progress.train_end_targets
+    report.train_counted_from_step = progress.counted_from_step
+    return report

@@ -123,6 +123,17 @@ class FanOutLogger:
             lg.close()
 
 
+def open_run_loggers(output_dir: Path, *, tensorboard: bool, resume_step: int | None) -> tuple[FanOutLogger, set[int]]:
+    """Rank 0's loggers of a run: metrics.jsonl (a resumed run's records after resume_step dropped) and, with
+    tensorboard, TensorBoard under tb/. Returns them and the steps whose eval metrics.jsonl holds already."""
+    jsonl = JsonlLogger(output_dir / "metrics.jsonl", truncate_after_step=resume_step)
+    logged_eval_steps = jsonl.steps_with("eval/ce")
+    loggers: list[MetricLogger] = [jsonl]
+    if tensorboard:
+        loggers.append(TensorBoardLogger(output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None))
+    return FanOutLogger(loggers), logged_eval_steps
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     """All records of a metrics.jsonl file (for plots and tests)."""
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]

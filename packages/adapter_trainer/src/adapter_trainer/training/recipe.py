@@ -10,7 +10,8 @@ through the graph a second time": codes used to come out of a live codec graph).
     model.builders.build_mot_model    frozen towers + adapter, fp32 master weights (shared with generation)
     data.split_index, data.streaming  header-only shard index; DataLoader workers read, crop and collate
     data.mixture                      the example order of a weighted mixture of shard sets
-    training.data_setup               the example spec, order and resumed loader the recipe builds from the config
+    training.data_setup               shard sets, split indexes, example spec, order, resumed loader from the config
+    training.eval_setup               the split checks, the run's held-out scoring and its report at a step
     training.step                     forward + backward of one accumulation window (target-weighted loss)
     training.optim                    AdamW groups, warmup + cosine LR
     training.device                   device, precision checks, autocast (GradScaler only for fp16 on CUDA)
@@ -31,7 +32,6 @@ Raises:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import time
@@ -43,31 +43,27 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml, shard_paths
-from adapter_trainer.data.mixture import MixtureOrder
-from adapter_trainer.data.shards import open_shard_sets
-from adapter_trainer.data.split_index import SplitIndex, build_index
-from adapter_trainer.data.streaming import TrainBatches, distinct_texts
+from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml
+from adapter_trainer.data.streaming import TrainBatches
 from adapter_trainer.data.token_layout import Batch
-from adapter_trainer.evaluation.held_out import check_held_out
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint
 from adapter_trainer.training.data_setup import (
-    check_cache_bound,
+    data_lines,
     example_spec,
     loader_workers,
-    pinned_shard_paths,
+    open_sets,
     plan_remote_reads,
-    remote_sets_line,
     resumed_batches,
-    shard_cache,
+    split_indexes,
     train_order,
+    write_data_sources,
 )
 from adapter_trainer.training.device import autocast, check_precision, device_memory_gb, resolve_device
 from adapter_trainer.training.distributed import RankInfo, device_for_rank, init_distributed, teardown_distributed
-from adapter_trainer.training.eval_setup import build_held_out
+from adapter_trainer.training.eval_setup import build_held_out, check_splits, held_out_report
 from adapter_trainer.training.final_report import final_metrics, write_final_report
-from adapter_trainer.training.metric_logging import FanOutLogger, JsonlLogger, MetricLogger, TensorBoardLogger
+from adapter_trainer.training.metric_logging import FanOutLogger, open_run_loggers
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
 from adapter_trainer.training.resume import resume_run
 from adapter_trainer.training.step import (
@@ -122,12 +118,7 @@ class MoTAdapterRecipe:
                 f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
                 f"output_dir={self.output_dir}"
             )
-            order = self.train_data.order
-            if isinstance(order, MixtureOrder):
-                shares = ", ".join(f"{path}: {p:.3f}" for path, p in zip(shard_paths(cfg), order.p))
-                print(f"mixture: {order.epoch_size} examples per epoch; share per draw {shares}")
-            line = remote_sets_line(cfg, self.shard_sets, self.train_index)
-            if line:
+            for line in data_lines(cfg, self.train_data, self.shard_sets, self.train_index):
                 print(line)
 
     def _setup_device(self) -> None:
@@ -158,43 +149,15 @@ class MoTAdapterRecipe:
         # Imported here, not at module top: builders/mot pull in transformers; config/shard errors come first.
         from adapter_trainer.model.builders import load_audio_lm_config
 
-        d = self.cfg.data
         dec_cfg = load_audio_lm_config(self.cfg)
-        paths = pinned_shard_paths(self.cfg, self.dist)  # a Hub revision: its commit, the same on every rank
-        self.shard_sets = open_shard_sets(
-            paths,
-            model_n_codebooks=dec_cfg.num_codebooks,
-            model_codebook_size=dec_cfg.vocab_size,
-            audio_lm=self.cfg.model.audio_lm,
-            cache=shard_cache(self.cfg, paths),
-            tries=d.cache.retries,
+        self.shard_sets = open_sets(
+            self.cfg, self.dist, n_codebooks=dec_cfg.num_codebooks, codebook_size=dec_cfg.vocab_size
         )
-        note = check_cache_bound(self.cfg, self.shard_sets, self.dist)  # before any remote tar is fetched
-        if note and self.dist.is_main:
-            print(note)
-        # Header-only index (~40 bytes per clip); codes are read per batch by DataLoader workers / per eval batch.
-        self.train_index: SplitIndex = build_index(self.shard_sets, d.train_split, sha256=d.verify_sha256)
-        self.eval_index: SplitIndex = build_index(
-            self.shard_sets, d.eval_split, max_clips=d.eval_max_clips, sha256=d.verify_sha256
+        self.train_index, self.eval_index = split_indexes(self.cfg, self.shard_sets)  # header-only
+        # the train/eval overlap refusal, the eval split's size; distinct train captions for the learning check
+        self.n_overlap_clips, self.n_train_captions = check_splits(
+            self.cfg, self.train_index, self.eval_index, self.dist
         )
-        if not len(self.train_index):
-            raise ConfigError(f"split data.train_split={d.train_split!r} is empty in {d.shards}")
-        self.n_overlap_clips = check_held_out(
-            (self.train_index.key(i) for i in range(len(self.train_index))),
-            (self.eval_index.key(i) for i in range(len(self.eval_index))),
-            allow_overlap=d.allow_eval_overlap,
-            where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}",
-        )
-        # distinct conditioning texts of the train clips (the learning check's header): rank 0 reads the json
-        # members once, every rank gets the count
-        self.n_train_captions: int = self.dist.broadcast_object(
-            distinct_texts(self.train_index, d.text) if self.dist.is_main else None
-        )
-        if len(self.eval_index) < 2:
-            raise ConfigError(
-                f"split data.eval_split={d.eval_split!r} has {len(self.eval_index)} clip(s) in "
-                f"{d.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)"
-            )
 
     def _setup_model(self) -> None:
         """Frozen towers + adapter (fp32 trainable weights) on the device; the example spec that goes with them."""
@@ -261,7 +224,7 @@ class MoTAdapterRecipe:
     def _resume(self) -> int:
         """Continue from trainer.resume: adapter weights, optimizer moments, RNG and data position. Returns the step."""
         self.progress, self.optimizer_changes = resume_run(
-            self.cfg.trainer.resume,
+            self.cfg,
             self.output_dir,
             dist=self.dist,
             fingerprint=self.fingerprint,
@@ -270,30 +233,19 @@ class MoTAdapterRecipe:
             scheduler=self.scheduler,
             schedule=self.schedule,
             scaler=self.scaler,
-            optimizer_cfg=self.cfg.optimizer,
         )
         return self.progress.step
 
     def _setup_logging(self, resume_step: int | None) -> None:
         """Rank 0 alone writes metrics (and checkpoints, plots, reports); a resumed run truncates later records."""
-        loggers: list[MetricLogger] = []
+        self.logger = FanOutLogger([])
         self.logged_eval_steps: set[int] = set()  # eval records a resumed run finds in metrics.jsonl
         if self.dist.is_main:
-            jsonl = JsonlLogger(self.output_dir / "metrics.jsonl", truncate_after_step=resume_step)
-            self.logged_eval_steps = jsonl.steps_with("eval/ce")
-            loggers.append(jsonl)
-            if self.cfg.trainer.tensorboard:
-                loggers.append(
-                    TensorBoardLogger(self.output_dir / "tb", purge_step=(resume_step + 1) if resume_step else None)
-                )
+            self.logger, self.logged_eval_steps = open_run_loggers(
+                self.output_dir, tensorboard=self.cfg.trainer.tensorboard, resume_step=resume_step
+            )
             (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
-            # where each set was read: a URL with its Hub revision pinned to a commit, and the manifest's sha256
-            sources = [
-                {"given": given, "read_from": str(s.root), "manifest_sha256": s.manifest_sha256}
-                for given, s in zip(shard_paths(self.cfg), self.shard_sets)
-            ]
-            (self.output_dir / "data_sources.json").write_text(json.dumps(sources, indent=2, allow_nan=False) + "\n")
-        self.logger = FanOutLogger(loggers)
+            write_data_sources(self.output_dir / "data_sources.json", self.cfg, self.shard_sets)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.cfg.trainer.precision, self.device)
@@ -426,25 +378,18 @@ class MoTAdapterRecipe:
     def evaluate(self) -> EvalReport:
         """The held-out report: every rank scores its share of the eval clips, all ranks get the gathered report.
         It also carries what training saw so far (train clips, distinct captions, windows with an AUDIO_END target)."""
-        t = self.cfg.trainer
-        report = self.held_out(
+        return held_out_report(
+            self.held_out,
             self.model,
-            step=self.progress.step,
-            batch_size=t.batch_size,
-            device=self.device,
-            autocast=self.autocast,
-            rank=self.dist.rank,
-            world_size=self.dist.world_size,
-            all_gather=self.dist.all_gather_object,
-            n_bootstrap=t.eval_bootstrap,
-            seed=t.seed,
+            self.cfg,
+            self.dist,
+            self.device,
+            self.autocast,
+            self.progress,
             n_overlap_clips=self.n_overlap_clips,
+            n_train_clips=len(self.train_index),
+            n_train_captions=self.n_train_captions,
         )
-        p = self.progress  # what training saw, set here: the eval itself does not know it
-        report.n_train_clips, report.n_train_captions = len(self.train_index), self.n_train_captions
-        report.train_windows, report.train_end_targets = p.train_windows, p.train_end_targets
-        report.train_counted_from_step = p.counted_from_step
-        return report
 
     def log_eval(self, r: EvalReport, step: int, *, announce: bool = False) -> None:
         """The report's scalars (metrics.jsonl, TensorBoard), its caption-gain-by-frame curve (TensorBoard) and, with

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from adapter_trainer.config import OptimizerConfig
+from adapter_trainer.config import OptimizerConfig, TrainConfig
 from adapter_trainer.training import checkpoint
 from adapter_trainer.training.distributed import RankInfo
 
@@ -44,7 +44,7 @@ def read_on_main(
 
 
 def resume_run(
-    resume: str,
+    cfg: TrainConfig,
     output_dir: Path,
     *,
     dist: RankInfo,
@@ -54,13 +54,13 @@ def resume_run(
     scheduler: torch.optim.lr_scheduler.LambdaLR,
     schedule: Any,
     scaler: torch.amp.GradScaler | None,
-    optimizer_cfg: OptimizerConfig,
 ) -> tuple[checkpoint.TrainingProgress, list[str]]:
-    """Load the checkpoint trainer.resume names into the just-built run. Returns (its progress, optimizer changes).
+    """Load the checkpoint cfg.trainer.resume names into the just-built run (the config wins for optimizer.*).
+    Returns (its progress, the optimizer settings that changed since the checkpoint).
 
     Rank 0 alone reads it and sends it to every rank (`read_on_main`): only the rank that writes checkpoints needs to
     see them, so nodes without a shared disk resume too."""
-    ckpt_dir, ckpt, changes = read_on_main(resume, output_dir, dist, optimizer_cfg)
+    ckpt_dir, ckpt, changes = read_on_main(cfg.trainer.resume, output_dir, dist, cfg.optimizer)
     checkpoint.check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     model.load_trainable_state_dict(ckpt.adapter)
     # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
