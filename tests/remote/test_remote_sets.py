@@ -132,7 +132,9 @@ def test_a_hub_revision_is_pinned_to_its_commit(local_set, hub_server, tmp_path)
 
 def test_torchrun_two_ranks_two_workers_share_one_bounded_cache(http_server, tmp_path) -> None:
     """2 ranks x 2 workers on one node read an HTTP copy through one cache smaller than the set: the losses, eval
-    and examples equal a one-process run on the local directory (rel 1e-4, as tests/trainer/training)."""
+    and examples equal a one-process run on the local directory (rel 1e-4, as tests/trainer/training). The torchrun
+    run has 45 s: its 4 steps take seconds, and a stalled download (a rank waiting minutes for an answer its forked
+    workers had made it miss) fails here as a stall rather than passing after aiohttp's 5-minute timeout."""
     from adapter_trainer.demo.models import write_demo_models
     from tests.trainer.helpers import run_recipe_recording_keys
     from tests.trainer.training.test_distributed import GLOBAL_BATCH, STEPS, compose, losses, overrides, run_two_ranks
@@ -157,6 +159,7 @@ def test_torchrun_two_ranks_two_workers_share_one_bounded_cache(http_server, tmp
             f"data.cache.max_bytes={bound}",
         ),  # fmt: skip
         out,
+        timeout_s=45,
     )
     r0 = json.loads((out / "dump.json").read_text())
     r1 = json.loads((out / "dump.json.rank1").read_text())

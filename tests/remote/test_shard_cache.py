@@ -1,12 +1,15 @@
 """The local shard cache (adapter_trainer.data.remote.cache) against a real HTTP server on 127.0.0.1: verified,
 atomic, resumed after a cut, retried on 429/503 and not on 404, bounded in bytes, never evicting a shard being read,
-order-aware or LRU, cleaning dead downloads, and shared by processes without downloading a shard twice."""
+order-aware or LRU, cleaning dead downloads, shared by processes without downloading a shard twice, and never stalled
+by a forked worker's fetch."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import multiprocessing as mp
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -150,6 +153,43 @@ def test_processes_sharing_a_cache_download_each_shard_once(served, tmp_path):
         assert p.exitcode == 0
     assert ShardCache(tmp_path / "c").stats()["downloads"] == len(shards)
     assert all(srv.count(f"*s{i}.tar") == 1 for i in range(6)), srv.requests
+
+
+def _forked_worker_fetch(root: str, max_bytes: int, shard: RemoteShard) -> None:
+    """A forked DataLoader worker's first read: fsspec drops the instances the fork copied (the parent's clients)."""
+    ShardCache(root, max_bytes).open(shard, what=shard.url).close()
+    gc.collect()  # now, rather than whenever the worker's collector runs
+
+
+def test_a_forked_workers_fetch_does_not_stall_the_parents_next_download(served, tmp_path):
+    """The training process downloads (its prefetch thread, its eval reads) over a connection that fsspec keeps in its
+    event loop, and forks its DataLoader workers with that connection open. A worker's fetch must leave the parent's
+    client alone: closing the copy in the worker unregistered the parent's socket from the event loop's epoll instance,
+    which fork shares, so the parent's next download heard no answer until aiohttp's 5-minute timeout. Two cache users
+    at a bound of one tar, as in a tight torchrun run: the parent, then a forked worker, then the parent again."""
+    srv, shards = served
+    root = tmp_path / "c"
+    cache = ShardCache(root, max_bytes=SIZE)
+    cache.open(shards[0], what="s0").close()  # the parent's connection stays open in fsspec's pool
+    worker = mp.get_context("fork").Process(target=_forked_worker_fetch, args=(str(root), SIZE, shards[1]))
+    worker.start()
+    worker.join(60)
+    assert worker.exitcode == 0
+    done: list[object] = []
+
+    def parent_fetch() -> None:
+        try:
+            cache.open(shards[2], what="s2").close()
+            done.append("ok")
+        except BaseException as e:  # reported by the assertion below
+            done.append(e)
+
+    reader = threading.Thread(target=parent_fetch, daemon=True)  # a stalled read cannot be interrupted: left behind
+    reader.start()
+    reader.join(20)
+    assert done == ["ok"], done or "the parent's download after a forked worker's fetch stalled (no answer in 20 s)"
+    assert cache.present(shards[2].sha256) and cache.used_bytes() <= SIZE
+    assert srv.count("*s2.tar", method=None) >= 1
 
 
 def test_retry_after_is_honoured_and_backoff_is_capped():

@@ -47,15 +47,30 @@ def compose(ov: list[str]) -> TrainConfig:
         return to_train_config(hydra_compose("config", overrides=ov))
 
 
-def run_two_ranks(ov: list[str], out: Path) -> subprocess.CompletedProcess:
+def run_two_ranks(ov: list[str], out: Path, *, timeout_s: float = 900) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node=2` of the real entry point, observed from outside the recipe
-    (tests/trainer/observed_train.py writes out/dump.json and .rank1); a hang fails after 15 minutes."""
+    (tests/trainer/observed_train.py writes out/dump.json and .rank1). A run still going after `timeout_s` (15 minutes
+    unless a test budgets less) fails as stalled, with its output so far; torchrun is stopped with SIGTERM, which stops
+    its ranks (each in its own session) and their workers."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "tests.trainer.observed_train", str(out / "dump.json"), *ov]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate(timeout=30)
+        pytest.fail(
+            f"torchrun stalled: the 2-rank run had not exited after {timeout_s:g} s (stopped)\n"
+            + stdout[-3000:] + stderr[-5000:]
+        )  # fmt: skip
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def losses(out: Path) -> dict[int, float]:

@@ -3,12 +3,16 @@
 A URL names a set's root as a directory does: `<url>/manifest.json`, `<url>/train/shard-000000.tar`. Credentials and
 endpoints are whatever the backend reads (AWS_ENDPOINT_URL, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN,
 HF_ENDPOINT, ...): nothing here is project-specific. Filesystems are looked up per call (`filesystem`), never
-pickled: a DataLoader worker, forked or spawned, opens its own client (s3fs / aiohttp sessions are not fork-safe).
+pickled: a DataLoader worker, forked or spawned, opens its own client (s3fs / aiohttp sessions are not fork-safe), and
+a forked one never closes the clients it copied from its parent (`_keep_parent_clients`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import weakref
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -22,6 +26,41 @@ _HF_DATASET = re.compile(
     r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)(?:@(?P<rev>refs/(?:pr|convert)/[^/]+|[^/]+))?(?P<path>/.*)?$"
 )
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+# in a forked child: the fsspec filesystems the fork copied from the parent, kept so that they are never closed here
+_PARENT_CLIENTS: list[object] = []
+
+
+def _keep_parent_clients() -> None:
+    """After a fork, in the child: keep the parent's fsspec filesystems referenced and drop their finalizers.
+
+    fsspec forgets its cached instances in a new process (the child makes its own clients, on its own event loop), and
+    forgetting an async one (HTTP, S3, GCS) collects it, whose finalizer closes its aiohttp session. The pooled
+    connections are the parent's sockets, registered in the parent's event loop's epoll instance, which a fork shares:
+    closing their transports here unregistered them in the parent too (and a TLS transport would write its close on
+    them). The parent then never heard the answer on that connection: its next download waited for aiohttp's 5-minute
+    timeout, holding its shard lock and its reservation (a rank's prefetch or eval read, after its workers' first
+    fetches). Here the copies stay as they are until the child exits, when the kernel closes its descriptors alone."""
+    spec = sys.modules.get("fsspec.spec")
+    if spec is None:
+        return  # fsspec was not used before the fork: nothing was copied
+    classes = [spec.AbstractFileSystem]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        _PARENT_CLIENTS.extend(vars(cls).get("_cache", {}).values())
+    # the finalizers would still run at the child's normal interpreter exit: detach them. weakref.finalize keeps the
+    # live ones in its class's _registry (private, there since Python 3.4); were it gone, the references above still
+    # cover DataLoader workers, which leave by os._exit (no exit hooks)
+    for fin in list(getattr(weakref.finalize, "_registry", {})):
+        info = fin.peek()
+        if info is not None and isinstance(info[0], spec.AbstractFileSystem):
+            fin.detach()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; spawned processes copy nothing
+    os.register_at_fork(after_in_child=_keep_parent_clients)
 
 
 def is_url(path: str) -> bool:
