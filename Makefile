@@ -39,10 +39,11 @@ setup: $(VENV)/.installed
 # make wheelhouse (on a machine with the package index; scripts/wheelhouse.py): into WHEELHOUSE, every wheel that
 # make setup WHEELS=... needs, at constraints.txt's pins, for CPython WHEEL_PYTHON on WHEEL_PLATFORM: the two
 # packages' dependencies (tokenizer_pipeline with [ffmpeg]), benchmarks/requirements.txt (make bench-gpu), the build
-# backend (hatchling + editables) and pytest (2 MB with its deps: the node can run the CUDA tests, e.g.
+# backend (hatchling + editables), pytest and pytest-xdist (2 MB with their deps: the node can run the CUDA tests, e.g.
 # tests/trainer/model); not ruff, datasets, fadtk, audiocraft (lint and CPU-side reference checks; datasets alone
 # brings pyarrow and pandas), and not the torch stack (torch, torchaudio, triton, nvidia-*, cuda-*: the node's torch
-# is reused). 85 wheels, 225 MB (imageio-ffmpeg's ffmpeg program alone is 68). WITH_TORCH=1 adds the torch stack
+# is reused). 85 wheels, 225 MB on 2026-11-26, before pytest-xdist and execnet joined (imageio-ffmpeg's ffmpeg program
+# alone is 68). WITH_TORCH=1 adds the torch stack
 # (109 wheels, 2.9 GB) for a node without torch.
 # README.md and wheelhouse.json in the folder name its Python, platform and what it excludes.
 # WHEEL_PLATFORM: wheels for glibc 2.28 or older (manylinux2014, ...), which run here and on any node that runs torch
@@ -72,7 +73,7 @@ $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/p
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -c constraints.txt \
-		-e packages/tokenizer_pipeline[ffmpeg,s3,http] -e packages/adapter_trainer[s3,http] pytest ruff datasets \
+		-e packages/tokenizer_pipeline[ffmpeg,s3,http] -e packages/adapter_trainer[s3,http] pytest pytest-xdist ruff datasets \
 		"moto[s3]" flask flask-cors
 	# reference code for tests/trainer/evaluation (fadtk's FAD and CLAP windows, audiocraft's loudness and KL): their
 	# declared deps conflict with ours (numpy<2, transformers<5, torch 2.1), so the files only, read by the tests
@@ -85,7 +86,7 @@ $(VENV)/.installed: constraints.txt pyproject.toml packages/tokenizer_pipeline/p
 	@$(PYTHON) scripts/wheelhouse.py node-pth $(VENV)
 	@$(PYTHON) scripts/wheelhouse.py node-constraints constraints.txt > $(VENV)/constraints-node.txt
 	$(PY) -m pip install --quiet --no-index --find-links $(WHEELS) -c $(VENV)/constraints-node.txt \
-		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer -r benchmarks/requirements.txt pytest
+		-e packages/tokenizer_pipeline[ffmpeg] -e packages/adapter_trainer -r benchmarks/requirements.txt pytest pytest-xdist
 	$(PY) -m pip check
 	@$(PY) scripts/wheelhouse.py origin
 	touch $@
@@ -218,9 +219,16 @@ verify: | setup
 	$(PY) -m tokenizer_pipeline.verify $(OUT)
 
 # ---- checks
-# pytest exits 5 when it collected nothing: that is a failure, not a pass.
+# pytest exits 5 when it collected nothing: that is a failure, not a pass. TEST_WORKERS pytest-xdist workers (one per
+# core of the 2-core reference machine; 0: one process), each with TORCH_THREADS intra-op threads (default 1 per
+# worker; `make test TORCH_THREADS=2` checks that no verdict depends on the thread count). Every test has a time
+# budget (tests/time_budget.py; TEST_BUDGET_SCALE=2 on a slower machine). The 15 slowest phases are listed at the end.
+TEST_WORKERS ?= 2
+TORCH_THREADS ?=
+PYTEST_ARGS ?=
 test: | setup
-	$(PY) -m pytest tests -q; rc=$$?; \
+	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist worksteal --durations=15 \
+		$(if $(TORCH_THREADS),--torch-threads $(TORCH_THREADS)) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # style: ruff's linter and formatter, configured in the top-level pyproject.toml

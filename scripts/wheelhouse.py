@@ -136,7 +136,7 @@ def build(args: argparse.Namespace) -> None:
     target = ["--only-binary=:all:", "--python-version", args.python_version, "--implementation", "cp"]
     target += [f"--platform={p}" for p in platforms]
     roots = [f"{REPO / 'packages' / 'tokenizer_pipeline'}[ffmpeg]", str(REPO / "packages" / "adapter_trainer"),
-             "-r", str(REPO / "benchmarks" / "requirements.txt"), "pytest", *build_requires(), EDITABLES]  # fmt: skip
+             "-r", str(REPO / "benchmarks" / "requirements.txt"), "pytest", "pytest-xdist", *build_requires(), EDITABLES]  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".wheelhouse-", dir=out.parent) as tmp:
         tmp = Path(tmp)
