@@ -1,7 +1,11 @@
-"""Shared helpers for the trainer tests: a tiny MoT model built in memory, and a composed demo config."""
+"""Shared helpers for the trainer tests: a tiny MoT model built in memory, a composed demo config, and a command's
+`python -m` entry run in this process."""
 
 from __future__ import annotations
 
+import logging
+import runpy
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +121,25 @@ def run_recipe_recording_keys(cfg: TrainConfig) -> tuple[dict, list[list[str]]]:
         return recipe.cleanup(), seen
     finally:
         teardown_distributed()
+
+
+def run_module_in_process(module: str, *args: str) -> int:
+    """`python -m module *args` in this process, as `python -m` runs it (runpy, `__main__`): its exit status (0 when
+    it returns). Callers read stdout/stderr with capfd. For tests about a command's config and messages, not its
+    process: a subprocess pays ~3-6 s of imports. The root logger Hydra configures for the run is put back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    argv = sys.argv
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        sys.argv = argv
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)

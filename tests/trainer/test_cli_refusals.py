@@ -1,8 +1,10 @@
 """Every trainer command refuses a user's mistake in one line: exit 2, no traceback, the message names the fix.
 
-Each case runs the command in its own process, as a user does. Hydra's own override errors (a key that does not
-exist, a value of the wrong type) exit 1 with Hydra's message (documented in docs/configuration.md): accepted here,
-but without a traceback too.
+One case per command runs it in its own process, as a user does: the exit status, the stderr and the absence of a
+traceback are the process's own. The other cases run the same `python -m` entry in this process (runpy; its
+SystemExit status and the captured stdout/stderr), which saves each case the command's imports. Hydra's own
+override errors (a key that does not exist, a value of the wrong type) exit 1 with Hydra's message (documented in
+docs/configuration.md): accepted here, but without a traceback too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests import REPO
-from tests.trainer.helpers import tiny_demo_overrides
+from tests.trainer.helpers import run_module_in_process, tiny_demo_overrides
+
+pytestmark = pytest.mark.usefixtures("reused_tokenizers")
 
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess:
@@ -23,6 +27,14 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=300, env=env
     )
+
+
+def _in_process(capfd: pytest.CaptureFixture[str], module: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m module *args` run in this process (tests.trainer.helpers.run_module_in_process), as a result."""
+    capfd.readouterr()
+    code = run_module_in_process(module, *args)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess([module, *args], code, out, err)
 
 
 def _assert_refused(proc: subprocess.CompletedProcess, must_say: str, code: int = 2) -> None:
@@ -51,34 +63,29 @@ def _train_args(models, shards, out: Path, *extra: str) -> list[str]:
     return tiny_demo_overrides(models, shards, out, "trainer.device=cpu", "trainer.max_steps=1", *extra)
 
 
-def test_train_refusals(models, shards, run_dir: Path, tmp_path: Path) -> None:
+def test_train_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     _assert_refused(
         _run("adapter_trainer", *_train_args(models, shards, tmp_path / "a", "data.eval_split=train")), "overlap"
     )
-    _assert_refused(
-        _run("adapter_trainer", *_train_args(models, shards, run_dir, "trainer.resume=latest", "data.pattern=flatten")),
-        "cannot resume",
-    )
-    _assert_refused(
-        _run("adapter_trainer", *_train_args(models, shards, tmp_path / "b", f"model.llm={tmp_path / 'no-llm'}")),
-        "model.llm",
-    )
-    _assert_refused(
-        _run("adapter_trainer", *_train_args(models, shards, tmp_path / "c", "trainer.batch_size=two")),
-        "trainer.batch_size",
-        code=1,
-    )
+    in_process = [
+        (_train_args(models, shards, run_dir, "trainer.resume=latest", "data.pattern=flatten"), "cannot resume", 2),
+        (_train_args(models, shards, tmp_path / "b", f"model.llm={tmp_path / 'no-llm'}"), "model.llm", 2),
+        (_train_args(models, shards, tmp_path / "c", "trainer.batch_size=two"), "trainer.batch_size", 1),
+    ]
+    for args, must_say, code in in_process:
+        _assert_refused(_in_process(capfd, "adapter_trainer", *args), must_say, code=code)
 
 
-def test_generate_refusals(models, shards, run_dir: Path, tmp_path: Path) -> None:
+def test_generate_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     base = _train_args(models, shards, run_dir, f"generate.out_dir={tmp_path / 'g'}", "generate.n=2")
     _assert_refused(_run("adapter_trainer.generate", *base), "data.caption_dropout=0")  # cfg_scale 3 by default
-    _assert_refused(_run("adapter_trainer.generate", *base, "generate.cfg_scale=1", "data.pattern=flatten"), "cannot")
-    _assert_refused(
-        _run("adapter_trainer.generate", *base, "generate.cfg_scale=1", f"model.audio_lm={tmp_path / 'none'}"),
-        "model.audio_lm",
-    )
-    _assert_refused(_run("adapter_trainer.generate", *base, "generate.nope=1"), "nope", code=1)
+    in_process = [
+        ([*base, "generate.cfg_scale=1", "data.pattern=flatten"], "cannot", 2),
+        ([*base, "generate.cfg_scale=1", f"model.audio_lm={tmp_path / 'none'}"], "model.audio_lm", 2),
+        ([*base, "generate.nope=1"], "nope", 1),
+    ]
+    for args, must_say, code in in_process:
+        _assert_refused(_in_process(capfd, "adapter_trainer.generate", *args), must_say, code=code)
 
 
 def test_other_commands_refusals(tmp_path: Path) -> None:

@@ -4,9 +4,6 @@ fix; mps_small (pointed at tiny models, CPU) trains a couple of steps; a missing
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +15,10 @@ from omegaconf.errors import ValidationError
 
 from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError, TrainConfig, schema_field_names, to_train_config
-from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
+from tests.trainer.helpers import run_module_in_process
+
+pytestmark = pytest.mark.usefixtures("reused_tokenizers")
 
 CONF = find_conf_dir()
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -145,7 +144,9 @@ def _missing_device() -> str | None:
     return None
 
 
-def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The refusal through `python -m adapter_trainer`'s entry, run in this process (its SystemExit status and
+    stderr); tests/trainer/test_cli_refusals.py checks that entry's status and stderr in a process of its own."""
     dev = _missing_device()
     if dev is None:
         pytest.skip("both cuda and mps exist here: no missing device to request")
@@ -153,24 +154,13 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None
 
     with pytest.raises(ConfigError, match=f"trainer.device={dev} was requested.*trainer.device=cpu"):
         resolve_device(dev)
-    env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "adapter_trainer",
-            "+experiment=demo",
-            f"trainer.device={dev}",
-            f"trainer.output_dir={tmp_path / 'run'}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+    capfd.readouterr()
+    code = run_module_in_process(
+        "adapter_trainer", "+experiment=demo", f"trainer.device={dev}", f"trainer.output_dir={tmp_path / 'run'}"
     )
-    assert proc.returncode == 2
-    assert "trainer.device=cpu" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+    out, err = capfd.readouterr()
+    assert code == 2
+    assert "trainer.device=cpu" in err and "Traceback" not in err + out
     assert (tmp_path / "run" / ".hydra").is_dir()  # Hydra's run dir is trainer.output_dir
 
 
@@ -184,13 +174,10 @@ def test_auto_device_picks_cpu_without_accelerators() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from adapter_trainer.demo.models import write_demo_models
-
-    root = tmp_path_factory.mktemp("tiny")
-    paths = write_demo_models(root / "models", seed=0)
-    paths["shards"] = write_synthetic_set(root / "shards", n_train=8, n_eval=3, frames=(10, 16))
-    return paths
+def tiny(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The session's demo models (read only) and a small shard set."""
+    shards = write_synthetic_set(tmp_path_factory.mktemp("tiny") / "shards", n_train=8, n_eval=3, frames=(10, 16))
+    return {**models, "shards": shards}
 
 
 def test_mps_small_runs_on_cpu_when_pointed_at_tiny_models(tiny: dict[str, Path], tmp_path: Path) -> None:
@@ -217,35 +204,30 @@ def test_mps_small_runs_on_cpu_when_pointed_at_tiny_models(tiny: dict[str, Path]
     assert (tmp_path / "checkpoints" / "step-000002" / "adapter.safetensors").is_file()
 
 
-def test_multirun_gives_each_job_its_own_dir(tiny: dict[str, Path], tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "adapter_trainer",
-            "--multirun",
-            "+experiment=demo",
-            f"model.llm={tiny['llm']}",
-            f"model.audio_lm={tiny['musicgen']}",
-            f"data.shards=[{tiny['shards']}]",
-            f"trainer.output_dir={tmp_path}",
-            "data.max_seq_len=40",
-            "data.max_caption_tokens=8",
-            "trainer.batch_size=2",
-            "trainer.max_steps=1",
-            "trainer.progress_bar=false",
-            "trainer.tensorboard=false",
-            "trainer.eval_bootstrap=20",
-            "optimizer.lr=1e-3,2e-3",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
+def test_multirun_gives_each_job_its_own_dir(
+    tiny: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m adapter_trainer --multirun` through its entry, run in this process (Hydra's basic launcher runs the
+    jobs one after the other in the calling process, as it does under `python -m`)."""
+    capfd.readouterr()
+    code = run_module_in_process(
+        "adapter_trainer",
+        "--multirun",
+        "+experiment=demo",
+        f"model.llm={tiny['llm']}",
+        f"model.audio_lm={tiny['musicgen']}",
+        f"data.shards=[{tiny['shards']}]",
+        f"trainer.output_dir={tmp_path}",
+        "data.max_seq_len=40",
+        "data.max_caption_tokens=8",
+        "trainer.batch_size=2",
+        "trainer.max_steps=1",
+        "trainer.progress_bar=false",
+        "trainer.tensorboard=false",
+        "trainer.eval_bootstrap=20",
+        "optimizer.lr=1e-3,2e-3",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, capfd.readouterr().err[-3000:]
     for job, lr in (("0", 1e-3), ("1", 2e-3)):
         d = tmp_path / job
         assert (d / "final_metrics.json").is_file() and (d / "checkpoints" / "step-000001").is_dir()

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from adapter_trainer.conf_dir import find_conf_dir
 from tests.mps_rules import FAKE_ALLOCATED, EmulatedMPS
 from tests.trainer.helpers import make_cfg
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "reused_tokenizers")
 
 MPS_RUN = (
     "trainer.device=mps",
@@ -38,6 +39,16 @@ def mps_run(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def cpu_run(models, shards, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same run as `mps_run` on the CPU."""
+    from adapter_trainer.training.recipe import recipe_main
+
+    out = tmp_path_factory.mktemp("cpu") / "run"
+    recipe_main(make_cfg(models, shards, out, *MPS_RUN[1:], "trainer.max_steps=2"))
+    return out
+
+
 def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -52,14 +63,11 @@ def test_training_step_eval_and_checkpoint_run_on_mps(mps_run: Path) -> None:
     assert train[0]["train/mem_allocated_gb"] == pytest.approx(FAKE_ALLOCATED / 2**30)
 
 
-def test_mps_training_computes_what_cpu_training_computes(models, shards, mps_run: Path, tmp_path: Path) -> None:
+def test_mps_training_computes_what_cpu_training_computes(mps_run: Path, cpu_run: Path) -> None:
     """Same figures as a CPU run of the same config: step 1's loss exactly (nothing has been updated yet), later
     figures within 1e-5 relative (MPS steps with fused AdamW, CPU with torch's per-tensor loop: same math, other
     rounding)."""
-    from adapter_trainer.training.recipe import recipe_main
-
-    cpu = tmp_path / "cpu"
-    recipe_main(make_cfg(models, shards, cpu, *MPS_RUN[1:], "trainer.max_steps=2"))
+    cpu = cpu_run
     on_mps, on_cpu = records(mps_run), records(cpu)
     loss = [[r["train/loss"] for r in rs if "train/loss" in r] for rs in (on_mps, on_cpu)]
     assert loss[0][0] == loss[1][0]
@@ -124,10 +132,10 @@ def test_adamw_is_fused_on_mps_only() -> None:
     assert not build_optimizer([torch.nn.Parameter(torch.zeros(4, 4))], [], OptimizerConfig()).defaults["fused"]
 
 
-def test_resume_keeps_this_devices_adamw_kernel(models, shards, tmp_path: Path) -> None:
+def test_resume_keeps_this_devices_adamw_kernel(models, shards, mps_run: Path, cpu_run: Path, tmp_path: Path) -> None:
     """A checkpoint written on the CPU (torch's per-tensor AdamW) resumed on MPS runs fused AdamW, and an MPS
     checkpoint resumed on the CPU runs torch's default: the device of the run decides, not the checkpoint's."""
-    from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
+    from adapter_trainer.training.recipe import MoTAdapterRecipe
 
     def resumed_fused(device: str, ckpt: Path) -> object:
         recipe = MoTAdapterRecipe(
@@ -143,10 +151,9 @@ def test_resume_keeps_this_devices_adamw_kernel(models, shards, tmp_path: Path) 
         recipe.setup()
         return recipe.optimizer.param_groups[0]["fused"]
 
-    recipe_main(make_cfg(models, shards, tmp_path / "cpu", "trainer.max_steps=1", "trainer.ckpt_every=1"))
+    cpu_ckpt, mps_ckpt = (run / "checkpoints" / "step-000001" for run in (cpu_run, mps_run))
+    assert not torch.load(cpu_ckpt / "optimizer.pt", weights_only=True)["param_groups"][0]["fused"]
+    assert torch.load(mps_ckpt / "optimizer.pt", weights_only=True)["param_groups"][0]["fused"]
     with EmulatedMPS():
-        assert resumed_fused("mps", tmp_path / "cpu" / "checkpoints" / "step-000001") is True
-        recipe_main(
-            make_cfg(models, shards, tmp_path / "mps", *MPS_RUN[:1], "trainer.max_steps=1", "trainer.ckpt_every=1")
-        )
-    assert not resumed_fused("cpu", tmp_path / "mps" / "checkpoints" / "step-000001")
+        assert resumed_fused("mps", cpu_ckpt) is True
+    assert not resumed_fused("cpu", mps_ckpt)

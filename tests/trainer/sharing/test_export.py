@@ -26,7 +26,7 @@ from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import example, tiny_demo_overrides
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "reused_tokenizers")
 FILES = ["README.md", "adapter.safetensors", "adapter_config.json", "generation_config.json"]
 
 

@@ -78,11 +78,9 @@ def losses(out: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def setup_runs(tmp_path_factory: pytest.TempPathFactory):
-    from adapter_trainer.demo.models import write_demo_models
-
+def setup_runs(models, tmp_path_factory: pytest.TempPathFactory):
+    """The session's demo models (read only), a shard set, the one-process run and the 2-rank run."""
     root = tmp_path_factory.mktemp("ddp")
-    models = write_demo_models(root / "models", seed=0)
     # one train shard (32 per shard > 20 clips): 2 ranks x 2 workers > 1 shard; 7 eval clips: 4 + 3 per rank
     shards = write_synthetic_set(root / "shards", n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=32)
     ref_out, ddp_out = root / "one", root / "two"

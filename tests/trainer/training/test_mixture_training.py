@@ -23,7 +23,7 @@ from adapter_trainer.training.recipe import MoTAdapterRecipe
 from tests import REPO
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 from tests.trainer.data.v3_sets import make_v3, v3_sample_fields
-from tests.trainer.helpers import make_cfg, run_recipe_recording_keys, tiny_demo_overrides
+from tests.trainer.helpers import make_cfg, run_module_in_process, run_recipe_recording_keys, tiny_demo_overrides
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,7 +130,11 @@ def test_per_sample_v3_weights_make_a_plain_list_a_size_weighted_mixture(models,
         MoTAdapterRecipe(make_cfg(models, a, tmp_path / "r2", weighted)).setup()
 
 
-def test_the_command_line_trains_a_weighted_mixture(models, sets, tmp_path: Path) -> None:
+def test_the_command_line_trains_a_weighted_mixture(
+    models, sets, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The weighted form as `python -m adapter_trainer` parses it from the command line, run in this process (the
+    refusal below checks the entry's exit status in a process of its own)."""
     a, b = sets
     args = tiny_demo_overrides(
         models,
@@ -143,17 +147,16 @@ def test_the_command_line_trains_a_weighted_mixture(models, sets, tmp_path: Path
         "trainer.num_workers=0",
         _weighted(a, b),
     )
-    env = {k: v for k, v in os.environ.items() if k != "ADAPTER_TRAINER_CONF_DIR"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "adapter_trainer", *args], cwd=REPO, capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    capfd.readouterr()
+    code = run_module_in_process("adapter_trainer", *args)
+    out, err = capfd.readouterr()
+    assert code == 0, err[-3000:]
     final = json.loads((tmp_path / "cli/final_metrics.json").read_text())
     per_set = final["learning_check"]["per_shard_set"]
     assert list(per_set) == [str(a), str(b)] and all(p["n_clips"] > 0 for p in per_set.values())
     assert final["learning_check"]["eval_ce"] == final["eval"]["ce"] and final["step"] == 3
-    assert f"set {b}: CE" in proc.stdout
-    assert f"mixture: 11 examples per epoch; share per draw {a}: 0.750, {b}: 0.250" in proc.stdout
+    assert f"set {b}: CE" in out
+    assert f"mixture: 11 examples per epoch; share per draw {a}: 0.750, {b}: 0.250" in out
 
 
 def test_the_command_line_refuses_a_bad_entry_in_one_line(models, sets, tmp_path: Path) -> None:

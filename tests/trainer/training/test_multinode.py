@@ -5,7 +5,10 @@ machines (the recipe sends rank 0's absolute output_dir to every rank, so separa
 share it). Static rendezvous there, so node_rank 0 is global rank 0. Only rank 0 sees the checkpoints; a resume
 must still continue the run exactly, and a resume rank 0 cannot make must stop every rank in one line (exit 2),
 never with a traceback or a hang (every launch has a timeout). The pipeline does not send out_dir: a relative
-out_dir in separate working directories is already two directories (c10d rendezvous)."""
+out_dir in separate working directories is already two directories (c10d rendezvous).
+
+The trainer's reference is one process at the same global batch (2 ranks x 2 = 1 x 4), which trains like two ranks
+within rel 1e-4 (tests/trainer/training/test_distributed.py): a two-node run on a shared disk costs a launch more."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import tiny_demo_overrides
 
-STEPS = 6
+STEPS = 4  # checkpoints at 2 and 4: a resume from step 2 still trains and checkpoints on both nodes
 
 
 def free_port() -> int:
@@ -96,13 +99,18 @@ def losses(run: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from adapter_trainer.demo.models import write_demo_models
+def world(models, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The session's demo models (read only), a shard set, and the reference: one process, global batch 4, a
+    checkpoint every 2 steps."""
+    from adapter_trainer.training.recipe import recipe_main
+    from tests.trainer.training.test_distributed import compose
 
     root = tmp_path_factory.mktemp("multinode")
-    models = write_demo_models(root / "models", seed=0)
     shards = write_synthetic_set(root / "shards", n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=8)
-    return {"root": root, "models": models, "shards": shards}
+    world = {"root": root, "models": models, "shards": shards, "reference": root / "one_process"}
+    args = train_args(world, str(world["reference"]), f"trainer.max_steps={STEPS}", "trainer.batch_size=4")
+    recipe_main(compose(args[1:]))
+    return world
 
 
 def train_args(world: dict, out: str, *extra: str) -> list[str]:
@@ -115,13 +123,12 @@ def test_without_a_shared_disk_a_run_resumes_from_rank_0s_checkpoint(world, isol
     nodes = [tmp_path / "node0", tmp_path / "node1"]
     for n in nodes:
         n.mkdir()
-    shared = tmp_path / "shared_run"  # the reference: both nodes write into one directory
-    for r in two_nodes(train_args(world, str(shared), f"trainer.max_steps={STEPS}"), nodes):
-        assert r.returncode == 0, r.stderr[-3000:]
     run = nodes[0] / "run"  # rank 0's disk; node 1 sees an empty directory at this path
     for r in two_nodes(train_args(world, str(run), f"trainer.max_steps={STEPS}"), nodes, isolate=True):
         assert r.returncode == 0, r.stderr[-3000:]
-    assert losses(run) == pytest.approx(losses(shared), rel=1e-4)
+    want = losses(world["reference"])
+    assert sorted(want) == list(range(1, STEPS + 1))
+    assert losses(run) == pytest.approx(want, rel=1e-4)
     # as if the job died after step 2: rank 0's disk alone holds step-000002, and the run continues from it
     for step in range(4, STEPS + 1, 2):
         shutil.rmtree(run / "checkpoints" / f"step-{step:06d}")
@@ -131,10 +138,11 @@ def test_without_a_shared_disk_a_run_resumes_from_rank_0s_checkpoint(world, isol
     for r in resumed:
         assert r.returncode == 0, r.stderr[-3000:]
     assert "resumed from" in resumed[0].stdout and "step-000002" in resumed[0].stdout
-    want, got = losses(shared), losses(run)
+    got = losses(run)
     assert sorted(got) == list(range(1, STEPS + 1))
     for s in want:
         assert got[s] == pytest.approx(want[s], rel=1e-4), (s, got[s], want[s])
+    assert (run / "checkpoints" / f"step-{STEPS:06d}").is_dir()  # the resumed run checkpointed on rank 0's disk
 
 
 @pytest.mark.parametrize("case", ["no checkpoint", "optimizer.pt missing"])
@@ -144,9 +152,8 @@ def test_a_resume_rank_0_cannot_make_stops_every_rank_in_one_line(world, isolate
         n.mkdir()
     run = nodes[0] / "run"
     want = "trainer.resume=latest but"
-    if case != "no checkpoint":
-        for r in two_nodes(train_args(world, str(run), "trainer.max_steps=2"), nodes):
-            assert r.returncode == 0, r.stderr[-3000:]
+    if case != "no checkpoint":  # the reference's step-2 checkpoint on rank 0's disk, without its optimizer state
+        shutil.copytree(world["reference"] / "checkpoints" / "step-000002", run / "checkpoints" / "step-000002")
         (run / "checkpoints" / "step-000002" / "optimizer.pt").unlink()
         want = "cannot read the checkpoint"
     results = two_nodes(
@@ -163,36 +170,42 @@ def test_a_resume_rank_0_cannot_make_stops_every_rank_in_one_line(world, isolate
         ]  # the rank's own status, in torchrun's report
 
 
-def pipeline_args(tmp_path: Path, out_dir: str) -> list[str]:
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pipeline's input (read only): a small corpus and a tiny codec."""
     from tests.pipeline.helpers import make_corpus, make_tiny_codec
 
-    if not (tmp_path / "corpus").is_dir():
-        make_corpus(tmp_path / "corpus")
-        make_tiny_codec(tmp_path / "codec" / "tiny_encodec")
-    return ["tokenizer_pipeline", f"csv={tmp_path / 'corpus' / 'subset.csv'}", f"audio_dir={tmp_path / 'corpus' / 'audio'}",
-            f"out_dir={out_dir}", f"codec.name_or_path={tmp_path / 'codec' / 'tiny_encodec'}", "codec.device=cpu",
+    root = tmp_path_factory.mktemp("pipeline-input")
+    make_corpus(root / "corpus")
+    make_tiny_codec(root / "codec" / "tiny_encodec")
+    return root
+
+
+def pipeline_args(corpus: Path, out_dir: str) -> list[str]:
+    return ["tokenizer_pipeline", f"csv={corpus / 'corpus' / 'subset.csv'}", f"audio_dir={corpus / 'corpus' / 'audio'}",
+            f"out_dir={out_dir}", f"codec.name_or_path={corpus / 'codec' / 'tiny_encodec'}", "codec.device=cpu",
             "codec.batch_size=3", "shard.max_samples=2", "min_seconds=0.5", "threads=1", "workers=0"]  # fmt: skip
 
 
-def test_the_pipeline_on_two_nodes_writes_one_set_into_a_shared_out_dir(tmp_path: Path) -> None:
+def test_the_pipeline_on_two_nodes_writes_one_set_into_a_shared_out_dir(corpus: Path, tmp_path: Path) -> None:
     from tokenizer_pipeline.shards.verify import verify
 
     nodes = [tmp_path / "n0", tmp_path / "n1"]
     for n in nodes:
         n.mkdir()
     out = tmp_path / "shared_shards"
-    for r in two_nodes(pipeline_args(tmp_path, str(out)), nodes, timeout=300):
+    for r in two_nodes(pipeline_args(corpus, str(out)), nodes, timeout=300):
         assert r.returncode == 0, r.stderr[-3000:]
     problems, summary = verify(out)
     assert not problems and summary, problems
     assert not list(out.glob(".progress/.shared-*"))  # the probe is removed
 
 
-def test_the_pipeline_refuses_an_out_dir_that_only_rank_0_sees_before_encoding(tmp_path: Path) -> None:
+def test_the_pipeline_refuses_an_out_dir_that_only_rank_0_sees_before_encoding(corpus: Path, tmp_path: Path) -> None:
     nodes = [tmp_path / "n0", tmp_path / "n1"]
     for n in nodes:
         n.mkdir()
-    results = two_nodes(pipeline_args(tmp_path, "shards"), nodes, timeout=300)
+    results = two_nodes(pipeline_args(corpus, "shards"), nodes, timeout=300)
     for r in results:
         assert r.returncode != 0, r.stderr[-3000:]
         assert not rank_tracebacks(r.stderr), r.stderr[-3000:]

@@ -3,6 +3,7 @@ exact resume), generation from the run and from an exported folder."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,10 @@ def test_train_resume_generate_and_export(models, shards, tmp_path: Path) -> Non
     from tests.trainer.helpers import tiny_demo_overrides
 
     out = tmp_path / "run"
-    straight = recipe_main(make_cfg(models, shards, tmp_path / "straight", TOWER, "trainer.max_steps=4"))
-    recipe_main(make_cfg(models, shards, out, TOWER, "trainer.max_steps=2", "trainer.ckpt_every=2"))
+    straight_run = tmp_path / "straight"
+    straight = recipe_main(make_cfg(models, shards, straight_run, TOWER, "trainer.max_steps=4", "trainer.ckpt_every=2"))
+    # a run dir that holds only the straight run's step-2 checkpoint, resumed with `latest`
+    shutil.copytree(straight_run / "checkpoints" / "step-000002", out / "checkpoints" / "step-000002")
     resumed = recipe_main(make_cfg(models, shards, out, TOWER, "trainer.max_steps=4", "trainer.resume=latest"))
     assert resumed["learning_check"]["eval_ce"] == pytest.approx(straight["learning_check"]["eval_ce"], rel=1e-5)
     from safetensors.torch import load_file
