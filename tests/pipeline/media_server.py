@@ -51,14 +51,21 @@ def write_signal(path: Path, signal: np.ndarray, sr: int, bitrate: str | None = 
     wav = path.with_suffix(".wav")
     sf.write(wav, signal, sr, subtype="PCM_16")
     ref, _ = sf.read(wav, dtype="float32", always_2d=True)  # [N, C]
-    codec = {".wav": None, ".flac": ["-c:a", "flac"], ".m4a": ["-c:a", "aac", "-b:a", bitrate or "128k"],
-             ".webm": ["-c:a", "libopus", "-b:a", bitrate or "96k"], ".ogg": ["-c:a", "libvorbis"]}[path.suffix]  # fmt: skip
-    if codec is not None:
-        subprocess.run(
-            [find_ffmpeg(), "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), *codec, str(path)], check=True
-        )
+    if path.suffix != ".wav":
+        encode_wav(wav, path, bitrate)
         wav.unlink()
     return ref
+
+
+def encode_wav(wav: Path, path: Path, bitrate: str | None = None) -> Path:
+    """Encode the 16-bit `wav` into `path` by its suffix (.flac, .m4a AAC, .webm Opus, .ogg Vorbis), as write_media
+    does; `bitrate` overrides the lossy default."""
+    codec = {".flac": ["-c:a", "flac"], ".m4a": ["-c:a", "aac", "-b:a", bitrate or "128k"],
+             ".webm": ["-c:a", "libopus", "-b:a", bitrate or "96k"], ".ogg": ["-c:a", "libvorbis"]}[path.suffix]  # fmt: skip
+    subprocess.run(
+        [find_ffmpeg(), "-nostdin", "-loglevel", "error", "-y", "-i", str(wav), *codec, str(path)], check=True
+    )
+    return path
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 
 import tokenizer_pipeline.audio.ffmpeg_binary as fb
-from tests.pipeline.media_server import music_like, write_signal
+from tests.pipeline.media_server import encode_wav, music_like, write_signal
 
 WINDOW_S = 10.0
 STARTS = [0.0, 10.0, 20.0, 30.0, 290.0, 12.345]
@@ -34,16 +34,25 @@ def source_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @cache
-def _source(root: Path, ext: str, rate: int) -> Path:
-    """A SOURCE_S-long file; lossless ones in stereo, lossy ones in mono at a low bitrate (fast to encode)."""
-    path = root / f"{rate}.{ext}"
-    channels = 2 if ext in ("wav", "flac") else 1
+def _master(root: Path, rate: int, channels: int) -> Path:
+    """A SOURCE_S-long 16-bit wav: music where windows fall, silence between (cheap to encode). One per rate and
+    channel count: a wav source is its master, the other containers are encoded from theirs."""
+    path = root / f"master-{rate}-{channels}.wav"
     x = np.zeros((int(SOURCE_S * rate), channels), dtype=np.float32)  # [N, C]
     for i, (a, b) in enumerate(MUSIC_SPANS):
         ia, ib = int(a * rate), int(b * rate)
         x[ia:ib] = music_like((ib - ia) / rate, rate, channels, seed=i)[: ib - ia]  # [n, C]
-    write_signal(path, x, rate, bitrate="48k")
+    sf.write(path, x, rate, subtype="PCM_16")
     return path
+
+
+@cache
+def _source(root: Path, ext: str, rate: int) -> tuple[Path, int]:
+    """(the source file, the rate ffmpeg decodes it at): lossless ones in stereo, lossy ones in mono at a low bitrate
+    (fast to encode)."""
+    master = _master(root, rate, 2 if ext in ("wav", "flac") else 1)
+    path = master if ext == "wav" else encode_wav(master, root / f"{rate}.{ext}", bitrate="48k")
+    return path, fb.probe(path).sample_rate
 
 
 @lru_cache(maxsize=1)
@@ -57,8 +66,7 @@ def _direct_decode(path: Path) -> np.ndarray:
 def test_cut_to_flac_is_sample_exact_for_every_start_rate_and_codec(
     source_dir: Path, tmp_path: Path, ext: str, rate: int, start_s: float
 ) -> None:
-    src = _source(source_dir, ext, rate)
-    sr = fb.probe(src).sample_rate  # the decoded rate: 48 kHz for every Opus source
+    src, sr = _source(source_dir, ext, rate)  # sr: the decoded rate, 48 kHz for every Opus source
     assert sr == (48000 if ext == "webm" else rate)
     out = fb.cut_to_flac(src, tmp_path / "cut.flac", start_s=start_s, duration_s=WINDOW_S)
     y, got_sr = sf.read(out, dtype="float32", always_2d=True)  # [n, C]

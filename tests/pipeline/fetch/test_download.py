@@ -377,34 +377,43 @@ SECTION_CASES = [
 ]
 
 
-def test_sections_fetch_only_the_window_and_cut_it_exactly(tmp_path: Path) -> None:
-    media = tmp_path / "media"
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The two 60-s streams YouTube serves, AAC m4a and Opus webm, by file name: read-only, shared by the section
+    tests (each decodes them itself)."""
+    media = tmp_path_factory.mktemp("streams")
     write_signal(media / "a.m4a", music_like(60.0, SR, 1), SR, bitrate="64k")
     write_signal(media / "o.webm", music_like(60.0, 48000, 1, seed=1), 48000, bitrate="48k")
-    write_media(media / "w.wav", 45.0, SR)  # the 45-s 44.1 kHz wav that failed at [30, 40]
+    return {"a.m4a": media / "a.m4a", "o.webm": media / "o.webm"}
+
+
+def test_sections_fetch_only_the_window_and_cut_it_exactly(tmp_path: Path, streams: dict[str, Path]) -> None:
+    media = streams | {"w.wav": tmp_path / "w.wav"}
+    write_media(media["w.wav"], 45.0, SR)  # the 45-s 44.1 kHz wav that failed at [30, 40]
     csv_path, rows = write_csv_rows(tmp_path / "s.csv", len(SECTION_CASES), [w for _, _, w in SECTION_CASES])
     out = tmp_path / "audio"
     with MediaServer() as srv:
         for (case, name, _), row in zip(SECTION_CASES, rows):
-            srv.serve_file(row["ytid"], media / name, ranges=not case.endswith("no_range"))
+            srv.serve_file(row["ytid"], media[name], ranges=not case.endswith("no_range"))
         cfg = DownloadConfig(csv=str(csv_path), out_dir=str(out), url_template=srv.watch_template, workers=2,
                              retries=0, http_retries=1, socket_timeout_s=10)  # fmt: skip
         res = run_download(cfg, progress=False)
     assert res.counts == {"rows": 5, "fetched": 5, "present": 0, "failed": 0}, res.message
     summary = json.loads((out / "download_summary.json").read_text())
     sent = {case: srv.media_bytes(row["ytid"]) for (case, _, _), row in zip(SECTION_CASES, rows)}
-    size = {case: (media / name).stat().st_size for case, name, _ in SECTION_CASES}
+    size = {case: media[name].stat().st_size for case, name, _ in SECTION_CASES}
     # a section is a part of the stream (11 of 60 s, the index, ffmpeg's 64-KiB requests; the 4-min figure is
     # make bench's download_bytes_per_clip_vs_whole); without Range, the MP4's section fails and the whole
     # stream is fetched (the section try read it once too)
     assert sent["m4a"] < 0.6 * size["m4a"] and sent["webm"] < 0.7 * size["webm"], (sent, size)
     assert sent["wav"] == size["wav"] and sent["m4a_no_range"] >= size["m4a_no_range"], (sent, size)
     assert summary["section_clips"] in (2, 3)  # m4a, webm; webm without Range reads a prefix, a usable section
+    decoded = {name: fb.decode_window(path, mono=False) for name, path in media.items()}  # [C, N], rate
     for (case, name, (a_s, b_s)), row in zip(SECTION_CASES, rows):
         y, sr = sf.read(out / f"{row['ytid']}.flac", dtype="float32", always_2d=True)  # [n, C]
-        full = fb.decode_window(media / name, mono=False)[0].T  # [N, C] the whole source, decoded from its start
+        full = decoded[name][0].T  # [N, C] the whole source, decoded from its start
         a, b = round(a_s * sr), round(b_s * sr)
-        assert sr == fb.probe(media / name).sample_rate and y.shape == (b - a, full.shape[1]), (case, y.shape)
+        assert sr == decoded[name][1] and y.shape == (b - a, full.shape[1]), (case, y.shape)
         # aligned to the sample with a direct decode: equal up to the 16-bit rounding (a section's decoder
         # starts mid-stream, settled within the margin), while one sample off would differ by far more
         np.testing.assert_allclose(y, full[a:b], rtol=0, atol=2 / 32768, err_msg=case)
@@ -421,24 +430,21 @@ def test_a_section_margin_that_is_not_a_finite_number_ge_0_is_refused(tmp_path: 
     assert not (tmp_path / "audio").exists()
 
 
-def test_a_section_without_the_decoders_lead_in_is_not_trusted(tmp_path: Path) -> None:
+def test_a_section_without_the_decoders_lead_in_is_not_trusted(tmp_path: Path, streams: dict[str, Path]) -> None:
     """section_margin_s=0: a section starting at the window has no lead-in for the decoder to settle, and was cut
     as if it had one (392/32768 off on AAC, 6146/32768 on Opus here). It must be exact anyway (the whole stream)."""
-    media = tmp_path / "media"
-    write_signal(media / "a.m4a", music_like(60.0, SR, 1), SR, bitrate="64k")
-    write_signal(media / "o.webm", music_like(60.0, 48000, 1, seed=1), 48000, bitrate="48k")
     cases = [("a.m4a", (20.5, 30.5)), ("o.webm", (30.0, 40.0))]
     csv_path, rows = write_csv_rows(tmp_path / "s.csv", len(cases), [w for _, w in cases])
     out = tmp_path / "audio"
     with MediaServer() as srv:
         for (name, _), row in zip(cases, rows):
-            srv.serve_file(row["ytid"], media / name)
+            srv.serve_file(row["ytid"], streams[name])
         cfg = DownloadConfig(csv=str(csv_path), out_dir=str(out), url_template=srv.watch_template, workers=1,
                              retries=0, http_retries=1, socket_timeout_s=10, section_margin_s=0.0)  # fmt: skip
         res = run_download(cfg, progress=False)
     assert res.counts["fetched"] == len(cases), res.message
     for (name, (a_s, b_s)), row in zip(cases, rows):
         y, sr = sf.read(out / f"{row['ytid']}.flac", dtype="float32", always_2d=True)  # [n, C]
-        full = fb.decode_window(media / name, mono=False)[0].T  # [N, C]
+        full = fb.decode_window(streams[name], mono=False)[0].T  # [N, C]
         a, b = round(a_s * sr), round(b_s * sr)
         np.testing.assert_allclose(y, full[a:b], rtol=0, atol=2 / 32768, err_msg=name)  # the 16-bit rounding
