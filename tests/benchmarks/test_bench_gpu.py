@@ -207,9 +207,11 @@ def test_report_shows_every_failed_section() -> None:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict, str, Path]:
-    """`bench_gpu.py --smoke-cpu --budget-s 0` from an empty directory (no build/demo there or passed), offline."""
+    """`bench_gpu.py --smoke-cpu --budget-s 0` from an empty directory (no build/demo there or passed), offline, on one
+    intra-op thread (with one per core, its small ops spin at OpenMP barriers whenever another process holds a core:
+    3x the CPU time beside one other job)."""
     cwd = tmp_path_factory.mktemp("smoke")
-    env = {**NO_GPU, "HF_HUB_OFFLINE": "1"}
+    env = {**NO_GPU, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     r = subprocess.run(
         [sys.executable, str(REPO / "benchmarks/bench_gpu.py"), "--smoke-cpu", "--budget-s", "0", "--out", "gpu.json"],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,

@@ -1,8 +1,14 @@
-"""One smoke test per benchmark script: each bench_*.py runs end to end, in its own interpreter as run_benchmarks.py
-runs it, at tiny sizes on tiny inputs made here (never build/demo: every run's working directory is a temporary one),
-and the figures it writes are finite numbers. A script whose interface drifts from the packages' fails here the day
-it drifts (bench_generate's copy of the old sampler once met a KV cache it no longer fitted), not the day someone runs
-`make bench`. No timing target is checked here: those live in the benchmarks and docs/benchmarks.md.
+"""One smoke test per benchmark script: each bench_*.py runs end to end as `python benchmarks/SCRIPT ...` (the way
+run_benchmarks.py runs it), at tiny sizes on tiny inputs made here (never build/demo: every run's working directory is
+a temporary one), and the figures it writes are finite numbers. A script whose interface drifts from the packages'
+fails here the day it drifts (bench_generate's copy of the old sampler once met a KV cache it no longer fitted), not
+the day someone runs `make bench`. No timing target is checked here: those live in the benchmarks and
+docs/benchmarks.md.
+
+The script itself runs in this process, set up as the interpreter sets up a script (run_script): what a fresh
+interpreter would add is only the imports of torch, transformers and the packages (4-8 s a script), which this
+process has made already. The processes a script starts (each case of bench_data, bench_memory, bench_pipeline, ...,
+torchrun's ranks) are processes here as in `make bench`.
 
 bench_gpu.py has its own smoke run (--smoke-cpu) in test_bench_gpu.py; caption_scaling.py (`make caption-scaling`)
 fits a codec, pretrains an LLM, encodes, trains and generates in a dozen stages (4-6 min even at its smallest), so its
@@ -11,12 +17,15 @@ end-to-end run is marked slow (`make test-slow`); its logic is tested in test_ca
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
+import runpy
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -34,21 +43,57 @@ _spec.loader.exec_module(run_benchmarks)
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def run_bench(script: str, out: Path, *args: str, timeout: int = 300) -> dict:
-    """`python benchmarks/SCRIPT --out OUT ARGS` from OUT's (temporary) directory, one intra-op thread, no shard-index
-    cache in the user's home; returns the JSON it wrote."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ADAPTER_TRAINER_INDEX_CACHE": ""}
+# what every run sets in the environment (its children inherit it): one intra-op thread, no shard-index cache in the
+# user's home
+SCRIPT_ENV = {"OMP_NUM_THREADS": "1", "ADAPTER_TRAINER_INDEX_CACHE": ""}
+
+
+@contextlib.contextmanager
+def as_a_script(script: Path, argv: Sequence[str], cwd: Path) -> Iterator[None]:
+    """This process set up as `python SCRIPT ARGV` run from `cwd` finds itself, and put back after: sys.argv, the
+    script's directory first on sys.path (its sibling imports), the working directory, SCRIPT_ENV (and torch's one
+    intra-op thread). The sibling modules the script imported are dropped after, so the next script imports them
+    afresh, as a new interpreter would."""
+    import torch
+
+    argv_before, path_before, cwd_before, threads_before = sys.argv[:], sys.path[:], Path.cwd(), torch.get_num_threads()
+    env_before = {k: os.environ.get(k) for k in SCRIPT_ENV}
+    modules_before = set(sys.modules)
+    sys.argv = [str(script), *argv]
+    sys.path.insert(0, str(script.parent))
+    os.chdir(cwd)
+    os.environ.update(SCRIPT_ENV)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = argv_before, path_before
+        os.chdir(cwd_before)
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        torch.set_num_threads(threads_before)
+        for name in set(sys.modules) - modules_before:
+            if Path(getattr(sys.modules[name], "__file__", None) or "/").parent == script.parent:
+                del sys.modules[name]
+
+
+def run_script(script: Path, argv: Sequence[str], cwd: Path) -> None:
+    """`python SCRIPT ARGV` from `cwd` (as_a_script), run as __main__ in this process; fails on a non-zero exit."""
+    with as_a_script(script, argv, cwd):
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as e:
+            assert e.code in (None, 0), f"{script.name} exited {e.code}"
+
+
+def run_bench(script: str, out: Path, *args: str) -> dict:
+    """`python benchmarks/SCRIPT --out OUT ARGS` from OUT's (temporary) directory (run_script); returns the JSON it
+    wrote."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--out", str(out), *args],
-        cwd=out.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    run_script(BENCH / script, ["--out", str(out), *args], out.parent)
     return json.loads(out.read_text())
 
 
@@ -271,14 +316,11 @@ def test_demo_recipe_smoke_run(tiny: dict, tmp_path: Path) -> None:
     `random` one: it also writes its own random-init MusicGen and overrides the preset's tables (the real recipe is the
     preset itself, which every other trainer test runs)."""
     out = tmp_path / "recipe"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "demo_recipe.py"), "--out", str(out), "--shards", str(tiny["shards"]),
-         "--models", str(tiny["models"]["llm"].parent), "--variants", "random", "--seeds", "1", "--steps", "2",
-         "--generate-n", "-1", "--parallel", "1", *trainer_overrides(tiny)[3:], "trainer.eval_every=0"],
-        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "ADAPTER_TRAINER_INDEX_CACHE": ""},
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    # --parallel 2 with its one run: one intra-op thread for it (a lone run, --parallel 1, gets every core)
+    run_script(BENCH / "demo_recipe.py", ["--out", str(out), "--shards", str(tiny["shards"]),
+               "--models", str(tiny["models"]["llm"].parent), "--variants", "random", "--seeds", "1", "--steps", "2",
+               "--generate-n", "-1", "--parallel", "2", *trainer_overrides(tiny)[3:], "trainer.eval_every=0"],
+               tmp_path)  # fmt: skip
     rows = json.loads((out / "results.json").read_text())
     assert [(r["variant"], r["seed"]) for r in rows] == [("random", 1)]
     assert_finite(rows[0], ("eval_ce", "ce_rel_pct", "music_lm_ce", "gain_over_music_lm", "gain_first10"))

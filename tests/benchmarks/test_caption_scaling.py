@@ -94,11 +94,12 @@ def test_a_stage_another_process_still_runs_is_waited_for_and_a_dead_ones_lock_i
     import time
 
     lock = tmp_path / "c960-shards.log.lock"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    # 0.6 s of life is ample: a waiter that did not wait returns at once, one that waited takes >= 0.6 s
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
     lock.write_text(f"{proc.pid}\n")
     t0 = time.time()
     caption_scaling.wait_for_lock(lock, poll_s=0.1)  # returns on the first poll after the process ended
-    assert proc.poll() is not None and time.time() - t0 >= 1.0
+    assert proc.poll() is not None and time.time() - t0 >= 0.5
     lock.write_text(f"{proc.pid}\n")  # that process is gone now
     t0 = time.time()
     caption_scaling.wait_for_lock(lock)
