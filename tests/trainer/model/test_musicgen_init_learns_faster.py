@@ -5,10 +5,12 @@ same chain for train and held-out clips. The tiny MusicGen is pretrained on the 
 pretraining (demo/music_pretrain.py: MusicGen's delay pattern and loss), then frozen; the adapter trains with the
 demo's lr (3e-3, batch 8) from either init, and its held-out CE is read every 10 steps.
 
-Measured (2026-11-27, one thread, x86_64 CPU): MusicGen alone 2.92 nats/code after 300 pretraining steps; the
-`musicgen`-init adapter's held-out CE 6.24 at step 0, 3.41 at step 10, 3.36 at 30; `random` init 7.67, 3.92 at 10,
-3.62 at 40, 3.58 at 80, 3.48 at 100 and 3.42 at 150. So `musicgen` init reaches 3.45 by step 10 where `random` needs
-about 120 steps; the test asks for 3.45 within 20 steps and not within 80, with room for other CPUs' rounding.
+The verdict is an order with a stated gap between the two inits trained in the same test, never a fixed CE: float
+paths differ by CPU and thread count (a fixed 3.45 target once failed on another machine at 3.4526). The music LM is
+pretrained for 400 steps of 8 windows at the demo's lr, so it knows the chain well (held-out 1.02-1.03 nats/code,
+measured 2026-11-28 with 1 and 2 threads); `musicgen` init after 20 steps then sits 1.59-2.25 nats under `random` init
+after 80 (4x the steps) over those runs, and the test asks for MARGIN = 1.0. Were `musicgen` init no faster than
+`random`, its CE after 20 steps would be above random's after 80, and the test fails.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT_V, K, C, T = 1000, 4, 2048, 24
 VOCAB = AudioVocab(TEXT_V, K, C)
-TARGET_CE = 3.45
+MUSIC_LM_KNOWS_THE_CHAIN = 1.5  # nats/code; measured 1.02-1.03; uniform over the 64 codes would be ln 64 = 4.16
+MARGIN = 1.0  # nats/code; the measured gap is 1.59-2.25 (module docstring)
 
 
 def markov_clips(n: int, seed: int, prefix: str) -> list[Clip]:
@@ -67,10 +70,8 @@ def windows(clips: list[Clip], rng: np.random.Generator):
     )
 
 
-def steps_to_reach(
-    music_lm: MusicgenForCausalLM, init: str, train: list[Clip], held, max_steps: int
-) -> tuple[int | None, list[float]]:
-    """Train the adapter from `init`; the first step (a multiple of 10) whose held-out CE is <= TARGET_CE, or None."""
+def held_out_curve(music_lm: MusicgenForCausalLM, init: str, train: list[Clip], held, steps: int) -> list[float]:
+    """Train the adapter from `init` for `steps` steps; its held-out CE (nats/code) at steps 0, 10, ..., `steps`."""
     torch.manual_seed(0)
     lc = tiny_llama_config()
     lc.vocab_size = TEXT_V
@@ -80,34 +81,31 @@ def steps_to_reach(
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.0)
     rng = np.random.default_rng(0)
     curve: list[float] = []
-    for step in range(max_steps + 1):
+    for step in range(steps + 1):
         if step % 10 == 0:
             model.eval()
             with torch.no_grad():
                 out = model.compute_loss(held)
             curve.append(float(out.ce_sum_per_codebook.sum() / out.count_per_codebook.sum()))
             model.train()
-            if curve[-1] <= TARGET_CE:
-                return step, curve
-        if step == max_steps:
-            return None, curve
+        if step == steps:
+            break
         idx = rng.choice(len(train), 8, replace=False)
         loss = model.compute_loss(windows([train[int(i)] for i in idx], rng)).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return None, curve
+    return curve
 
 
-def test_musicgen_init_reaches_the_target_ce_in_far_fewer_steps_than_random() -> None:
+def test_musicgen_init_after_20_steps_is_far_below_random_init_after_80() -> None:
     train, held_clips = markov_clips(256, seed=0, prefix="t"), markov_clips(32, seed=1, prefix="e")
     torch.manual_seed(0)
     music_lm = MusicgenForCausalLM(tiny_musicgen_decoder_config())
-    cfg = MusicPretrainConfig(steps=300, batch_size=16, max_frames=T, lr=1e-2, warmup_steps=10, seed=0)
+    cfg = MusicPretrainConfig(steps=400, batch_size=8, max_frames=T, lr=3e-3, warmup_steps=10, seed=0)
     report = pretrain_music_lm(music_lm, train, cfg, eval_clips=held_clips, progress=False)
-    assert report.eval_ce < 3.2, report  # it knows the chain (uniform over the 64 codes would be ln 64 = 4.16)
+    assert report.eval_ce < MUSIC_LM_KNOWS_THE_CHAIN, report
     held = windows(held_clips, np.random.default_rng(0))
-    fast, fast_curve = steps_to_reach(music_lm, "musicgen", train, held, max_steps=20)
-    slow, slow_curve = steps_to_reach(music_lm, "random", train, held, max_steps=80)
-    assert fast is not None and fast <= 20, fast_curve
-    assert slow is None, slow_curve  # random init: still above the target after 80 steps (4x as many)
+    fast = held_out_curve(music_lm, "musicgen", train, held, steps=20)
+    slow = held_out_curve(music_lm, "random", train, held, steps=80)  # 4x as many steps
+    assert fast[-1] < slow[-1] - MARGIN, (fast, slow)
