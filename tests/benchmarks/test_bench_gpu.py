@@ -16,6 +16,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+pytestmark = pytest.mark.budget(60, reason="the first test builds the --smoke-cpu run every section test reads")
+
 REPO = Path(__file__).resolve().parents[2]
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # hides any GPU of the machine running the tests
 

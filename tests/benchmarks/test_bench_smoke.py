@@ -56,28 +56,21 @@ def as_a_script(script: Path, argv: Sequence[str], cwd: Path) -> Iterator[None]:
     afresh, as a new interpreter would."""
     import torch
 
-    argv_before, path_before, cwd_before, threads_before = sys.argv[:], sys.path[:], Path.cwd(), torch.get_num_threads()
-    env_before = {k: os.environ.get(k) for k in SCRIPT_ENV}
-    modules_before = set(sys.modules)
-    sys.argv = [str(script), *argv]
-    sys.path.insert(0, str(script.parent))
-    os.chdir(cwd)
-    os.environ.update(SCRIPT_ENV)
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        sys.argv, sys.path[:] = argv_before, path_before
-        os.chdir(cwd_before)
-        for k, v in env_before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        torch.set_num_threads(threads_before)
-        for name in set(sys.modules) - modules_before:
-            if Path(getattr(sys.modules[name], "__file__", None) or "/").parent == script.parent:
-                del sys.modules[name]
+    threads_before, modules_before = torch.get_num_threads(), set(sys.modules)
+    with pytest.MonkeyPatch.context() as mp:  # argv, sys.path, cwd and SCRIPT_ENV put back on exit
+        mp.setattr(sys, "argv", [str(script), *argv])
+        mp.syspath_prepend(str(script.parent))
+        mp.chdir(cwd)
+        for k, v in SCRIPT_ENV.items():
+            mp.setenv(k, v)
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads_before)
+            for name in set(sys.modules) - modules_before:
+                if Path(getattr(sys.modules[name], "__file__", None) or "/").parent == script.parent:
+                    del sys.modules[name]
 
 
 def run_script(script: Path, argv: Sequence[str], cwd: Path) -> None:
@@ -176,6 +169,7 @@ def test_bench_train(tiny: dict, tmp_path: Path) -> None:
     assert_finite(row, ("seconds", "s_per_step", "tokens_per_s", "peak_rss_mb"))
 
 
+@pytest.mark.budget(120, reason="the pipeline benchmark end to end: every stage variant over the tiny corpus")
 def test_bench_pipeline(codec: Path, corpus: Path, tmp_path: Path) -> None:
     got = run_bench("bench_pipeline.py", tmp_path / "pipeline.json", "--codec", str(codec), "--corpus", str(corpus),
                     "--clips", "3", "--threads", "1", "--rss-clips", "3", "6", "--zero-cost-clips", "4")  # fmt: skip
@@ -183,6 +177,9 @@ def test_bench_pipeline(codec: Path, corpus: Path, tmp_path: Path) -> None:
                          "decode_workers_speedup_2v1", "pipeline_peak_rss_mb", "first_version_peak_rss_mb"))  # fmt: skip
 
 
+@pytest.mark.budget(
+    90, reason="bench_data twice into one folder (the rerun is the check), each with its child training runs"
+)
 def test_bench_data_runs_twice_into_the_same_directory(tiny: dict, tmp_path: Path) -> None:
     """The second run trains into the first one's output directories: they are emptied, never resumed or refused (the
     trainer refuses a fresh run in a directory that holds checkpoints). The second skips the data-wait run."""
@@ -194,6 +191,7 @@ def test_bench_data_runs_twice_into_the_same_directory(tiny: dict, tmp_path: Pat
     assert {p.name for p in tmp_path.iterdir()} >= {"data_wait_run", "rss_1x", "rss_100x", "demo_shards_x3"}
 
 
+@pytest.mark.budget(60, reason="torchrun with 2 gloo ranks of the tiny demo model")
 def test_bench_ddp(tiny: dict, tmp_path: Path) -> None:
     overrides = [o for o in trainer_overrides(tiny) if not o.startswith("trainer.batch_size")]
     got = run_bench("bench_ddp.py", tmp_path / "ddp.json", "--steps", "2", *overrides)
@@ -214,6 +212,7 @@ def test_bench_realsize_tiny(tmp_path: Path) -> None:
     assert_finite(got["rows"][0], ("peak_rss_gb", "s_per_step", "build_s"))
 
 
+@pytest.mark.budget(60, reason="each memory case runs in its own process")
 def test_bench_memory_tiny(tmp_path: Path) -> None:
     """--dims tiny, the four fp32 cases of the checkpointing ratio (batch 1, 2 x checkpointing off, on at seq 256):
     finite case and fit rows, and the real-size summary keys computed from them are finite too."""
@@ -273,6 +272,7 @@ def test_bench_byo(codec: Path, tmp_path: Path) -> None:
     assert_summary(got, ("byo_pipeline_vs_musiccaps", "byo_audio_s_per_s", "byo_musiccaps_audio_s_per_s"))
 
 
+@pytest.mark.budget(60, reason="HTTP and S3 servers on loopback, each cache bound a training start")
 def test_bench_remote(models: dict[str, Path], tmp_path: Path) -> None:
     """One pass of local, order, lru and whole on moto's S3 (127.0.0.1): a synthetic set of 8 train + 2 eval tars of 2
     clips, so the bound (a quarter of the set) holds 2 tars and evicts; the cache's peak stays within it; with the

@@ -33,6 +33,11 @@ from tokenizer_pipeline.demo.demo_codec import (
 )
 from tokenizer_pipeline.demo.standin_corpus import build_corpus
 
+pytestmark = pytest.mark.budget(
+    60,
+    reason="the first test builds the fitted demo codec: full-size encodec_32khz encodes 6,000 frames for the k-means fit",
+)
+
 CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 N_CLIPS, CLIP_S = 24, 5.0
 

@@ -17,6 +17,8 @@ import torch
 from tests.pipeline.helpers import pipeline_config
 from tokenizer_pipeline.run.pipeline import run_pipeline
 
+pytestmark = pytest.mark.budget(60, reason="torchrun launches of 2 gloo ranks, each rank importing torch and the codec")
+
 
 def _snapshot(d: Path) -> dict[str, bytes]:
     return {

@@ -98,6 +98,9 @@ def held_out_curve(music_lm: MusicgenForCausalLM, init: str, train: list[Clip], 
     return curve
 
 
+@pytest.mark.budget(
+    60, reason="pretrains the music LM (400 steps), then trains the adapter from each init (20 and 80 steps)"
+)
 def test_musicgen_init_after_20_steps_is_far_below_random_init_after_80() -> None:
     train, held_clips = markov_clips(256, seed=0, prefix="t"), markov_clips(32, seed=1, prefix="e")
     torch.manual_seed(0)
