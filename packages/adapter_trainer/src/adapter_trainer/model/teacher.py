@@ -1,0 +1,161 @@
+"""MusicGen as it ships, minus its codec: the teacher every learning check measures the adapter against.
+
+facebook/musicgen-small reads a caption through its own T5 encoder: T5 states -> `enc_to_dec_proj` -> the keys and
+values of every decoder layer's cross-attention (transformers' `MusicgenForConditionalGeneration`). Its "null"
+condition (classifier-free guidance's unconditional branch, audiocraft's condition dropout) is exactly zero
+cross-attention input with mask 0 (`get_unconditional_inputs`).
+
+`load_musicgen_teacher` loads the three parts that read text and codes (the decoder, `T5EncoderModel` from the
+`text_encoder.*` tensors, the projection from `enc_to_dec_proj.*`) and the text tokenizer stored beside them, through
+the same `from_pretrained` paths as `load_musicgen_decoder`. The `audio_encoder` (EnCodec) is never built: this
+process only sees integer codes. `MusicgenTeacher.condition` is the composite model's own text path, tested equal to
+it (tests/trainer/evaluation/test_teacher.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+from transformers import (
+    AutoTokenizer,
+    MusicgenForCausalLM,
+    PreTrainedConfig,
+    PreTrainedTokenizerBase,
+    T5Config,
+    T5EncoderModel,
+)
+from transformers.utils import cached_file
+
+from adapter_trainer.errors import UserError
+from adapter_trainer.model.builders import _check_source, _not_available, _resolve_dtype, load_musicgen_decoder
+
+TEXT_ENCODER_KEY_MAPPING = {r"^text_encoder\.": ""}  # composite key -> T5EncoderModel key
+PROJ_PREFIX = "enc_to_dec_proj."
+
+
+class TeacherUnavailable(UserError, ValueError):
+    """The audio LM checkpoint has no text encoder (a decoder-only checkpoint): the message says what it lacks."""
+
+
+@dataclass
+class MusicgenTeacher:
+    """MusicGen with its own text encoder: decoder + T5 encoder + projection + the T5 tokenizer (no codec)."""
+
+    decoder: MusicgenForCausalLM
+    text_encoder: T5EncoderModel
+    enc_to_dec_proj: nn.Linear | None  # None when T5's width equals the decoder's (transformers then has none)
+    tokenizer: PreTrainedTokenizerBase
+    source: str  # the checkpoint as given (model.audio_lm)
+
+    def to(self, device: torch.device | str) -> MusicgenTeacher:
+        self.decoder.to(device)
+        self.text_encoder.to(device)
+        if self.enc_to_dec_proj is not None:
+            self.enc_to_dec_proj.to(device)
+        return self
+
+    def eval(self) -> MusicgenTeacher:
+        for m in (self.decoder, self.text_encoder, self.enc_to_dec_proj):
+            if m is not None:
+                m.eval()
+        return self
+
+    @torch.no_grad()
+    def condition(self, texts: list[str], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Captions -> (encoder_hidden_states [B, T, d_decoder], encoder_attention_mask [B, T] long), as the composite
+        model feeds its decoder: T5 states, projected, multiplied by the mask. An empty caption is MusicGen's exact
+        null: zero states with mask 0 over every position."""
+        enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(device)
+        mask = enc["attention_mask"] * torch.tensor([bool(t) for t in texts], device=device, dtype=torch.long)[:, None]
+        states = self.text_encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        if self.enc_to_dec_proj is not None:
+            states = self.enc_to_dec_proj(states.to(self.enc_to_dec_proj.weight.dtype))  # [B, T, d_decoder]
+        states = states.to(self.decoder.dtype) * mask[..., None].to(self.decoder.dtype)
+        return states, mask
+
+
+def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> MusicgenTeacher:
+    """The teacher out of a `facebook/musicgen-small`-layout checkpoint (hub id or local directory).
+
+    The T5 encoder runs in float32 whatever `dtype` says (T5 overflows in float16; it runs once per eval caption).
+
+    Raises:
+        TeacherUnavailable: a decoder-only checkpoint, or a composite without text-encoder weights or tokenizer.
+        OSError: the files are not available locally; the message says what to pass.
+    """
+    _check_source("MusicGen", name_or_path)
+    src = str(name_or_path)
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(src)
+    except OSError as e:
+        raise _not_available("MusicGen config", name_or_path, e) from e
+    if config_dict.get("model_type") != "musicgen" or "text_encoder" not in config_dict:
+        raise TeacherUnavailable(
+            f"model.audio_lm={src!r} is a {config_dict.get('model_type')!r} checkpoint without a text encoder, so "
+            f"MusicGen with its own captions cannot be scored; use a facebook/musicgen-small-layout checkpoint "
+            f"(decoder + text_encoder + enc_to_dec_proj) or set trainer.eval_teacher=false"
+        )
+    t5 = dict(config_dict["text_encoder"])
+    t5.pop("model_type", None)
+    decoder = load_musicgen_decoder(src, dtype)
+    try:
+        text_encoder, info = T5EncoderModel.from_pretrained(
+            src,
+            config=T5Config(**t5),
+            dtype=torch.float32,
+            output_loading_info=True,
+            key_mapping=TEXT_ENCODER_KEY_MAPPING,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except OSError as e:
+        raise _not_available("MusicGen text encoder", name_or_path, e) from e
+    missing = sorted(info.get("missing_keys", []))
+    if missing:
+        raise TeacherUnavailable(
+            f"{len(missing)} text-encoder tensors are missing from {src!r} (first: {missing[:4]}); it holds no "
+            f"trained T5 (rebuild the demo models with `make demo-models`, or set trainer.eval_teacher=false)"
+        )
+    d_text, d_dec = text_encoder.config.d_model, decoder.config.hidden_size
+    needs_proj = d_text != d_dec and decoder.config.cross_attention_hidden_size is None
+    proj = _load_projection(src, d_text, d_dec) if needs_proj else None
+    teacher = MusicgenTeacher(decoder, text_encoder, proj, tokenizer, src)
+    decoder.requires_grad_(False)
+    text_encoder.requires_grad_(False)
+    if proj is not None:
+        proj.requires_grad_(False)
+        proj.to(_resolve_dtype(dtype))
+    return teacher.eval()
+
+
+def _load_projection(src: str, d_text: int, d_dec: int) -> nn.Linear:
+    """`enc_to_dec_proj` (Linear(d_text, d_dec), with bias) read from the checkpoint's safetensors (sharded or not)."""
+    files = _weight_files(src)
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        with safe_open(f, framework="pt") as st:
+            for k in st.keys():  # noqa: SIM118 (safe_open is not iterable)
+                if k.startswith(PROJ_PREFIX):
+                    tensors[k[len(PROJ_PREFIX) :]] = st.get_tensor(k)
+    proj = nn.Linear(d_text, d_dec)
+    if set(tensors) != {"weight", "bias"} or tuple(tensors["weight"].shape) != (d_dec, d_text):
+        raise TeacherUnavailable(
+            f"{src!r} holds no enc_to_dec_proj of shape ({d_dec}, {d_text}) (found {sorted(tensors)}); it is not a "
+            f"complete MusicGen text path (set trainer.eval_teacher=false, or rebuild with `make demo-models`)"
+        )
+    proj.load_state_dict({k: v.float() for k, v in tensors.items()})
+    return proj
+
+
+def _weight_files(src: str) -> list[str]:
+    """The checkpoint's safetensors files: the index's shards, else model.safetensors (local dir or hub cache)."""
+    index = cached_file(src, "model.safetensors.index.json", _raise_exceptions_for_missing_entries=False)
+    if index is not None:
+        names = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
+        return [cached_file(src, n) for n in names]
+    return [cached_file(src, "model.safetensors")]
