@@ -147,6 +147,10 @@ class TrainerConfig:
     # true: the learning check also scores the frozen music LM alone (MusicGen, no caption) on the same eval targets,
     # once at setup (delay pattern only: flatten has no MusicGen reading); the adapter's gain over it is in every report
     eval_music_lm: bool = True
+    # true (with eval_music_lm): also score the teacher, MusicGen as it ships reading each caption through its own
+    # text encoder (model.audio_lm's T5 + enc_to_dec_proj; never its codec), with true and deranged captions, once
+    # at setup; the report says by how much the adapter is over or under it
+    eval_teacher: bool = True
     # --- data loading + distributed (see adapter_trainer/data/streaming.py, training/distributed.py)
     num_workers: int = -1  # DataLoader workers per rank building batches; -1 = auto (half the rank's CPUs, 1..8)
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step

@@ -20,7 +20,7 @@ import torch
 
 from adapter_trainer.data.clip_reader import ClipReader
 from adapter_trainer.data.split_index import SplitIndex
-from adapter_trainer.data.streaming import ExampleSpec, caption_ids, eval_example
+from adapter_trainer.data.streaming import ExampleSpec, caption_ids, conditioning_text, eval_example
 from adapter_trainer.data.token_layout import Batch, collate, max_frames, target_frames
 from adapter_trainer.errors import UserError
 from adapter_trainer.evaluation.music_lm_baseline import music_lm_ce_per_target
@@ -94,10 +94,10 @@ class HeldOutEval:
         self.index, self.spec, self.unigram_logp = index, spec, unigram_logp  # unigram_logp: [K, C]
         self.set_spans = set_spans if set_spans is not None else [("all", 0, len(index))]
         self.reader = ClipReader(index)
-        # Captions once, as small int arrays (every derangement needs all of them); codes are read per eval batch.
-        self.captions = [
-            np.asarray(caption_ids(tokenizer, self.reader.read(i), spec), dtype=np.int64) for i in range(len(index))
-        ]
+        # Captions once, as small int arrays (every derangement needs all of them), and their texts (what the
+        # teacher's own tokenizer reads); codes are read per eval batch.
+        self.texts = [conditioning_text(*self.reader.read_text_fields(i), spec.text) for i in range(len(index))]
+        self.captions = [np.asarray(caption_ids(tokenizer, None, spec, text=t), dtype=np.int64) for t in self.texts]
         # Several derangements, averaged: one shuffle alone makes the per-clip gain depend on which caption a clip
         # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
         shuffle_rng = np.random.default_rng([seed, 7])
@@ -105,6 +105,10 @@ class HeldOutEval:
         # Frames of the eval window (eval_example's fixed audio budget): the caption gain by position counts per frame.
         self.n_frames = max_frames(spec.max_seq_len - spec.max_caption_tokens - 2, spec.pattern, spec.vocab.n_codebooks)
         self.music_lm: TargetCE | None = None  # the frozen music LM alone on the same targets (score_music_lm)
+        # MusicGen with its own text encoder on the same targets, true and (averaged) deranged captions (score_teacher)
+        self.teacher_true: TargetCE | None = None
+        self.teacher_shuf: TargetCE | None = None
+        self.teacher_status = "not scored (trainer.eval_teacher=false or the flatten pattern)"
 
     def _true_batch(self, ids: list[int], clips: dict[int, Any], device: torch.device) -> Batch:
         """The eval windows of clips `ids` with their own captions, on `device`."""
@@ -125,16 +129,64 @@ class HeldOutEval:
     ) -> None:
         """Score the frozen music LM alone (a MusicgenForCausalLM, no caption) on exactly the code targets every
         report scores, once: it does not train, so each later report carries the same figures (`self.music_lm`)."""
+        where = {"batch_size": batch_size, "device": device, "autocast": autocast}
+        where |= {"rank": rank, "world_size": world_size, "all_gather": all_gather}
+        self.music_lm = self._music_lm_run(audio_lm, None, None, **where)
+
+    @torch.no_grad()
+    def score_teacher(
+        self,
+        teacher: Any,
+        *,
+        batch_size: int,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        rank: int = 0,
+        world_size: int = 1,
+        all_gather: Callable[[Any], list[Any]] = lambda x: [x],
+    ) -> None:
+        """Score MusicGen as it ships (a model.teacher.MusicgenTeacher: its decoder reading each caption through its
+        own text encoder) on the same code targets, with each clip's own caption and with the same derangements as
+        the adapter's caption gain (averaged), once: `self.teacher_true`, `self.teacher_shuf`."""
+        where = {"batch_size": batch_size, "device": device, "autocast": autocast}
+        where |= {"rank": rank, "world_size": world_size, "all_gather": all_gather}
+        teacher.eval()
+        self.teacher_true = self._music_lm_run(teacher.decoder, teacher.condition, None, **where)
+        self.teacher_shuf = average_runs(
+            [self._music_lm_run(teacher.decoder, teacher.condition, perm, **where) for perm in self.perms]
+        )
+        self.teacher_status = f"MusicGen with its own text encoder ({teacher.source})"
+
+    def _music_lm_run(
+        self,
+        decoder: torch.nn.Module,
+        condition: Callable[[list[str], torch.device], tuple[torch.Tensor, torch.Tensor]] | None,
+        perm: np.ndarray | None,
+        *,
+        batch_size: int,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        rank: int,
+        world_size: int,
+        all_gather: Callable[[Any], list[Any]],
+    ) -> TargetCE:
+        """One pass of MusicGen's decoder over this rank's eval windows, gathered in clip order: unconditional
+        (condition None) or reading clip i's caption (perm None) / clip perm[i]'s (a derangement) via `condition`."""
         if self.spec.pattern != "delay":
             raise ValueError(f"the music LM baseline reads the delay pattern, not {self.spec.pattern!r}")
-        audio_lm.eval()
+        decoder.eval()
         acc = CEAccumulator(self.spec.vocab.n_codebooks)
         mine = np.array_split(np.arange(len(self.index)), world_size)[rank]
         for start in range(0, len(mine), batch_size):
             ids = [int(i) for i in mine[start : start + batch_size]]
             batch = self._true_batch(ids, {i: self.reader.read(i) for i in ids}, device)
+            cond: dict[str, torch.Tensor] = {}
+            if condition is not None:
+                texts = [self.texts[i if perm is None else int(perm[i])] for i in ids]
+                states, mask = condition(texts, device)  # [B, T, d], [B, T]
+                cond = {"encoder_hidden_states": states, "encoder_attention_mask": mask}
             with autocast():
-                ce = music_lm_ce_per_target(audio_lm, batch, self.spec.vocab)  # [B, S, K]
+                ce = music_lm_ce_per_target(decoder, batch, self.spec.vocab, **cond)  # [B, S, K]
             frames = target_frames(batch.tokens, batch.labels, vocab=self.spec.vocab, pattern=self.spec.pattern)
             is_code = frames >= 0  # [B, S, K] the code targets (END targets have no frame)
             acc.add(  # delay: slot k is codebook k, so the last axis is the per-codebook split (no bincount on MPS)
@@ -144,7 +196,7 @@ class HeldOutEval:
                 is_code.sum((1, 2)),
                 per_frame_sums(ce, frames, self.n_frames),
             )
-        self.music_lm = gather_target_ce(acc.result(self.n_frames), mine, len(self.index), all_gather)
+        return gather_target_ce(acc.result(self.n_frames), mine, len(self.index), all_gather)
 
     @torch.no_grad()
     def __call__(
@@ -220,6 +272,8 @@ class HeldOutEval:
             seed=seed,
             n_overlap_clips=n_overlap_clips,
             music_lm=self.music_lm,
+            teacher=(self.teacher_true, self.teacher_shuf) if self.teacher_true is not None else None,
         )
+        report.teacher_status = self.teacher_status
         report.per_shard_set = per_set_figures(final["true"], shuffled, final["uni"], self.set_spans)
         return report

@@ -46,6 +46,9 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
             for k, g in r.gain_over_music_lm_by_position.items()
         }
         or None,
+        # the teacher: MusicGen as it ships, reading each caption through its own text encoder, on the same targets
+        # with true and with the same deranged captions; null when not scored (`teacher` says why)
+        **_teacher_summary(r),
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
         "per_shard_set": r.per_shard_set,
@@ -57,6 +60,53 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
         "train_end_targets": r.train_end_targets,
         "train_counted_from_step": r.train_counted_from_step,
     }
+
+
+def _teacher_summary(r: EvalReport) -> dict[str, Any]:
+    scored = math.isfinite(r.music_lm_text_ce)
+    return {
+        "music_lm_text_ce": r.music_lm_text_ce if scored else None,
+        "music_lm_text_ce_shuffled": r.music_lm_text_ce_shuffled if scored else None,
+        "teacher_caption_gain": r.teacher_caption_gain if scored else None,
+        "teacher_caption_gain_ci95": [r.teacher_caption_gain_lo, r.teacher_caption_gain_hi] if scored else None,
+        "gain_over_teacher": r.gain_over_teacher if scored else None,
+        "gain_over_teacher_ci95": [r.gain_over_teacher_lo, r.gain_over_teacher_hi] if scored else None,
+        "teacher": r.teacher_status or None,
+    }
+
+
+def _ci(gain: float, lo: float, hi: float) -> str:
+    return f"{gain:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def _versus_musicgen_line(r: EvalReport) -> list[str]:
+    """One line: the adapter against MusicGen's null and against MusicGen with its own text encoder (the teacher),
+    and each one's caption-specific gain (true vs deranged captions) with its interval. A gain over a baseline is its
+    CE minus the adapter's: > 0 = the adapter predicts the codes better."""
+    if not r.music_lm_ce_per_codebook and not math.isfinite(r.music_lm_text_ce):
+        return []
+    parts = [
+        f"  vs MusicGen   adapter {r.ce:.4f} (caption gain {_ci(r.caption_gain, r.caption_gain_lo, r.caption_gain_hi)})"
+    ]
+    if r.music_lm_ce_per_codebook:
+        parts.append(
+            f"null {r.music_lm_ce:.4f}: adapter's gain "
+            f"{_ci(r.gain_over_music_lm, r.gain_over_music_lm_lo, r.gain_over_music_lm_hi)}"
+        )
+    if math.isfinite(r.music_lm_text_ce):
+        verdict = (
+            "BEATS the teacher"
+            if r.gain_over_teacher_lo > 0
+            else ("below the teacher" if r.gain_over_teacher_hi < 0 else "level with the teacher (interval spans 0)")
+        )
+        parts.append(
+            f"teacher {r.music_lm_text_ce:.4f} (caption gain "
+            f"{_ci(r.teacher_caption_gain, r.teacher_caption_gain_lo, r.teacher_caption_gain_hi)}): adapter's gain "
+            f"{_ci(r.gain_over_teacher, r.gain_over_teacher_lo, r.gain_over_teacher_hi)}, {verdict}"
+        )
+    else:
+        parts.append(f"teacher {r.teacher_status or 'not scored'}")
+    return [" | ".join(parts)]
 
 
 def _per_set_lines(per_set: dict[str, dict[str, Any]]) -> list[str]:
@@ -148,6 +198,7 @@ def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT
             else []
         ),
         *_music_lm_lines(r),
+        *_versus_musicgen_line(r),
         *_per_set_lines(r.per_shard_set),
         "=" * 72,
     ]

@@ -1,6 +1,8 @@
-"""The frozen music LM alone, on the learning check's own targets: "how much does the adapter add to MusicGen?"
+"""The frozen music LM on the learning check's own targets: "how much does the adapter add to MusicGen?"
 
-MusicGen reads no caption here (unconditional: no encoder states). Each eval row's audio part (AUDIO_START onwards)
+Two readings: MusicGen alone (its null condition: no encoder states, which equals zero cross-attention input with
+mask 0) and MusicGen as it ships, reading the caption through its own T5 encoder and projection (the teacher,
+model/teacher.py: pass `encoder_hidden_states` / `encoder_attention_mask`). Each eval row's audio part (AUDIO_START onwards)
 is what transformers' MusicGen reads at those positions: AUDIO_START -> its decoder-start (BOS) id (position 0, every codebook;
 the same id, 2048, as its pad id in every MusicGen config, which build_delay_pattern_mask writes there),
 AUDIO_PAD -> its pad id (the delay pattern's triangles), code (k, c) in slot k -> c, and AUDIO_END -> its pad id (it
@@ -59,15 +61,27 @@ def music_lm_view(
 
 
 @torch.no_grad()
-def music_lm_ce_per_target(model: MusicgenForCausalLM, batch: Batch, vocab: AudioVocab) -> torch.Tensor:
-    """[B, S, K] MusicGen's CE of each of the batch's code targets (0 where the adapter scores no code)."""
+def music_lm_ce_per_target(
+    model: MusicgenForCausalLM,
+    batch: Batch,
+    vocab: AudioVocab,
+    *,
+    encoder_hidden_states: torch.Tensor | None = None,
+    encoder_attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """[B, S, K] MusicGen's CE of each of the batch's code targets (0 where the adapter scores no code).
+
+    encoder_hidden_states [B, T, d] / encoder_attention_mask [B, T]: each row's caption as the teacher conditions it
+    (`MusicgenTeacher.condition`); None = MusicGen's null condition (no caption)."""
     cfg = model.config
     input_ids, labels, pos = music_lm_view(batch, vocab, bos_id=cfg.bos_token_id, pad_id=cfg.pad_token_id)
     B, A, K = labels.shape
     out = torch.zeros(batch.labels.shape, dtype=torch.float32, device=batch.labels.device)  # [B, S, K]
     if A == 0:
         return out
-    hidden = model.model(input_ids=input_ids).last_hidden_state  # [B, A, d]
+    hidden = model.model(
+        input_ids=input_ids, encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask
+    ).last_hidden_state  # [B, A, d]
     ce = torch.stack(
         [
             torch.nn.functional.cross_entropy(

@@ -94,6 +94,19 @@ class EvalReport:
     gain_over_music_lm_shuffled: float = float("nan")  # music LM CE minus the adapter's with deranged captions,
     # code-weighted over all targets (music_lm_ce - ce_shuffled), not a mean of per-clip means like gain_over_music_lm
     gain_over_music_lm_by_position: dict = field(default_factory=dict)
+    # the teacher: MusicGen as it ships, reading each caption through its own text encoder (model/teacher.py), on the
+    # same code targets with true and with the adapter's deranged captions (averaged); NaN when not scored, and
+    # teacher_status says why. Its caption gain = its shuffled CE - its true CE (per-clip means, bootstrap interval);
+    # gain_over_teacher = its CE - the adapter's (> 0: the adapter predicts better than MusicGen with its own T5)
+    music_lm_text_ce: float = float("nan")
+    music_lm_text_ce_shuffled: float = float("nan")
+    teacher_caption_gain: float = float("nan")
+    teacher_caption_gain_lo: float = float("nan")
+    teacher_caption_gain_hi: float = float("nan")
+    gain_over_teacher: float = float("nan")
+    gain_over_teacher_lo: float = float("nan")
+    gain_over_teacher_hi: float = float("nan")
+    teacher_status: str = ""
     extra: dict = field(default_factory=dict)
     # per entry of data.shards (its path as written): ce, n_clips, n_code_targets, unigram_ce, rel_to_unigram_pct,
     # ce_shuffled, caption_gain; from the same per-clip sums as the overall figures (`per_set_figures`)
@@ -117,6 +130,13 @@ class EvalReport:
             out[f"{prefix}gain_over_music_lm_lo"] = self.gain_over_music_lm_lo
             out[f"{prefix}gain_over_music_lm_hi"] = self.gain_over_music_lm_hi
             out[f"{prefix}gain_over_music_lm_shuffled"] = self.gain_over_music_lm_shuffled
+        if math.isfinite(self.music_lm_text_ce):
+            out[f"{prefix}music_lm_text_ce"] = self.music_lm_text_ce
+            out[f"{prefix}music_lm_text_ce_shuffled"] = self.music_lm_text_ce_shuffled
+            out[f"{prefix}teacher_caption_gain"] = self.teacher_caption_gain
+            out[f"{prefix}gain_over_teacher"] = self.gain_over_teacher
+            out[f"{prefix}gain_over_teacher_lo"] = self.gain_over_teacher_lo
+            out[f"{prefix}gain_over_teacher_hi"] = self.gain_over_teacher_hi
         for key, g in self.caption_gain_by_position.items():
             out[f"{prefix}caption_gain_{key}"] = g["gain"]
             out[f"{prefix}caption_gain_{key}_lo"], out[f"{prefix}caption_gain_{key}_hi"] = g["ci95"]
@@ -144,12 +164,16 @@ def make_report(
     seed: int,
     n_overlap_clips: int = 0,
     music_lm: TargetCE | None = None,
+    teacher: tuple[TargetCE, TargetCE] | None = None,
 ) -> EvalReport:
     """Combine per-target sums into the report. Raises if the runs did not score the same targets.
 
-    music_lm: the frozen music LM alone on the same targets (music_lm_baseline), or None (not scored)."""
+    music_lm: the frozen music LM alone on the same targets (music_lm_baseline), or None (not scored).
+    teacher: (true captions, deranged captions) of MusicGen with its own text encoder, or None (not scored)."""
     others = [("shuffled-caption", model_shuf), ("unigram", unigram)]
-    for name, other in others + ([("music LM", music_lm)] if music_lm is not None else []):
+    others += [("music LM", music_lm)] if music_lm is not None else []
+    others += [("teacher", teacher[0]), ("shuffled teacher", teacher[1])] if teacher is not None else []
+    for name, other in others:
         if not (
             np.array_equal(model_true.count_per_codebook, other.count_per_codebook)
             and np.array_equal(model_true.count_per_example, other.count_per_example)
@@ -202,7 +226,25 @@ def make_report(
     )
     if music_lm is not None:
         _add_music_lm(report, model_true, music_lm, per_clip_true, n_bootstrap, seed)
+    if teacher is not None:
+        _add_teacher(report, *teacher, per_clip_true, n_bootstrap, seed)
     return report
+
+
+def _add_teacher(
+    r: EvalReport, true: TargetCE, shuf: TargetCE, per_clip_adapter: np.ndarray, n_bootstrap: int, seed: int
+) -> None:
+    """The teacher's CE with true and deranged captions, its caption gain and the adapter's gain over it."""
+    r.music_lm_text_ce = safe_div(float(true.sum_per_codebook.sum()), r.n_code_targets)
+    r.music_lm_text_ce_shuffled = safe_div(float(shuf.sum_per_codebook.sum()), r.n_code_targets)
+    per_clip_true = true.sum_per_example / true.count_per_example  # [N]
+    per_clip_shuf = shuf.sum_per_example / shuf.count_per_example  # [N]
+    r.teacher_caption_gain, r.teacher_caption_gain_lo, r.teacher_caption_gain_hi = bootstrap_mean_ci(
+        per_clip_shuf - per_clip_true, n_bootstrap, seed
+    )
+    r.gain_over_teacher, r.gain_over_teacher_lo, r.gain_over_teacher_hi = bootstrap_mean_ci(
+        per_clip_true - per_clip_adapter, n_bootstrap, seed
+    )
 
 
 def _add_music_lm(

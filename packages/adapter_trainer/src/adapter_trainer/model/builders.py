@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +42,25 @@ OFFLINE_HINT = (
 # facebook/musicgen-small stores the decoder as `decoder.model.decoder.*` / `decoder.lm_heads.*` next to
 # `text_encoder.*`, `audio_encoder.*` and `enc_to_dec_proj.*`; MusicgenForCausalLM expects the part after `decoder.`.
 MUSICGEN_DECODER_KEY_MAPPING = {r"^decoder\.": ""}
+MUSICGEN_COMPOSITE_PARTS = ("decoder", "text_encoder", "audio_encoder", "enc_to_dec_proj")
+
+
+@contextmanager
+def composite_part(cls: type, part: str) -> Iterator[None]:
+    """While `cls.from_pretrained` loads one part of a composite MusicGen checkpoint, the other parts' tensors are
+    expected: transformers would list each as UNEXPECTED in a load report (hundreds of lines for musicgen-small's
+    EnCodec). Adds their prefixes to `cls._keys_to_ignore_on_load_unexpected` for the call, restored afterwards."""
+    others = "|".join(p for p in MUSICGEN_COMPOSITE_PARTS if p != part)
+    saved = cls.__dict__.get("_keys_to_ignore_on_load_unexpected", None)
+    inherited = getattr(cls, "_keys_to_ignore_on_load_unexpected", None)
+    cls._keys_to_ignore_on_load_unexpected = {*(inherited or ()), rf"^({others})\."}
+    try:
+        yield
+    finally:
+        if saved is None and "_keys_to_ignore_on_load_unexpected" in cls.__dict__:
+            del cls._keys_to_ignore_on_load_unexpected
+        else:
+            cls._keys_to_ignore_on_load_unexpected = saved
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,13 +294,14 @@ def load_musicgen_decoder(
     try:
         # The mapping only matches keys that start with `decoder.`: a decoder-only checkpoint
         # (`model.decoder.*`, `lm_heads.*`) passes through unchanged.
-        model, info = MusicgenForCausalLM.from_pretrained(
-            str(name_or_path),
-            config=decoder_config,
-            dtype=_resolve_dtype(dtype),
-            output_loading_info=True,
-            key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
-        )
+        with composite_part(MusicgenForCausalLM, "decoder"):
+            model, info = MusicgenForCausalLM.from_pretrained(
+                str(name_or_path),
+                config=decoder_config,
+                dtype=_resolve_dtype(dtype),
+                output_loading_info=True,
+                key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
+            )
     except OSError as e:
         raise _not_available("MusicGen decoder", name_or_path, e) from e
     missing = sorted(info.get("missing_keys", []))

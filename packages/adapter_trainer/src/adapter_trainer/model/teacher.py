@@ -33,7 +33,13 @@ from transformers import (
 from transformers.utils import cached_file
 
 from adapter_trainer.errors import UserError
-from adapter_trainer.model.builders import _check_source, _not_available, _resolve_dtype, load_musicgen_decoder
+from adapter_trainer.model.builders import (
+    _check_source,
+    _not_available,
+    _resolve_dtype,
+    composite_part,
+    load_musicgen_decoder,
+)
 
 TEXT_ENCODER_KEY_MAPPING = {r"^text_encoder\.": ""}  # composite key -> T5EncoderModel key
 PROJ_PREFIX = "enc_to_dec_proj."
@@ -105,14 +111,14 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
     t5.pop("model_type", None)
     decoder = load_musicgen_decoder(src, dtype)
     try:
-        text_encoder, info = T5EncoderModel.from_pretrained(
-            src,
-            config=T5Config(**t5),
-            dtype=torch.float32,
-            output_loading_info=True,
-            key_mapping=TEXT_ENCODER_KEY_MAPPING,
-        )
-        tokenizer = AutoTokenizer.from_pretrained(src)
+        with composite_part(T5EncoderModel, "text_encoder"):
+            text_encoder, info = T5EncoderModel.from_pretrained(
+                src,
+                config=T5Config(**t5),
+                dtype=torch.float32,
+                output_loading_info=True,
+                key_mapping=TEXT_ENCODER_KEY_MAPPING,
+            )
     except OSError as e:
         raise _not_available("MusicGen text encoder", name_or_path, e) from e
     missing = sorted(info.get("missing_keys", []))
@@ -121,6 +127,14 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
             f"{len(missing)} text-encoder tensors are missing from {src!r} (first: {missing[:4]}); it holds no "
             f"trained T5 (rebuild the demo models with `make demo-models`, or set trainer.eval_teacher=false)"
         )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except (OSError, ValueError, TypeError) as e:  # no tokenizer files: transformers raises any of these
+        reason = " ".join(str(e).split())
+        raise TeacherUnavailable(
+            f"{src!r} has no text tokenizer for its T5 ({reason}); copy the checkpoint's tokenizer files next to "
+            f"its config.json (facebook/musicgen-small ships them), or set trainer.eval_teacher=false"
+        ) from e
     d_text, d_dec = text_encoder.config.d_model, decoder.config.hidden_size
     needs_proj = d_text != d_dec and decoder.config.cross_attention_hidden_size is None
     proj = _load_projection(src, d_text, d_dec) if needs_proj else None

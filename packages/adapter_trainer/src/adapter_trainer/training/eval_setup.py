@@ -5,6 +5,7 @@ on the two splits (`check_splits`); at a step, the run's report (`held_out_repor
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 
 import torch
@@ -18,6 +19,8 @@ from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training.checkpoint import TrainingProgress
 from adapter_trainer.training.data_setup import eval_set_spans
 from adapter_trainer.training.distributed import RankInfo
+
+log = logging.getLogger(__name__)
 
 
 def check_splits(cfg: TrainConfig, train_index: SplitIndex, eval_index: SplitIndex, dist: RankInfo) -> tuple[int, int]:
@@ -71,16 +74,28 @@ def build_held_out(
     if cfg.trainer.eval_music_lm and cfg.data.pattern == "delay":
         from adapter_trainer.model.builders import load_musicgen_decoder  # transformers' MusicGen: only when used
 
-        held_out.score_music_lm(
-            load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype).to(device),
-            batch_size=cfg.trainer.batch_size,
-            device=device,
-            autocast=autocast,
-            rank=dist.rank,
-            world_size=dist.world_size,
-            all_gather=dist.all_gather_object,
-        )
+        where = {"batch_size": cfg.trainer.batch_size, "device": device, "autocast": autocast, "rank": dist.rank}
+        where |= {"world_size": dist.world_size, "all_gather": dist.all_gather_object}
+        held_out.score_music_lm(load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype).to(device), **where)
+        if cfg.trainer.eval_teacher:
+            _score_teacher(cfg, held_out, device, where)
     return held_out
+
+
+def _score_teacher(cfg: TrainConfig, held_out: HeldOutEval, device: torch.device, where: dict) -> None:
+    """Score MusicGen with its own text encoder (model/teacher.py), then drop it. A decoder-only checkpoint has no
+    teacher: the report says so (teacher_status) and the run goes on; any other load failure stops the run."""
+    from adapter_trainer.model.teacher import TeacherUnavailable, load_musicgen_teacher
+
+    try:
+        teacher = load_musicgen_teacher(cfg.model.audio_lm, cfg.model.dtype)
+    except TeacherUnavailable as e:
+        held_out.teacher_status = f"not scored: {e}"
+        log.warning("teacher baseline %s", held_out.teacher_status)
+        return
+    except OSError as e:
+        raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
+    held_out.score_teacher(teacher.to(device), **where)
 
 
 def held_out_report(
