@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from transformers import (
     MusicgenDecoderConfig,
     MusicgenForCausalLM,
     PreTrainedConfig,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
@@ -40,6 +43,9 @@ OFFLINE_HINT = (
 # facebook/musicgen-small stores the decoder as `decoder.model.decoder.*` / `decoder.lm_heads.*` next to
 # `text_encoder.*`, `audio_encoder.*` and `enc_to_dec_proj.*`; MusicgenForCausalLM expects the part after `decoder.`.
 MUSICGEN_DECODER_KEY_MAPPING = {r"^decoder\.": ""}
+# the composite's other parts, which the decoder loader reads past on purpose (transformers would otherwise report
+# each of their tensors as UNEXPECTED on every load)
+MUSICGEN_NON_DECODER_KEYS = (r"^text_encoder\.", r"^audio_encoder\.", r"^enc_to_dec_proj\.")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -230,6 +236,24 @@ def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.f
         raise _not_available("LLM", name_or_path, e) from e
 
 
+@contextmanager
+def ignoring_unexpected_keys(model_cls: type[PreTrainedModel], patterns: tuple[str, ...]) -> Iterator[None]:
+    """`model_cls.from_pretrained` inside the block does not report checkpoint tensors matching `patterns` (regexes)
+    as unexpected: transformers' own `_keys_to_ignore_on_load_unexpected`, widened on the class for the block and
+    restored after. Every other unexpected, missing or mismatched tensor is still reported."""
+    own = model_cls.__dict__.get("_keys_to_ignore_on_load_unexpected")
+    had = "_keys_to_ignore_on_load_unexpected" in model_cls.__dict__
+    inherited = getattr(model_cls, "_keys_to_ignore_on_load_unexpected", None)
+    model_cls._keys_to_ignore_on_load_unexpected = [*(inherited or []), *patterns]
+    try:
+        yield
+    finally:
+        if had:
+            model_cls._keys_to_ignore_on_load_unexpected = own
+        else:
+            del model_cls._keys_to_ignore_on_load_unexpected
+
+
 def load_musicgen_decoder_config(name_or_path: str | os.PathLike) -> MusicgenDecoderConfig:
     """The decoder config out of a composite `musicgen` config.json or a decoder-only `musicgen_decoder` one.
 
@@ -273,13 +297,14 @@ def load_musicgen_decoder(
     try:
         # The mapping only matches keys that start with `decoder.`: a decoder-only checkpoint
         # (`model.decoder.*`, `lm_heads.*`) passes through unchanged.
-        model, info = MusicgenForCausalLM.from_pretrained(
-            str(name_or_path),
-            config=decoder_config,
-            dtype=_resolve_dtype(dtype),
-            output_loading_info=True,
-            key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
-        )
+        with ignoring_unexpected_keys(MusicgenForCausalLM, MUSICGEN_NON_DECODER_KEYS):
+            model, info = MusicgenForCausalLM.from_pretrained(
+                str(name_or_path),
+                config=decoder_config,
+                dtype=_resolve_dtype(dtype),
+                output_loading_info=True,
+                key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
+            )
     except OSError as e:
         raise _not_available("MusicGen decoder", name_or_path, e) from e
     missing = sorted(info.get("missing_keys", []))

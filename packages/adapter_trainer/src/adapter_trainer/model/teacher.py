@@ -33,7 +33,13 @@ from transformers import (
 from transformers.utils import cached_file
 
 from adapter_trainer.errors import UserError
-from adapter_trainer.model.builders import _check_source, _not_available, _resolve_dtype, load_musicgen_decoder
+from adapter_trainer.model.builders import (
+    _check_source,
+    _not_available,
+    _resolve_dtype,
+    ignoring_unexpected_keys,
+    load_musicgen_decoder,
+)
 
 TEXT_ENCODER_KEY_MAPPING = {r"^text_encoder\.": ""}  # composite key -> T5EncoderModel key
 PROJ_PREFIX = "enc_to_dec_proj."
@@ -71,13 +77,23 @@ class MusicgenTeacher:
         """Captions -> (encoder_hidden_states [B, T, d_decoder], encoder_attention_mask [B, T] long), as the composite
         model feeds its decoder: T5 states, projected, multiplied by the mask. An empty caption is MusicGen's exact
         null: zero states with mask 0 over every position."""
+        return self.project(*self.encode_text(texts, device))
+
+    @torch.no_grad()
+    def encode_text(self, texts: list[str], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frozen half of `condition`: captions -> (T5 states [B, T, d_text], encoder_attention_mask [B, T] long,
+        0 over every position of an empty caption)."""
         enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(device)
         mask = enc["attention_mask"] * torch.tensor([bool(t) for t in texts], device=device, dtype=torch.long)[:, None]
         states = self.text_encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        return states, mask
+
+    def project(self, states: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The other half: T5 states [B, T, d_text] -> `enc_to_dec_proj` -> times the mask [B, T] -> (states [B, T,
+        d_decoder], mask). Differentiable (the demo MusicGen's pretraining trains the projection through it)."""
         if self.enc_to_dec_proj is not None:
             states = self.enc_to_dec_proj(states.to(self.enc_to_dec_proj.weight.dtype))  # [B, T, d_decoder]
-        states = states.to(self.decoder.dtype) * mask[..., None].to(self.decoder.dtype)
-        return states, mask
+        return states.to(self.decoder.dtype) * mask[..., None].to(self.decoder.dtype), mask
 
 
 def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> MusicgenTeacher:
@@ -105,13 +121,14 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
     t5.pop("model_type", None)
     decoder = load_musicgen_decoder(src, dtype)
     try:
-        text_encoder, info = T5EncoderModel.from_pretrained(
-            src,
-            config=T5Config(**t5),
-            dtype=torch.float32,
-            output_loading_info=True,
-            key_mapping=TEXT_ENCODER_KEY_MAPPING,
-        )
+        with ignoring_unexpected_keys(T5EncoderModel, (r"^enc_to_dec_proj\.", r"^audio_encoder\.")):
+            text_encoder, info = T5EncoderModel.from_pretrained(
+                src,
+                config=T5Config(**t5),
+                dtype=torch.float32,
+                output_loading_info=True,
+                key_mapping=TEXT_ENCODER_KEY_MAPPING,
+            )
         tokenizer = AutoTokenizer.from_pretrained(src)
     except OSError as e:
         raise _not_available("MusicGen text encoder", name_or_path, e) from e
