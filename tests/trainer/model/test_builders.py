@@ -1,4 +1,5 @@
-"""Builders and loaders: demo models load through the real from_pretrained paths; no codec, no T5, no downloads."""
+"""Builders and loaders: demo models load through the real from_pretrained paths; the decoder loader builds no
+codec and no T5; no downloads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import LlamaForCausalLM, MusicgenForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM, MusicgenForCausalLM
 
 from adapter_trainer.demo.models import write_demo_models, write_llm, write_musicgen
 from adapter_trainer.model.builders import (
@@ -21,6 +22,7 @@ from adapter_trainer.model.builders import (
     load_text_tokenizer,
     tiny_musicgen_decoder_config,
 )
+from adapter_trainer.model.teacher import load_musicgen_teacher
 
 CAPTIONS = [
     "The low quality recording features a ballad song that contains sustained strings, mellow piano melody and soft "
@@ -73,8 +75,10 @@ def test_demo_models_deterministic(demo: dict[str, Path], tmp_path: Path) -> Non
     other = write_musicgen(tmp_path / "b", seed=1)
     ref = load_file(str(demo["musicgen"] / "model.safetensors"))
     same, diff = load_file(str(again / "model.safetensors")), load_file(str(other / "model.safetensors"))
-    assert all(torch.equal(ref[k], same[k]) for k in ref)
-    assert any(not torch.equal(ref[k], diff[k]) for k in ref)
+    assert ref.keys() == same.keys() and all(torch.equal(ref[k], same[k]) for k in ref)
+    for part in ("decoder.", "text_encoder.", "enc_to_dec_proj."):  # every part follows the seed
+        assert any(not torch.equal(ref[k], diff[k]) for k in ref if k.startswith(part)), part
+    assert (again / "tokenizer.json").read_bytes() == (demo["musicgen"] / "tokenizer.json").read_bytes()
     assert "random" in (demo["llm"].parent / "README.md").read_text()
     llm_ref = load_file(str(demo["llm"] / "model.safetensors"))
     llm_again = load_file(str(write_llm(tmp_path / "c", seed=0, with_tokenizer=False) / "model.safetensors"))
@@ -85,17 +89,22 @@ def test_musicgen_composite_layout_loads_decoder_only(demo: dict[str, Path]) -> 
     cfg = json.loads((demo["musicgen"] / "config.json").read_text())
     assert cfg["model_type"] == "musicgen"
     assert cfg["audio_encoder"]["model_type"] == "encodec" and cfg["audio_encoder"]["sampling_rate"] == 32000
-    assert cfg["text_encoder"]["model_type"] == "t5"
+    assert cfg["text_encoder"]["model_type"] == "t5" and cfg["text_encoder"]["d_model"] != cfg["decoder"]["hidden_size"]
     saved = load_file(str(demo["musicgen"] / "model.safetensors"))
-    assert saved and all(k.startswith("decoder.") for k in saved)
+    assert {k.split(".")[0] for k in saved} == {"decoder", "text_encoder", "enc_to_dec_proj"}  # no audio_encoder
 
     model = load_musicgen_decoder(demo["musicgen"])
     assert isinstance(model, MusicgenForCausalLM)
     assert model.config.num_codebooks == 4 and model.config.vocab_size == 2048
     state = model.state_dict()
-    assert {f"decoder.{k}" for k in state} == set(saved)
+    assert {f"decoder.{k}" for k in state} == {k for k in saved if k.startswith("decoder.")}
     for k, v in state.items():
         assert torch.equal(v, saved[f"decoder.{k}"]), k
+
+    teacher = load_musicgen_teacher(demo["musicgen"])  # the same folder's text path
+    assert teacher.decoder.config.hidden_size == 64 and teacher.enc_to_dec_proj.weight.shape == (64, 128)
+    assert torch.equal(teacher.enc_to_dec_proj.bias, saved["enc_to_dec_proj.bias"])
+    assert torch.equal(teacher.text_encoder.shared.weight, saved["text_encoder.shared.weight"])
 
 
 def test_musicgen_sharded_and_decoder_only_checkpoints(demo: dict[str, Path], tmp_path: Path) -> None:
@@ -104,6 +113,12 @@ def test_musicgen_sharded_and_decoder_only_checkpoints(demo: dict[str, Path], tm
     assert len(list(sharded.glob("model-*.safetensors"))) > 2 and (sharded / "model.safetensors.index.json").exists()
     got = load_musicgen_decoder(sharded).state_dict()
     assert all(torch.equal(ref[k], got[k]) for k in ref)
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())["weight_map"]
+    assert {k.split(".")[0] for k in index} == {"decoder", "text_encoder", "enc_to_dec_proj"}
+    whole, parts = load_musicgen_teacher(demo["musicgen"]), load_musicgen_teacher(sharded)
+    assert torch.equal(whole.enc_to_dec_proj.weight, parts.enc_to_dec_proj.weight)
+    t5 = parts.text_encoder.state_dict()
+    assert all(torch.equal(v, t5[k]) for k, v in whole.text_encoder.state_dict().items())
 
     dec_only = tmp_path / "decoder_only"
     fresh = MusicgenForCausalLM(tiny_musicgen_decoder_config())
@@ -262,6 +277,13 @@ def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path)
     readme = (tmp_path / "m" / "README.md").read_text()
     assert "Pretrained as a language model on 4 MusicCaps captions (2 rows of the demo corpus excluded" in readme
     assert isinstance(load_llm(paths["llm"]), LlamaForCausalLM)
+    # MusicGen's T5 tokenizer is trained on the same captions: the corpus's own rows are not in its vocabulary
+    assert "trained on the 4 MusicCaps captions the LLM pretrains on" in readme
+    from adapter_trainer.demo.text_encoder import train_t5_tokenizer
+
+    vocab = AutoTokenizer.from_pretrained(paths["musicgen"]).get_vocab()
+    assert vocab == train_t5_tokenizer([c for _, c in PRETRAIN_ROWS[2:]]).get_vocab()
+    assert vocab != train_t5_tokenizer([c for _, c in PRETRAIN_ROWS]).get_vocab()
 
 
 def _config_warnings(filtered: bool) -> str:
@@ -273,10 +295,12 @@ def _config_warnings(filtered: bool) -> str:
         "from transformers import LlamaConfig\n"
         "from adapter_trainer.model import builders\n"
         "from adapter_trainer.demo.models import musicgen_small_layout_config\n"
+        "from adapter_trainer.demo.text_encoder import tiny_t5_encoder_config\n"
         f"if not {filtered}:\n"
         "    log = logging.getLogger('transformers.configuration_utils')\n"
         "    log.filters = [f for f in log.filters if not isinstance(f, builders.MusicgenSpecialIdsFilter)]\n"
-        "cfg = musicgen_small_layout_config(builders.tiny_musicgen_decoder_config().to_dict())\n"
+        "t5 = tiny_t5_encoder_config(100).to_dict()\n"
+        "cfg = musicgen_small_layout_config(builders.tiny_musicgen_decoder_config().to_dict(), t5)\n"
         "assert cfg.decoder.pad_token_id == cfg.decoder.bos_token_id == cfg.decoder.vocab_size == 2048\n"
         "LlamaConfig(vocab_size=77, pad_token_id=99)\n"
     )

@@ -9,14 +9,17 @@ writes
                       tokenizer (converted from llama_models' tiktoken file into tokenizer.json). With
                       --captions-csv it is first pretrained as a language model on the captions whose ytid is not
                       in --exclude-csv (pretrain.py), standing in for a real LLM that knows music words.
-    <out>/musicgen/   the facebook/musicgen-small LAYOUT: composite MusicgenConfig config.json (T5 + EnCodec 32 kHz
-                      sub-configs as plain dicts) and model.safetensors with only `decoder.`-prefixed tensors.
-                      With --shards it is first pretrained as an unconditional music LM on the codes of the set's
-                      train split (music_pretrain.py; shards only, never audio), standing in for musicgen-small.
+    <out>/musicgen/   the facebook/musicgen-small LAYOUT: composite MusicgenConfig config.json (the tiny T5's real
+                      config, the EnCodec 32 kHz sub-config as a plain dict, the decoder), model.safetensors with the
+                      `decoder.*`, `text_encoder.*` and `enc_to_dec_proj.*` tensors (no `audio_encoder.*`), and the
+                      T5-kind tokenizer (text_encoder.py: a Unigram vocabulary trained on the --captions-csv
+                      captions not excluded). With --shards the decoder and the projection are first trained on the
+                      codes and captions of the set's train split, the T5 frozen, with condition dropout
+                      (music_pretrain.py; shards only, never audio), standing in for musicgen-small.
     <out>/README.md
 
-Both load back through `load_llm` / `load_musicgen_decoder`, the path real checkpoints take. Nothing here builds
-a T5 or an EnCodec model: the composite's sub-configs are configuration only.
+They load back through `load_llm` / `load_musicgen_decoder` / `load_musicgen_teacher`, the paths real checkpoints
+take. Nothing here builds an EnCodec model: the composite's audio_encoder sub-config is configuration only.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast, T5Config
 
 from adapter_trainer.data.samples import Clip, load_split
 from adapter_trainer.data.shards import read_manifest
 from adapter_trainer.demo.music_pretrain import MusicPretrainConfig, MusicPretrainReport, pretrain_music_lm
 from adapter_trainer.demo.pretrain import PretrainConfig, PretrainReport, pretrain_on_captions, read_captions
+from adapter_trainer.demo.text_encoder import FALLBACK_TEXTS, build_text_path, composite_state_dict
 from adapter_trainer.file_modes import follow_umask, save_safetensors
 from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_decoder_config
 
@@ -48,9 +52,12 @@ Use them to run the pipeline offline, never to judge audio quality.
 - `llm/`: tiny `LlamaForCausalLM` (hidden {llm_hidden}, {llm_layers} layers) with the real Llama 3 vocabulary
   ({vocab} ids) and the real Llama 3 tokenizer (converted from `llama_models/llama3/tokenizer.model`).
   {llm_training}
-- `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`; weights hold only the
-  `decoder.`-prefixed tensors of a tiny `MusicgenForCausalLM`: {k} codebooks x {c} codes, hidden {mg_hidden},
-  {mg_layers} layers). The T5 and EnCodec sub-configs are configuration only; no weights for them exist here.
+- `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`): a tiny `MusicgenForCausalLM`
+  decoder ({k} codebooks x {c} codes, hidden {mg_hidden}, {mg_layers} layers), its own text encoder, a tiny
+  `T5EncoderModel` (d_model {t5_width}, {t5_layers} layers; random init and frozen, as musicgen-small froze its
+  T5), and `enc_to_dec_proj` ({t5_width} -> {mg_hidden}). The T5 tokenizer is a SentencePiece Unigram vocabulary of
+  {t5_vocab} pieces in T5's conventions (`<pad>` 0, `</s>` 1 closing every text, `<unk>` 2), {t5_vocab_source}
+  (no T5 vocabulary ships offline). No EnCodec weights: the `audio_encoder` sub-config is configuration only.
   {mg_training}
 
 Real runs: `model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small`.
@@ -122,18 +129,9 @@ def build_llama3_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def musicgen_small_layout_config(decoder: dict) -> MusicgenConfig:
-    """Composite config like facebook/musicgen-small's: a tiny T5 and EnCodec 32 kHz sub-configs as plain dicts."""
-    text_encoder = {
-        "model_type": "t5",
-        "vocab_size": 32128,
-        "d_model": 32,
-        "d_kv": 8,
-        "d_ff": 64,
-        "num_layers": 1,
-        "num_heads": 4,
-        "feed_forward_proj": "relu",
-    }
+def musicgen_small_layout_config(decoder: dict, text_encoder: dict) -> MusicgenConfig:
+    """Composite config like facebook/musicgen-small's: the decoder, the text encoder's (a `T5Config.to_dict()`) and
+    EnCodec 32 kHz's sub-config as a plain dict (configuration only: no EnCodec weights are ever written)."""
     audio_encoder = {  # facebook/encodec_32khz as used by musicgen-small (configuration only)
         "model_type": "encodec",
         "sampling_rate": 32000,
@@ -228,33 +226,47 @@ def write_musicgen(
     max_shard_size: str | None = None,
     music: MusicTrainingSet | None = None,
     pretrain: MusicPretrainConfig | None = None,
+    texts: list[str] | None = None,
 ) -> Path:
-    """Tiny MusicGen decoder saved in the facebook/musicgen-small layout into out_dir/musicgen.
+    """Tiny MusicGen with its own text encoder, saved in the facebook/musicgen-small layout into out_dir/musicgen.
 
     Args:
         max_shard_size: e.g. "300KB" to write sharded safetensors with an index (as big checkpoints do).
-        music: pretrain it first, unconditionally, on these train clips (music_pretrain.py); the settings, the data's
-            identity and the losses go to musicgen/demo_pretraining.json. Without, it stays random-init.
+        music: train the decoder and `enc_to_dec_proj` first, on these train clips' codes and captions, the T5
+            frozen (music_pretrain.py); the settings, the data's identity and the losses go to
+            musicgen/demo_pretraining.json. Without, every part stays random-init.
+        texts: what the T5 tokenizer is trained on (the captions the demo LLM pretrains on); None: FALLBACK_TEXTS.
     """
     mg_dir = out_dir / "musicgen"
     mg_dir.mkdir(parents=True, exist_ok=True)
     dec_cfg = tiny_musicgen_decoder_config()
     torch.manual_seed(seed + 1)
     decoder = MusicgenForCausalLM(dec_cfg).eval()
+    teacher = build_text_path(decoder, seed, texts)
+    t5_cfg: T5Config = teacher.text_encoder.config
+    text_record = {
+        "tokenizer": "SentencePiece Unigram (tokenizers' UnigramTrainer), saved as T5Tokenizer",
+        "vocab_size": len(teacher.tokenizer),
+        "trained_on": f"{len(texts)} captions" if texts else f"FALLBACK_TEXTS ({len(FALLBACK_TEXTS)} fixed sentences)",
+        "t5": {k: getattr(t5_cfg, k) for k in ("d_model", "d_kv", "d_ff", "num_layers", "num_heads")},
+        "t5_weights": "random init, frozen",
+    }
     if music is not None:
         cfg = pretrain or MusicPretrainConfig(seed=seed)
-        report = pretrain_music_lm(decoder, music.train, cfg, eval_clips=music.eval, eval_split="eval")
+        report = pretrain_music_lm(decoder, music.train, cfg, teacher=teacher, eval_clips=music.eval, eval_split="eval")
         record = {
             "config": asdict(cfg),
             "report": asdict(report),
             "shards": music.shards,
             "manifest_sha256": music.manifest_sha256,
+            "text_encoder": text_record,
             "torch_threads": 1,
         }
         (mg_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    config = musicgen_small_layout_config(dec_cfg.to_dict())
+    config = musicgen_small_layout_config(dec_cfg.to_dict(), t5_cfg.to_dict())
     config.save_pretrained(mg_dir)
-    state = {f"decoder.{k}": v.detach().contiguous().clone() for k, v in decoder.state_dict().items()}
+    teacher.tokenizer.save_pretrained(mg_dir)
+    state = composite_state_dict(teacher)
     meta = {"format": "pt"}
     if max_shard_size is None:
         save_safetensors(state, mg_dir / "model.safetensors", metadata=meta)
@@ -308,6 +320,7 @@ def write_demo_models(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    captions = None
     if captions_csv is None:
         llm_dir = write_llm(out, seed)
         kind, llm_training = "random init", "Random init: it carries no knowledge."
@@ -325,28 +338,38 @@ def write_demo_models(
             f"trainer freezes it like the real Llama."
         )
     if shards is None:
-        mg_dir = write_musicgen(out, seed)
+        mg_dir = write_musicgen(out, seed, texts=captions)
         mg_training = "Random init: it carries no knowledge."
     else:
         music = read_music_training_set(Path(shards))
         mcfg = music_pretrain or MusicPretrainConfig(seed=seed)
-        mg_dir = write_musicgen(out, seed, music=music, pretrain=mcfg)
+        mg_dir = write_musicgen(out, seed, music=music, pretrain=mcfg, texts=captions)
         mrep = MusicPretrainReport(**json.loads((mg_dir / PRETRAINING_JSON).read_text())["report"])
         held = (
-            f"; on the {mrep.eval_clips} held-out clips it never saw, {mrep.eval_ce:.2f} nats/code"
+            f"; on the {mrep.eval_clips} held-out clips it never saw, {mrep.eval_ce:.2f} nats/code with their own "
+            f"captions, {mrep.eval_ce_null:.2f} with the null condition"
             if mrep.eval_ce is not None
             else ""
         )
         mg_training = (
-            f"Pretrained unconditionally on the codes of the {mrep.n_clips} `{mrep.split}` clips of `{shards}` "
-            f"({mrep.n_frames} frames; the eval split is never trained on), in MusicGen's own delay pattern, "
-            f"{mcfg.steps} steps of {mcfg.batch_size} windows of up to {mcfg.max_frames} frames: loss "
-            f"{mrep.first_loss:.2f} -> {mrep.final_loss:.2f} nats/code{held}. It stands in for musicgen-small's "
-            f"knowledge of music; the trainer freezes it and starts the adapter's audio tables from its own."
+            f"Trained conditionally, as musicgen-small was, on the codes and captions of the {mrep.n_clips} "
+            f"`{mrep.split}` clips of `{shards}` ({mrep.n_frames} frames, {mrep.n_captions} distinct captions; the "
+            f"eval split is never trained on): the decoder and `enc_to_dec_proj` learn, the T5 stays frozen; "
+            f"condition dropout {mcfg.cond_dropout:g} (a dropped row sees MusicGen's null: zero states, mask 0), in "
+            f"MusicGen's own delay pattern, {mcfg.steps} steps of {mcfg.batch_size} windows of up to "
+            f"{mcfg.max_frames} frames: loss {mrep.first_loss:.2f} -> {mrep.final_loss:.2f} nats/code{held}. It "
+            f"stands in for musicgen-small's knowledge of music and its reading of captions; the trainer freezes it "
+            f"and starts the adapter's audio tables from its own."
         )
     if shards is not None:
         kind = "MusicGen pretrained on codes" if captions_csv is None else f"{kind}, MusicGen on codes"
     lc, mc = tiny_llama_config(), tiny_musicgen_decoder_config()
+    t5 = json.loads((mg_dir / "config.json").read_text())["text_encoder"]
+    t5_vocab_source = (
+        f"trained on the {len(captions)} MusicCaps captions the LLM pretrains on (the demo corpus's rows excluded)"
+        if captions
+        else f"trained on {len(FALLBACK_TEXTS)} fixed sentences (`text_encoder.FALLBACK_TEXTS`: no captions given)"
+    )
     (out / "README.md").write_text(
         README.format(
             kind=kind,
@@ -360,6 +383,10 @@ def write_demo_models(
             c=mc.vocab_size,
             mg_hidden=mc.hidden_size,
             mg_layers=mc.num_hidden_layers,
+            t5_width=t5["d_model"],
+            t5_layers=t5["num_layers"],
+            t5_vocab=t5["vocab_size"],
+            t5_vocab_source=t5_vocab_source,
         )
     )
     return {"llm": llm_dir, "musicgen": mg_dir}

@@ -1,15 +1,24 @@
-"""Pretrain the tiny demo MusicGen as an unconditional music LM on the train split of a shard set.
+"""Pretrain the tiny demo MusicGen on the train split of a shard set: conditionally, the way musicgen-small was.
 
 Stands in for what facebook/musicgen-small brings to a real run: a frozen music LM that already knows how music
-continues, whose code tables and heads the adapter starts from (`audio_embed_init/audio_head_init: musicgen`). It
-reads codes from shards only (stage 2 never builds a codec) and only the TRAIN split: the held-out eval clips the
-learning check scores are never trained on.
+continues, whose code tables and heads the adapter starts from (`audio_embed_init/audio_head_init: musicgen`), and
+a teacher that reads captions through its own text encoder. It reads codes and captions from shards only (stage 2
+never builds a codec) and only the TRAIN split: the held-out eval clips the learning check scores are never trained
+on.
+
+Conditional (a `MusicgenTeacher` given, demo/text_encoder.py): each window's clip caption goes through the frozen T5
+encoder, `enc_to_dec_proj` and the mask into every decoder layer's cross-attention, exactly as
+`MusicgenTeacher.condition` computes it (its two halves, `encode_text` and `project`, are what the training step
+calls: T5 once per distinct caption up front, the projection per step, trained with the decoder). Condition dropout
+at audiocraft's rate (`cond_dropout` 0.3): a dropped row gets MusicGen's exact null, zero states with mask 0 over every
+position (transformers' `get_unconditional_inputs`). No word dropout. Without a teacher it trains unconditionally
+(no encoder states), as the demo did before it had a text encoder.
 
 It trains `MusicgenForCausalLM` the way transformers' MusicGen reads its inputs: each window is MusicGen's own delay
 pattern (`build_delay_pattern_mask` over BOS + codes: position 0 is BOS = id C in every codebook, codebook k is
 delayed by k + 1 positions, the triangles before and after are pad = C), inputs are the pattern without its last
 position and labels the pattern without its first; MusicGen's loss ignores labels equal to its pad id, so the
-triangles and the right padding of shorter clips are never targets. No text conditioning (no encoder states).
+triangles and the right padding of shorter clips are never targets.
 
 Deterministic: seeded init, window draws and batch order; one intra-op thread (restored afterwards).
 """
@@ -20,11 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 from transformers import MusicgenForCausalLM
 
 from adapter_trainer.data.samples import Clip
 from adapter_trainer.demo.pretrain import optimizer_step, set_lr
+from adapter_trainer.model.teacher import MusicgenTeacher
 
 
 @dataclass
@@ -35,6 +46,7 @@ class MusicPretrainConfig:
     lr: float = 3e-3  # peak AdamW lr (tiny model)
     warmup_steps: int = 50
     weight_decay: float = 0.01  # >= 2-D weights except the code embeddings
+    cond_dropout: float = 0.3  # conditional runs: share of rows trained on the null condition (audiocraft's rate)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -43,6 +55,10 @@ class MusicPretrainConfig:
                 raise ValueError(
                     f"MusicPretrainConfig.{name}={getattr(self, name)} must be >= 1 (e.g. --music-pretrain-steps 1500)"
                 )
+        if not 0.0 <= self.cond_dropout < 1.0:
+            raise ValueError(
+                f"MusicPretrainConfig.cond_dropout={self.cond_dropout} must be in [0, 1) (audiocraft: 0.3)"
+            )
 
 
 @dataclass
@@ -54,7 +70,10 @@ class MusicPretrainReport:
     final_loss: float  # nats/code, mean of the last 50 steps
     eval_split: str | None  # the held-out split scored after training (never trained on), or None
     eval_clips: int  # its clips (scored from their first frame, windows of max_frames)
-    eval_ce: float | None  # nats/code over every code target of those windows
+    eval_ce: float | None  # nats/code over every code target of those windows (conditional: with their own captions)
+    conditional: bool = False  # trained with the clips' captions through the text encoder (else unconditionally)
+    n_captions: int = 0  # distinct captions of the split trained on (conditional runs)
+    eval_ce_null: float | None = None  # conditional runs: the same targets under MusicGen's null condition
 
 
 def delay_pattern_windows(model: MusicgenForCausalLM, windows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,14 +104,23 @@ def delay_pattern_windows(model: MusicgenForCausalLM, windows: list[np.ndarray])
     return input_ids, labels
 
 
-def music_lm_loss(model: MusicgenForCausalLM, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def music_lm_loss(
+    model: MusicgenForCausalLM,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    encoder_hidden_states: torch.Tensor | None = None,
+    encoder_attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """MusicGen's own training loss (`model(input_ids, labels=labels).loss`: per codebook the mean CE over labels
-    that are not its pad id, averaged over codebooks), computed head by head.
+    that are not its pad id, averaged over codebooks), computed head by head; the condition (projected states
+    [B, T, d], mask [B, T]) goes to every layer's cross-attention, as in transformers' forward.
 
     Equal to transformers' (tested); written out because transformers stacks the K heads' logits and selects each
     codebook back out, whose backward fills a zero [B, K, S, C] tensor per codebook: 30% of a demo step on CPU.
     """
-    hidden = model.model(input_ids=input_ids).last_hidden_state  # [B, S, d]
+    hidden = model.model(
+        input_ids=input_ids, encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask
+    ).last_hidden_state  # [B, S, d]
     target = labels.masked_fill(labels == model.config.pad_token_id, -100)  # [B, S, K]
     per_codebook = [
         torch.nn.functional.cross_entropy(head(hidden).flatten(0, 1), target[..., k].reshape(-1))
@@ -111,16 +139,58 @@ def _windows(clips: list[Clip], max_frames: int, rng: np.random.Generator, *, fi
     return out
 
 
+class CaptionStates:
+    """Each distinct caption's frozen T5 states, computed once with `MusicgenTeacher.encode_text` (64 at a time), so a
+    training step only runs the projection. `batch` pads them back into the [B, T] layout `encode_text` gives a batch
+    (states 0 and mask 0 past a caption's end), a dropped row or an empty caption with mask 0 everywhere."""
+
+    def __init__(self, teacher: MusicgenTeacher, captions: list[str], chunk: int = 64) -> None:
+        self.width = teacher.text_encoder.config.d_model
+        self.states: dict[str, torch.Tensor | None] = {}  # caption -> [n, d_text], None for the null (empty caption)
+        distinct = sorted(set(captions), key=lambda t: (len(t), t))  # similar lengths share a chunk: less padding
+        for i in range(0, len(distinct), chunk):
+            texts = distinct[i : i + chunk]
+            states, mask = teacher.encode_text(texts, "cpu")  # [b, T, d_text], [b, T]
+            for text, row, m in zip(texts, states, mask):
+                n = int(m.sum())
+                self.states[text] = row[:n].clone() if n else None
+
+    def batch(self, captions: list[str], keep: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (T5 states [B, T, d_text], mask [B, T] long) for `MusicgenTeacher.project`; keep=False: the null."""
+        rows = [self.states[c] if k else None for c, k in zip(captions, keep)]
+        T = max((r.shape[0] for r in rows if r is not None), default=1)
+        states = torch.zeros(len(rows), T, self.width)
+        mask = torch.zeros(len(rows), T, dtype=torch.long)
+        for b, r in enumerate(rows):
+            if r is not None:
+                states[b, : r.shape[0]] = r
+                mask[b, : r.shape[0]] = 1
+        return states, mask
+
+
 @torch.no_grad()
-def held_out_ce(model: MusicgenForCausalLM, clips: list[Clip], max_frames: int, batch_size: int = 16) -> float:
-    """MusicGen's CE (nats per code target) on each clip's first window, every code target weighted alike."""
+def held_out_ce(
+    model: MusicgenForCausalLM,
+    clips: list[Clip],
+    max_frames: int,
+    batch_size: int = 16,
+    teacher: MusicgenTeacher | None = None,
+    null: bool = False,
+) -> float:
+    """MusicGen's CE (nats per code target) on each clip's first window, every code target weighted alike.
+
+    With `teacher` (whose decoder is `model`): conditioned by `MusicgenTeacher.condition` on each clip's caption, or
+    on MusicGen's null (null=True); without, no cross-attention input at all."""
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(clips), batch_size):
-        input_ids, labels = delay_pattern_windows(
-            model, _windows(clips[i : i + batch_size], max_frames, None, first=True)
-        )
-        logits = model(input_ids=input_ids).logits  # [B*K, S, C]
+        batch = clips[i : i + batch_size]
+        input_ids, labels = delay_pattern_windows(model, _windows(batch, max_frames, None, first=True))
+        cond = {}
+        if teacher is not None:
+            states, mask = teacher.condition(["" if null else c.caption for c in batch], input_ids.device)
+            cond = {"encoder_hidden_states": states, "encoder_attention_mask": mask}
+        logits = model(input_ids=input_ids, **cond).logits  # [B*K, S, C]
         B, S, K = labels.shape
         logits = logits.reshape(B, K, S, -1).transpose(1, 2)  # [B, S, K, C]
         target = labels.masked_fill(labels == model.config.pad_token_id, -100)  # [B, S, K]
@@ -137,14 +207,21 @@ def pretrain_music_lm(
     train: list[Clip],
     cfg: MusicPretrainConfig,
     *,
+    teacher: MusicgenTeacher | None = None,
     eval_clips: list[Clip] | None = None,
     split: str = "train",
     eval_split: str | None = None,
     progress: bool = True,
 ) -> MusicPretrainReport:
-    """Train `model` in place as an unconditional music LM on `train` (codes [T, K] of 0..C-1); left in eval()."""
+    """Train `model` in place as a music LM on `train` (codes [T, K] of 0..C-1); left in eval().
+
+    With `teacher` (its decoder is `model`): conditioned on each clip's caption, the decoder and the teacher's
+    `enc_to_dec_proj` trained, its T5 frozen; the report then holds the held-out CE with the captions and with the
+    null. Without: unconditionally."""
     if not train:
         raise ValueError(f"no clips in the {split!r} split to pretrain the music LM on")
+    if teacher is not None and teacher.decoder is not model:
+        raise ValueError("the teacher's decoder must be the model being pretrained")
     K, C = model.config.num_codebooks, model.config.vocab_size
     for clip in train:
         if clip.codes.ndim != 2 or clip.codes.shape[1] != K or clip.codes.size == 0:
@@ -154,11 +231,18 @@ def pretrain_music_lm(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # determinism and a fair share of a shared CPU
     try:
-        losses = _train(model, train, cfg, progress)
-        ce = held_out_ce(model, eval_clips, cfg.max_frames) if eval_clips else None
+        losses = _train(model, train, cfg, progress, teacher)
+        ce = held_out_ce(model, eval_clips, cfg.max_frames, teacher=teacher) if eval_clips else None
+        null = (
+            held_out_ce(model, eval_clips, cfg.max_frames, teacher=teacher, null=True)
+            if eval_clips and teacher
+            else None
+        )
     finally:
         torch.set_num_threads(threads)
     model.eval()
+    if teacher is not None:
+        teacher.eval()
     tail = losses[-50:]
     return MusicPretrainReport(
         split=split,
@@ -169,14 +253,30 @@ def pretrain_music_lm(
         eval_split=eval_split if eval_clips else None,
         eval_clips=len(eval_clips or []),
         eval_ce=ce,
+        conditional=teacher is not None,
+        n_captions=len({c.caption for c in train}) if teacher is not None else 0,
+        eval_ce_null=null,
     )
 
 
-def _train(model: MusicgenForCausalLM, train: list[Clip], cfg: MusicPretrainConfig, progress: bool) -> list[float]:
+def _train(
+    model: MusicgenForCausalLM,
+    train: list[Clip],
+    cfg: MusicPretrainConfig,
+    progress: bool,
+    teacher: MusicgenTeacher | None,
+) -> list[float]:
     torch.manual_seed(cfg.seed)
-    model.train()
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed_tokens" not in n]
-    other = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed_tokens" in n]
+    trained = nn.ModuleDict({"decoder": model})  # what the optimizer steps and the grad-norm clip sees
+    captions = None
+    if teacher is not None:
+        teacher.text_encoder.eval()
+        captions = CaptionStates(teacher, [c.caption for c in train])
+        if teacher.enc_to_dec_proj is not None:
+            trained["enc_to_dec_proj"] = teacher.enc_to_dec_proj.requires_grad_(True)
+    trained.train()
+    decay = [p for n, p in trained.named_parameters() if p.ndim >= 2 and "embed_tokens" not in n]
+    other = [p for n, p in trained.named_parameters() if p.ndim < 2 or "embed_tokens" in n]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}],
         lr=cfg.lr,
@@ -185,7 +285,8 @@ def _train(model: MusicgenForCausalLM, train: list[Clip], cfg: MusicPretrainConf
     rng = np.random.default_rng(cfg.seed)
     order, start = rng.permutation(len(train)), 0
     losses: list[float] = []
-    bar = tqdm(range(cfg.steps), desc="pretrain demo MusicGen on train codes", disable=not progress, unit="step")
+    what = "train codes and captions" if teacher is not None else "train codes"
+    bar = tqdm(range(cfg.steps), desc=f"pretrain demo MusicGen on {what}", disable=not progress, unit="step")
     for step in bar:
         set_lr(opt, cfg.lr, step, cfg.warmup_steps, cfg.steps)
         if start + cfg.batch_size > len(train):  # epoch boundary: reshuffle (a split smaller than a batch: all)
@@ -193,6 +294,11 @@ def _train(model: MusicgenForCausalLM, train: list[Clip], cfg: MusicPretrainConf
         batch = [train[int(i)] for i in order[start : start + cfg.batch_size]]
         start += cfg.batch_size
         input_ids, labels = delay_pattern_windows(model, _windows(batch, cfg.max_frames, rng, first=False))
-        losses.append(optimizer_step(music_lm_loss(model, input_ids, labels), model, opt))
+        cond = {}
+        if captions is not None:
+            keep = (rng.random(len(batch)) >= cfg.cond_dropout).tolist()  # False: this row sees the null condition
+            states, mask = teacher.project(*captions.batch([c.caption for c in batch], keep))
+            cond = {"encoder_hidden_states": states, "encoder_attention_mask": mask}
+        losses.append(optimizer_step(music_lm_loss(model, input_ids, labels, **cond), trained, opt))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
     return losses

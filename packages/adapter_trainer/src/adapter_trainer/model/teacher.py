@@ -77,13 +77,23 @@ class MusicgenTeacher:
         """Captions -> (encoder_hidden_states [B, T, d_decoder], encoder_attention_mask [B, T] long), as the composite
         model feeds its decoder: T5 states, projected, multiplied by the mask. An empty caption is MusicGen's exact
         null: zero states with mask 0 over every position."""
+        return self.project(*self.encode_text(texts, device))
+
+    @torch.no_grad()
+    def encode_text(self, texts: list[str], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frozen half of `condition`: captions -> (T5 states [B, T, d_text], encoder_attention_mask [B, T] long,
+        0 over every position of an empty caption)."""
         enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(device)
         mask = enc["attention_mask"] * torch.tensor([bool(t) for t in texts], device=device, dtype=torch.long)[:, None]
         states = self.text_encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        return states, mask
+
+    def project(self, states: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The other half: T5 states [B, T, d_text] -> `enc_to_dec_proj` -> times the mask [B, T] -> (states [B, T,
+        d_decoder], mask). Differentiable (the demo MusicGen's pretraining trains the projection through it)."""
         if self.enc_to_dec_proj is not None:
             states = self.enc_to_dec_proj(states.to(self.enc_to_dec_proj.weight.dtype))  # [B, T, d_decoder]
-        states = states.to(self.decoder.dtype) * mask[..., None].to(self.decoder.dtype)
-        return states, mask
+        return states.to(self.decoder.dtype) * mask[..., None].to(self.decoder.dtype), mask
 
 
 def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> MusicgenTeacher:
