@@ -33,13 +33,13 @@ At init both options give audio logits that ARE `MusicgenForCausalLM`'s uncondit
 The same interface as `MoTAdapterModel` (`hidden_states` / `audio_logits` / `compute_loss`, `forward_step` and
 `decode_step` for the sampler, `trainable_state_dict`): the learning check, training, checkpoints and generation use
 either. Generation keeps the caption's keys/values and every layer's self-attention keys/values of the audio rows in
-`MusicgenRowsCache`, so each decoding step runs one new position per row.
+`MusicgenRowsCache`, so each decoding step runs one new position per row (musicgen_cache: the cache, the caption's
+`CaptionKeys` and `decode_step`'s one-position layer).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,8 +50,9 @@ from transformers import LlamaForCausalLM, MusicgenForCausalLM
 from adapter_trainer.config import CAPTION_INITS, CAPTION_PROJECTIONS, CROSS_ATTENTION
 from adapter_trainer.data.token_layout import AudioVocab, Batch
 from adapter_trainer.model.adapter_params import AdapterParams
-from adapter_trainer.model.kv_cache import MoTKVCache
+from adapter_trainer.model.kv_cache import LayerKV, MoTKVCache
 from adapter_trainer.model.loss import LossOutput, compute_loss
+from adapter_trainer.model.musicgen_cache import CaptionKeys, MusicgenRowsCache, decode_constants, decode_layer
 
 
 def default_caption_layer_map(n_audio_layers: int, n_llm_layers: int) -> list[int]:
@@ -117,53 +118,6 @@ class CaptionCrossAttention(nn.Module):
         if a.out_proj.bias is not None:  # MusicGen's has none: the zeroed values already give 0
             out = out.masked_fill(~keys.present, 0.0)
         return h + self.gate_value().to(h.dtype) * out
-
-
-@dataclass
-class CaptionKeys:
-    """The caption as every MusicGen layer's cross-attention reads it."""
-
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per MusicGen layer, keys and values [B, H, T, hd]
-    # [B, 1, 1, T] bool: the keys each row attends to, its caption rows; a row without any gets every key (SDPA over
-    # an all-False mask can be NaN, and NaN would reach the gradients) over values that are zero, so its output is 0
-    mask: torch.Tensor
-    present: torch.Tensor  # [B, 1, 1] bool: the row has a caption (at least one text row after BOS)
-
-
-@dataclass
-class MusicgenRowsCache:
-    """What generation keeps between steps: the caption's keys/values per MusicGen layer and the audio rows'
-    self-attention keys/values per MusicGen layer.
-
-    The self-attention keys/values live in a `MoTKVCache` (the `llm` tower's): buffers reserved once for the whole
-    clip and written in place, one position per step. transformers' `DynamicCache` would grow by torch.cat, copying
-    the whole past at every step (benchmarks/bench_generate.py measured that cost on the `llm` tower), and
-    `StaticCache` wants a config-sized layout of its own; MoTKVCache also gives `select` for reordering rows.
-    """
-
-    caption: CaptionKeys | None  # None until the prompt (forward_step with an empty cache)
-    audio: MoTKVCache  # per MusicGen layer [B, H, A, hd]; its seq_len is the audio positions so far
-    seq_len: int = 0  # positions seen so far (text + audio, pads included)
-    decode: DecodeConstants | None = None  # decode_step's, made at the prompt
-
-    @classmethod
-    def allocate(cls, max_len: int) -> MusicgenRowsCache:
-        """An empty cache with room for `max_len` audio positions per row (`generate_codes`' `new_cache`)."""
-        return cls(caption=None, audio=MoTKVCache.allocate(max_len))
-
-
-@dataclass
-class DecodeConstants:
-    """What `decode_step` reads instead of calling modules (a module call costs as much as a small matmul on a CPU):
-    taken from the weights once at the prompt, valid while they do not change (generation)."""
-
-    table: torch.Tensor  # [K * (C + 1), d_audio] MusicGen's K embedding tables stacked (C codes + its BOS/pad row)
-    lo: torch.Tensor  # [K] first combined-vocab id of codebook k's codes
-    shift: torch.Tensor  # [K] combined id -> table row for codebook k's codes (id - shift)
-    pad_rows: torch.Tensor  # [K] table row of codebook k's pad id (AUDIO_PAD / AUDIO_END read as pad)
-    heads: torch.Tensor  # [K * (C + 1), d_audio] head k's C code rows then its AUDIO_END row
-    qkv: list[tuple[torch.Tensor, torch.Tensor | None]]  # per MusicGen layer its self-attention's q/k/v stacked [3d, d]
-    gates: list[float]  # g_m per MusicGen layer
 
 
 class MusicgenRowsMoT(AdapterParams):
@@ -415,7 +369,9 @@ class MusicgenRowsMoT(AdapterParams):
             audio_ids = ids.gather(1, pos[..., None].expand(-1, -1, ids.shape[-1]))  # [B, A, K]
             A = audio_ids.shape[1]
             causal = torch.ones(A, A, dtype=torch.bool, device=tokens.device).tril()[None, None]  # [1, 1, A, A]
-            cache = MusicgenRowsCache(caption=caption, audio=audio_cache, decode=self._decode_constants())
+            gates = [float(c.gate_value()) for c in self.caption]  # one host read each, at the prompt
+            constants = decode_constants(self.decoder, self.lm_heads, self.end_head, self.vocab, self.pad_id, gates)
+            cache = MusicgenRowsCache(caption=caption, audio=audio_cache, decode=constants)
             h = self._audio_block(audio_ids, causal, caption, cache.audio)  # [B, A, d_audio]
         else:
             if not bool(is_audio.all()):
@@ -447,35 +403,11 @@ class MusicgenRowsMoT(AdapterParams):
             dec.embed_positions(tokens.transpose(1, 2), past_key_values_length=past)
         h = h + dec.embed_positions.weights[past].to(h.dtype)  # position `past` from AUDIO_START
         for m, layer in enumerate(dec.layers):
-            h = _decode_layer(layer, h, c.qkv[m], cache.audio.layer(m), cache.caption.kv[m], cache.caption, c.gates[m])
+            h = decode_layer(layer, h, c.qkv[m], cache.audio.layer(m), cache.caption.kv[m], cache.caption, c.gates[m])
         cache.audio.advance(1)
         cache.seq_len += 1
         h = F.layer_norm(h[:, 0], h.shape[-1:], dec.layer_norm.weight, dec.layer_norm.bias, dec.layer_norm.eps)
         return F.linear(h, c.heads).view(B, 1, self.n_heads, self.head_size), cache
-
-    def _decode_constants(self) -> DecodeConstants:
-        """decode_step's stacked tables and heads and the gates' values, from the weights as they are now."""
-        V, C, K = self.vocab.text_vocab_size, self.vocab.codebook_size, self.vocab.n_codebooks
-        tables = [e.weight for e in self.decoder.embed_tokens]  # K x [C + 1, d_audio]
-        n = tables[0].shape[0]
-        k = torch.arange(K, device=tables[0].device)
-        with torch.no_grad():
-            code_rows = [  # K x [C + 1, d_audio]
-                torch.cat([head.weight, self.end_head[i, None].to(head.weight.dtype)])
-                for i, head in enumerate(self.lm_heads)
-            ]
-            return DecodeConstants(
-                table=torch.cat(tables),
-                lo=V + k * C,
-                shift=V + k * C - k * n,  # code c of codebook k, id V + kC + c -> row k n + c
-                pad_rows=k * n + self.pad_id,
-                heads=torch.cat(code_rows),
-                qkv=[
-                    _stacked(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                    for layer in self.decoder.layers
-                ],
-                gates=[float(c.gate_value()) for c in self.caption],  # one host read each, at the prompt
-            )
 
     def new_generation_cache(self, max_len: int) -> MusicgenRowsCache:
         """The sampler's empty cache, with room for max_len audio positions per row (the prompt fills it)."""
@@ -504,7 +436,7 @@ def _decoder_layer(
     allowed: torch.Tensor | None,
     caption_kv: tuple[torch.Tensor, torch.Tensor],
     keys: CaptionKeys,
-    past: object | None = None,
+    past: LayerKV | None = None,
 ) -> torch.Tensor:
     """MusicGen decoder layer m on the audio rows h [B, A, d_audio] (transformers' MusicgenDecoderLayer, dropout off:
     frozen), its cross-attention fed the caption. past: the layer's handle of the generation cache (`LayerKV`):
@@ -519,45 +451,6 @@ def _decoder_layer(
     h = h + a.out_proj(attn.transpose(1, 2).reshape(B, A, -1))
     h = caption(h, caption_kv, keys)
     return h + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(h))))
-
-
-def _stacked(*projections: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Linear layers of one input stacked into one weight [sum of outs, d_in] (and bias, None if they have none)."""
-    weight = torch.cat([p.weight for p in projections])
-    bias = torch.cat([p.bias for p in projections]) if projections[0].bias is not None else None
-    return weight, bias
-
-
-def _decode_layer(
-    layer: nn.Module,
-    h: torch.Tensor,
-    qkv: tuple[torch.Tensor, torch.Tensor | None],
-    past: object,
-    caption_kv: tuple[torch.Tensor, torch.Tensor],
-    keys: CaptionKeys,
-    gate: float,
-) -> torch.Tensor:
-    """`_decoder_layer` for one new position per row (h [B, 1, d_audio]), as functional calls on the same weights
-    (no module calls); the self-attention reads every cached position (audio rows have no pads)."""
-    a, c = layer.self_attn, layer.encoder_attn
-    B, _, d = h.shape
-    H, hd = a.num_heads, a.head_dim
-
-    def norm(ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, (d,), ln.weight, ln.bias, ln.eps)
-
-    q, k, v = F.linear(norm(layer.self_attn_layer_norm, h), *qkv).view(B, 3, H, 1, hd).unbind(1)  # [B, H, 1, hd]
-    k, v = past.update(k, v)  # [B, H, A, hd]
-    attn = F.scaled_dot_product_attention(q, k, v)  # [B, H, 1, hd]
-    h = h + F.linear(attn.reshape(B, 1, d), a.out_proj.weight, a.out_proj.bias)
-    q = F.linear(norm(layer.encoder_attn_layer_norm, h), c.q_proj.weight, c.q_proj.bias).view(B, H, 1, hd)
-    out = F.scaled_dot_product_attention(q, *caption_kv, attn_mask=keys.mask)  # [B, H, 1, hd]
-    out = F.linear(out.reshape(B, 1, d), c.out_proj.weight)
-    if c.out_proj.bias is not None:
-        out = (out + c.out_proj.bias).masked_fill(~keys.present, 0.0)
-    h = torch.add(h, out, alpha=gate)
-    x = F.linear(norm(layer.final_layer_norm, h), layer.fc1.weight, layer.fc1.bias)
-    return h + F.linear(layer.activation_fn(x), layer.fc2.weight, layer.fc2.bias)
 
 
 def _audio_positions(audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
