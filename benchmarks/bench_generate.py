@@ -11,14 +11,22 @@ are a checkpoint's when --checkpoint is given, else the fresh init (speed does n
 that samples AUDIO_END early still costs a row of compute in both samplers, and positions = rows x the longest
 row's steps in both). Captions: the first `--batch` clips of data.eval_split.
 
+With --compare-towers it times the sampler on both towers instead (`model.mot.audio_tower=llm` and `musicgen`, each
+built from the same config, models, captions and seeds, fresh init), interleaved run by run:
+
+  generate_musicgen_over_llm         musicgen tower positions/s / llm tower positions/s (best run each), with every
+                                     run's figure in the rows. Target >= 1: the musicgen tower's KV cache keeps a step
+                                     one position of compute, as the llm tower's does.
+
 Usage: python benchmarks/bench_generate.py --out FILE.json [--seconds 5] [--batch 8] [--repeats 2]
-       [--checkpoint DIR] [hydra overrides, e.g. trainer.device=cuda]
+       [--checkpoint DIR] [--compare-towers] [--threads N] [hydra overrides, e.g. trainer.device=cuda]
 Needs the demo artifacts (`make demo-shards demo-models`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import tempfile
@@ -200,9 +208,7 @@ def old_generate_codes(
 
 def main() -> None:
     from adapter_trainer.config import shard_paths
-    from adapter_trainer.data.samples import load_split
     from adapter_trainer.data.shards import open_shard_sets
-    from adapter_trainer.data.streaming import text_of
     from adapter_trainer.model.builders import build_mot_model, load_audio_lm_config
     from adapter_trainer.training.checkpoint import load_checkpoint
     from adapter_trainer.training.device import autocast, resolve_device
@@ -214,8 +220,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per sampler (the best counts)")
     ap.add_argument("--checkpoint", default=None, help="a step-XXXXXX dir whose adapter weights to load")
     ap.add_argument("--experiment", default="demo")
+    ap.add_argument(
+        "--compare-towers", action="store_true", help="time the sampler on audio_tower=llm and musicgen instead"
+    )
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         cfg = to_generate_config(
@@ -224,7 +236,6 @@ def main() -> None:
                 overrides=[f"+experiment={args.experiment}", f"trainer.output_dir={tmp}", *args.overrides],
             )
         )
-    g = cfg.generate
     device = resolve_device(cfg.trainer.device)
     torch.manual_seed(0)
     dec_cfg = load_audio_lm_config(cfg)
@@ -234,33 +245,22 @@ def main() -> None:
         model_codebook_size=dec_cfg.vocab_size,
         audio_lm=cfg.model.audio_lm,
     )
+    if args.compare_towers:
+        if args.checkpoint:
+            raise SystemExit("--compare-towers times fresh models of both towers; drop --checkpoint")
+        compare_towers(args, cfg, device, shard_sets)
+        return
     built = build_mot_model(cfg, device, fp32_trainable=True)  # as generate.py
-    model, vocab = built.model.eval(), built.vocab
+    model = built.model.eval()
     if args.checkpoint:
         model.load_trainable_state_dict(load_checkpoint(Path(args.checkpoint)).adapter)
-    clips = load_split(shard_sets, cfg.data.eval_split, max_clips=args.batch)
-    captions = [
-        list(built.tokenizer(text_of(c, cfg.data.text), add_special_tokens=False)["input_ids"])[
-            : cfg.data.max_caption_tokens
-        ]
-        for c in clips
-    ]
-    if len(captions) < args.batch:
-        raise SystemExit(f"data.eval_split={cfg.data.eval_split!r} has {len(captions)} clips < --batch {args.batch}")
+    captions = eval_captions(cfg, shard_sets, built.tokenizer, args.batch)
     max_frames = max(1, int(round(args.seconds * shard_sets[0].frame_rate)))
-    sampling = SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale)
-    common = dict(
-        vocab=vocab,
-        pattern=cfg.data.pattern,
-        bos_id=built.bos_id,
-        pad_id=built.pad_id,
-        sampling=sampling,
-        row_seeds=[g.seed * 1_000_003 + i for i in range(args.batch)],
-        device=device,
-    )
+    common = sampler_args(cfg, built, args.batch, device)
+    sampling = common["sampling"]
 
     def new(max_frames: int) -> GenerationResult:
-        return generate_codes(model, captions, max_frames=max_frames, new_cache=MoTKVCache.allocate, **common)
+        return generate_codes(model, captions, max_frames=max_frames, new_cache=new_cache(model), **common)
 
     def old(max_frames: int) -> GenerationResult:
         return old_generate_codes(model, captions, max_frames=max_frames, **common)
@@ -298,6 +298,100 @@ def main() -> None:
     Path(args.out).write_text(
         json.dumps({"rows": rows, "summary": {"generate_speedup_vs_concat_cache": speedup}}, indent=2)
     )
+
+
+def new_cache(model):
+    """The model's own empty generation cache (`generate.py` picks it the same way)."""
+    return getattr(model, "new_generation_cache", MoTKVCache.allocate)
+
+
+def eval_captions(cfg, shard_sets, tokenizer, n: int) -> list[list[int]]:
+    """The caption ids (no BOS, truncated to data.max_caption_tokens) of the first n clips of data.eval_split."""
+    from adapter_trainer.data.samples import load_split
+    from adapter_trainer.data.streaming import text_of
+
+    clips = load_split(shard_sets, cfg.data.eval_split, max_clips=n)
+    captions = [
+        list(tokenizer(text_of(c, cfg.data.text), add_special_tokens=False)["input_ids"])[: cfg.data.max_caption_tokens]
+        for c in clips
+    ]
+    if len(captions) < n:
+        raise SystemExit(f"data.eval_split={cfg.data.eval_split!r} has {len(captions)} clips < --batch {n}")
+    return captions
+
+
+def sampler_args(cfg, built, batch: int, device: torch.device) -> dict:
+    """generate_codes' keyword arguments but the captions and max_frames: generate.*'s sampling, one seed per row."""
+    g = cfg.generate
+    return dict(
+        vocab=built.vocab,
+        pattern=cfg.data.pattern,
+        bos_id=built.bos_id,
+        pad_id=built.pad_id,
+        sampling=SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale),
+        row_seeds=[g.seed * 1_000_003 + i for i in range(batch)],
+        device=device,
+    )
+
+
+def compare_towers(args: argparse.Namespace, cfg, device: torch.device, shard_sets: list) -> None:
+    """The sampler on audio_tower=llm and musicgen (fresh init, same captions and seeds), runs interleaved so both
+    towers see the same machine load; writes every run's positions/s and the ratio of the best runs."""
+    from adapter_trainer.model.builders import build_mot_model
+    from adapter_trainer.training.device import autocast
+
+    towers = ("llm", "musicgen")
+    built = {}
+    for tower in towers:
+        tcfg = copy.deepcopy(cfg)
+        tcfg.model.mot.audio_tower = tower
+        torch.manual_seed(0)
+        built[tower] = build_mot_model(tcfg, device, fp32_trainable=True)
+        built[tower].model.eval()
+    captions = eval_captions(cfg, shard_sets, built["llm"].tokenizer, args.batch)
+    max_frames = max(1, int(round(args.seconds * shard_sets[0].frame_rate)))
+
+    def run(tower: str, frames: int) -> GenerationResult:
+        model = built[tower].model
+        common = sampler_args(cfg, built[tower], args.batch, device)
+        return generate_codes(model, captions, max_frames=frames, new_cache=new_cache(model), **common)
+
+    runs: dict[str, list[GenerationResult]] = {t: [] for t in towers}
+    with autocast(cfg.trainer.precision, device):
+        for tower in towers:
+            run(tower, 2)  # warm-up (kernels, allocator), not timed
+        for _ in range(args.repeats):
+            for tower in towers:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                res = run(tower, max_frames)
+                runs[tower].append(res)
+                print(f"bench_generate: tower {tower}: {res.positions_per_s:.1f} positions/s, {res.seconds:.2f} s")
+    rows = []
+    for tower in towers:
+        n_trainable = sum(p.numel() for p in built[tower].model.parameters() if p.requires_grad)
+        top = max(runs[tower], key=lambda r: r.positions_per_s)
+        rows.append(
+            {
+                "sampler": "new",
+                "tower": tower,
+                "device": device.type,
+                "batch": args.batch,
+                "rows": args.batch * (2 if cfg.generate.cfg_scale != 1.0 else 1),
+                "max_frames": max_frames,
+                "steps": top.steps,
+                "seconds": top.seconds,
+                "positions_per_s": top.positions_per_s,
+                "positions_per_s_runs": [r.positions_per_s for r in runs[tower]],
+                "seconds_runs": [r.seconds for r in runs[tower]],
+                "mean_frames": float(np.mean([c.shape[0] for c in top.codes])),
+                "trainable_params": n_trainable,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    ratio = rows[1]["positions_per_s"] / rows[0]["positions_per_s"]
+    print(f"bench_generate: generate_musicgen_over_llm = {ratio:.2f}")
+    Path(args.out).write_text(json.dumps({"rows": rows, "summary": {"generate_musicgen_over_llm": ratio}}, indent=2))
 
 
 if __name__ == "__main__":

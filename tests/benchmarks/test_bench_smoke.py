@@ -261,6 +261,17 @@ def test_bench_generate(tiny: dict, tmp_path: Path) -> None:
         assert_finite(r, ("positions_per_s", "seconds", "mean_frames"))
 
 
+def test_bench_generate_compares_the_towers(tiny: dict, tmp_path: Path) -> None:
+    """--compare-towers: the sampler on audio_tower=llm and musicgen, each run's figure and the ratio."""
+    got = run_bench("bench_generate.py", tmp_path / "towers.json", "--seconds", "0.2", "--batch", "2",
+                    "--repeats", "2", "--threads", "1", "--compare-towers", *trainer_overrides(tiny))  # fmt: skip
+    assert_summary(got, ("generate_musicgen_over_llm",))
+    assert [r["tower"] for r in got["rows"]] == ["llm", "musicgen"]
+    for r in got["rows"]:
+        assert_finite(r, ("positions_per_s", "seconds", "mean_frames"))
+        assert len(r["positions_per_s_runs"]) == 2 and r["threads"] == 1
+
+
 def test_bench_mixture(tmp_path: Path) -> None:
     got = run_bench("bench_mixture.py", tmp_path / "mixture.json", "--draws", "1000")
     assert_summary(got, ("mixture_weight_error",))

@@ -32,6 +32,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
 AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.model.mot)
 AUDIO_TOWERS = ("llm", "musicgen")  # model.mot.audio_tower: whose layers the audio rows run (model.builders.mot_model)
+# audio_tower=musicgen's caption path (adapter_trainer.model.musicgen_rows): its init, its projections, MusicGen's
+# cross-attention trained or frozen
+CAPTION_INITS = ("zero_proj", "zero_gate")
+CAPTION_PROJECTIONS = ("per_layer", "shared")
+CROSS_ATTENTION = ("train", "freeze")
 
 
 class ConfigError(UserError, ValueError):
@@ -100,6 +105,15 @@ class MoTSchema:
     # musicgen: audio rows run MusicGen's own decoder layers (its attention, norms, positions, FFNs, heads), reading
     # the caption through a zero-gated cross-attention per MusicGen layer (layer_map: MusicGen layer -> Llama layer)
     audio_tower: str = "llm"
+    # audio_tower=musicgen only (refused with llm unless at their defaults):
+    # zero_proj: the caption projection starts at 0 behind an open gate (a plain scalar, 1.0), so the path is exactly 0
+    # at init yet learns from step 0; zero_gate: a normal-init projection behind tanh(gate), gate 0 (the first version)
+    caption_init: str = "zero_proj"
+    # per_layer: a norm + projection per MusicGen layer, of Llama layer layer_map[m]; shared: one norm + projection of
+    # Llama layer caption_layer feeds every MusicGen layer's cross-attention (musicgen-small's enc_to_dec_proj)
+    caption_projection: str = "per_layer"
+    caption_layer: int = -1  # shared only: the Llama layer read (-1 = the last, after the Llama's final norm)
+    cross_attention: str = "train"  # train: MusicGen's cross-attention trains (lr x pretrained_copy_lr_scale) | freeze
 
 
 @dataclass
@@ -270,6 +284,9 @@ def validate_config(cfg: TrainConfig) -> None:
     _check_choice("model.mot.audio_head_init", cfg.model.mot.audio_head_init, EMBED_INITS)
     _check_choice("model.mot.audio_attention", cfg.model.mot.audio_attention, AUDIO_ATTENTION)
     _check_choice("model.mot.audio_tower", cfg.model.mot.audio_tower, AUDIO_TOWERS)
+    _check_choice("model.mot.caption_init", cfg.model.mot.caption_init, CAPTION_INITS)
+    _check_choice("model.mot.caption_projection", cfg.model.mot.caption_projection, CAPTION_PROJECTIONS)
+    _check_choice("model.mot.cross_attention", cfg.model.mot.cross_attention, CROSS_ATTENTION)
     _check_musicgen_tower(cfg)
     if (cfg.model.mot.lora_rank > 0) != (cfg.model.mot.audio_attention == "lora"):
         raise ConfigError(
@@ -387,12 +404,38 @@ def config_to_yaml(cfg: TrainConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True)
 
 
+# model.mot's keys of the musicgen tower's caption path and their defaults (what the llm tower requires them to be)
+MUSICGEN_TOWER_DEFAULTS = {
+    "caption_init": "zero_proj",
+    "caption_projection": "per_layer",
+    "caption_layer": -1,
+    "cross_attention": "train",
+}
+
+
 def _check_musicgen_tower(cfg: TrainConfig) -> None:
     """audio_tower=musicgen runs MusicGen's own attention, tables and heads: the llm tower's knobs must stay at their
-    defaults, and the pattern is MusicGen's delay."""
+    defaults, and the pattern is MusicGen's delay; its caption-path keys agree with each other, and the llm tower leaves
+    them at their defaults."""
     mot = cfg.model.mot
     if mot.audio_tower != "musicgen":
+        own = [f"model.mot.{k}={getattr(mot, k)}" for k, v in MUSICGEN_TOWER_DEFAULTS.items() if getattr(mot, k) != v]
+        if own:
+            raise ConfigError(
+                f"{', '.join(own)} belong to model.mot.audio_tower=musicgen's caption path: set "
+                f"model.mot.audio_tower=musicgen, or drop them for audio_tower={mot.audio_tower}"
+            )
         return
+    if mot.caption_projection == "shared" and mot.layer_map is not None:
+        raise ConfigError(
+            "model.mot.layer_map lists a Llama layer per MusicGen layer, but model.mot.caption_projection=shared reads "
+            "one (model.mot.caption_layer): drop model.mot.layer_map or set model.mot.caption_projection=per_layer"
+        )
+    if mot.caption_projection != "shared" and mot.caption_layer != -1:
+        raise ConfigError(
+            f"model.mot.caption_layer={mot.caption_layer} applies to model.mot.caption_projection=shared only "
+            f"(per_layer reads model.mot.layer_map): set model.mot.caption_projection=shared or drop caption_layer"
+        )
     off = {
         "data.pattern": (cfg.data.pattern, "delay"),
         "model.mot.audio_attention": (mot.audio_attention, "shared"),

@@ -161,10 +161,19 @@ def adapter_train_config(
             llm=str(llm or base["llm"]["name_or_path"]),
             audio_lm=str(audio_lm or base["audio_lm"]["name_or_path"]),
             dtype=acfg["precision"]["frozen_dtype"],
-            mot=MoTSchema(**acfg["model"]["mot"]),
+            mot=MoTSchema(**_mot_of(acfg)),
         ),
         trainer=TrainerConfig(device=device, precision=acfg["precision"]["train"], output_dir="outputs"),
     )
+
+
+def _mot_of(acfg: dict[str, Any]) -> dict[str, Any]:
+    """adapter_config.json's model.mot; a musicgen-tower folder exported before caption_init existed trained
+    zero_gate (tanh-gated) caption paths, and says so by leaving the key out."""
+    mot = dict(acfg["model"]["mot"])
+    if mot.get("audio_tower") == "musicgen":
+        mot.setdefault("caption_init", "zero_gate")
+    return mot
 
 
 def check_towers(acfg: dict[str, Any], folder: Path, cfg: TrainConfig, *, check_weights: bool = True) -> None:

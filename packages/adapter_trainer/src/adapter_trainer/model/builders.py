@@ -380,9 +380,19 @@ def mot_model(
     llm: LlamaForCausalLM, audio_lm: MusicgenForCausalLM, vocab: AudioVocab, pattern: str, cfg: MoTConfig
 ) -> MoTAdapterModel | MusicgenRowsMoT:
     """The adapter of `cfg.audio_tower`: `llm` (audio rows ride the Llama's layers with MusicGen's FFNs) or `musicgen`
-    (audio rows run MusicGen's own layers and read the caption through zero-gated cross-attention)."""
+    (audio rows run MusicGen's own layers and read the caption through their cross-attention)."""
     if cfg.audio_tower == "musicgen":
-        return MusicgenRowsMoT(llm, audio_lm, vocab, pattern, cfg.layer_map)
+        return MusicgenRowsMoT(
+            llm,
+            audio_lm,
+            vocab,
+            pattern,
+            cfg.layer_map,
+            caption_init=cfg.caption_init,
+            caption_projection=cfg.caption_projection,
+            caption_layer=cfg.caption_layer,
+            cross_attention=cfg.cross_attention,
+        )
     return MoTAdapterModel(llm, audio_lm, vocab, pattern, cfg)
 
 

@@ -63,6 +63,11 @@ class MoTConfig:
     # llm: audio rows ride the Llama's layers (this module); musicgen: they run MusicGen's own decoder layers and read
     # the caption through zero-gated cross-attention (musicgen_rows.MusicgenRowsMoT); builders.mot_model picks
     audio_tower: Literal["llm", "musicgen"] = "llm"
+    # audio_tower=musicgen's caption path (musicgen_rows; config.MoTSchema says what each value does)
+    caption_init: Literal["zero_proj", "zero_gate"] = "zero_proj"
+    caption_projection: Literal["per_layer", "shared"] = "per_layer"
+    caption_layer: int = -1  # shared: the Llama layer read (-1 = the last, after the final norm)
+    cross_attention: Literal["train", "freeze"] = "train"
 
 
 def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:

@@ -1,34 +1,45 @@
 """The `model.mot.audio_tower=musicgen` variant: audio rows run MusicGen's own decoder, text rows the frozen Llama, and
-the caption reaches the audio through a zero-gated cross-attention per MusicGen layer.
+the caption reaches the audio through MusicGen's own cross-attention in every MusicGen layer.
 
     text rows  (BOS caption):   Llama (frozen, all L layers) ─ hidden states after each layer ℓ ──────────────┐
     audio rows (AUDIO_START…):  MusicGen's K tables summed + sinusoidal positions (from 0 at AUDIO_START)     │
                                 for m in 0..M-1, MusicGen decoder layer m (frozen unless named):               │
                                   self-attention over the audio rows (its norm and q/k/v/o, causal)           │
-                                  + tanh(gate_m) · cross-attention(its encoder_attn_layer_norm, its q/k/v/o) ◄┘
-                                        to RMSNorm_m → Linear(d_llm → d_audio)_m of Llama layer ℓ(m)'s caption rows
+                                  + g_m · cross-attention (its encoder_attn_layer_norm and q/k/v/o) ◄─────────┘
+                                        keys/values from RMSNorm → Linear(d_llm → d_audio) of the caption rows
                                   + its FFN block
                                 MusicGen's final LayerNorm ─ its K lm_heads (codes) + an AUDIO_END logit per head
 
-At init every gate is 0, so the audio logits ARE `MusicgenForCausalLM`'s unconditional logits on the same codes
-(tested to fp32 tolerance) and the text rows are the Llama's: the adapter starts where MusicGen is and only adds the
-caption. MusicGen's cross-attention is its T5 slot (musicgen-small conditions every layer on projected T5 states,
-`enc_to_dec_proj`; M2UGen feeds it an LLM's states the same way); here each layer m reads the Llama's caption states
-after layer ℓ(m) (`layer_map`, evenly spaced by default: 24 MusicGen layers over 16 Llama layers).
+Options (`model.mot.*`, config.MoTSchema):
+    caption_init        zero_proj (default): the projection starts at 0 and g_m is a plain scalar starting at 1, so
+                        the cross-attention reads all-zero states (v = 0: its output is exactly 0) while the
+                        projection gets gradient from the first step. zero_gate: g_m = tanh(gate_m), gate_m = 0 and a
+                        normal-init projection (the first version; AdamW moves the gate ~lr per step).
+    caption_projection  per_layer (default): MusicGen layer m has its own norm and projection of Llama layer ℓ(m)'s
+                        caption states (`layer_map`, evenly spaced: 24 MusicGen layers over 16 Llama layers). shared:
+                        one norm and projection of Llama layer `caption_layer` (-1: the last, after the Llama's final
+                        norm) feed all M cross-attentions, as musicgen-small's `enc_to_dec_proj` feeds all 24 from T5.
+    cross_attention     train (default): MusicGen's cross-attention (encoder_attn, its norm) trains in place, at
+                        lr x optimizer.pretrained_copy_lr_scale; freeze: it stays frozen and only the caption norm,
+                        projection, gates and the AUDIO_END head train.
 
-Trains: per MusicGen layer the caption norm, projection and gate, MusicGen's cross-attention (its norm and q/k/v/o,
-in place: the unconditional MusicGen never used them), and the AUDIO_END head. Frozen: both towers otherwise (MusicGen's
-tables, self-attention, FFNs, final norm and heads). Only the delay pattern (MusicGen's own layout).
+Keys come from the CAPTION rows only, the text rows after BOS (BOS is a caption-independent attention sink for the
+Llama), so an empty caption (BOS alone: what caption dropout trains and classifier-free guidance's unconditional rows
+are) has no keys and its cross-attention output is exactly 0: MusicGen's own null condition (transformers'
+`get_unconditional_inputs`: zero states, mask 0; audiocraft's condition dropout), whatever the projection learnt.
+At init both options give audio logits that ARE `MusicgenForCausalLM`'s unconditional logits on the same codes
+(tested to fp32 tolerance) and text rows that are the Llama's. `caption_scale()` tracks how far the path has opened.
 
-The same interface as `MoTAdapterModel` (`hidden_states` / `audio_logits` / `compute_loss`, `forward_step` for the
-sampler, `trainable_state_dict`): the learning check, training, checkpoints and generation use either. Generation
-keeps the caption's keys/values and the audio ids in `MusicgenRowsCache` and reruns MusicGen's layers over the audio
-rows at each step (no self-attention KV cache yet: O(A^2) per step, fine at demo size).
+The same interface as `MoTAdapterModel` (`hidden_states` / `audio_logits` / `compute_loss`, `forward_step` and
+`decode_step` for the sampler, `trainable_state_dict`): the learning check, training, checkpoints and generation use
+either. Generation keeps the caption's keys/values and every layer's self-attention keys/values of the audio rows in
+`MusicgenRowsCache`, so each decoding step runs one new position per row (musicgen_cache: the cache, the caption's
+`CaptionKeys` and `decode_step`'s one-position layer).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +47,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
+from adapter_trainer.config import CAPTION_INITS, CAPTION_PROJECTIONS, CROSS_ATTENTION
 from adapter_trainer.data.token_layout import AudioVocab, Batch
 from adapter_trainer.model.adapter_params import AdapterParams
+from adapter_trainer.model.kv_cache import LayerKV, MoTKVCache
 from adapter_trainer.model.loss import LossOutput, compute_loss
+from adapter_trainer.model.musicgen_cache import CaptionKeys, MusicgenRowsCache, decode_constants, decode_layer
 
 
 def default_caption_layer_map(n_audio_layers: int, n_llm_layers: int) -> list[int]:
@@ -48,55 +62,70 @@ def default_caption_layer_map(n_audio_layers: int, n_llm_layers: int) -> list[in
     return [round(m * (n_llm_layers - 1) / (n_audio_layers - 1)) for m in range(n_audio_layers)]
 
 
+def new_projection(d_llm: int, d_audio: int, eps: float, zero: bool, ref: torch.Tensor) -> tuple[nn.RMSNorm, nn.Linear]:
+    """The caption path's RMSNorm(d_llm) and Linear(d_llm -> d_audio, no bias): zero, or normal with std d_llm^-0.5
+    (unit-variance outputs for unit-RMS inputs)."""
+    norm = nn.RMSNorm(d_llm, eps=eps, device=ref.device, dtype=ref.dtype)
+    proj = nn.Linear(d_llm, d_audio, bias=False, device=ref.device, dtype=ref.dtype)
+    if zero:
+        nn.init.zeros_(proj.weight)
+    else:
+        nn.init.normal_(proj.weight, std=d_llm**-0.5)
+    return norm, proj
+
+
+def projection_rms(norm: nn.RMSNorm, proj: nn.Linear) -> torch.Tensor:
+    """[] the RMS of proj(norm(x)) for x of i.i.d. unit-variance components: ||W diag(w)||_F / sqrt(d_audio)."""
+    W = proj.weight.detach().float() * norm.weight.detach().float()[None, :]  # [d_audio, d_llm]
+    return W.norm() / math.sqrt(W.shape[0])
+
+
 class CaptionCrossAttention(nn.Module):
-    """One MusicGen layer's caption path: the Llama's caption states -> RMSNorm -> Linear(d_llm, d_audio) -> keys and
-    values of MusicGen's own cross-attention; its output enters the audio rows through tanh(gate), 0 at init."""
+    """MusicGen layer m's caption path: its own cross-attention (encoder_attn, trained in place or frozen) reading the
+    projected caption states, added to the audio rows times g_m (tanh(gate) with caption_init=zero_gate, else the
+    gate itself). With per_layer projections it owns the norm and projection (`norm`, `proj`) too."""
 
-    def __init__(self, d_llm: int, eps: float, mg_layer: nn.Module) -> None:
+    def __init__(self, mg_layer: nn.Module, caption_init: str, d_llm: int | None, eps: float) -> None:
         super().__init__()
-        d_audio = mg_layer.embed_dim
         ref = mg_layer.fc1.weight
-        self.norm = nn.RMSNorm(d_llm, eps=eps, device=ref.device, dtype=ref.dtype)
-        self.proj = nn.Linear(d_llm, d_audio, bias=False, device=ref.device, dtype=ref.dtype)
-        nn.init.normal_(self.proj.weight, std=d_llm**-0.5)  # unit-variance keys' inputs from the normed states
-        self.query_norm = mg_layer.encoder_attn_layer_norm  # MusicGen's own, trained in place
+        if d_llm is not None:  # per_layer: this layer's own norm and projection
+            self.norm, self.proj = new_projection(d_llm, mg_layer.embed_dim, eps, caption_init == "zero_proj", ref)
+        self.query_norm = mg_layer.encoder_attn_layer_norm  # MusicGen's own
         self.attn = mg_layer.encoder_attn
-        self.gate = nn.Parameter(torch.zeros((), device=ref.device, dtype=ref.dtype))
+        self.tanh_gate = caption_init == "zero_gate"
+        init = torch.zeros if self.tanh_gate else torch.ones
+        self.gate = nn.Parameter(init((), device=ref.device, dtype=ref.dtype))
 
-    def keys_values(self, caption: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """caption [B, T, d_llm] (Llama states of the text rows) -> keys, values [B, heads, T, head_dim]."""
-        x = self.proj(self.norm(caption))  # [B, T, d_audio]
+    def gate_value(self) -> torch.Tensor:
+        """[] g_m, the factor the cross-attention's output enters the audio rows with."""
+        return torch.tanh(self.gate) if self.tanh_gate else self.gate
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, T, d_audio] projected caption states -> keys, values [B, heads, T, head_dim]."""
         B, T, _ = x.shape
         a = self.attn
         k = a.k_proj(x).view(B, T, a.num_heads, a.head_dim).transpose(1, 2)
         v = a.v_proj(x).view(B, T, a.num_heads, a.head_dim).transpose(1, 2)
         return k, v
 
-    def forward(self, h: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], text_mask: torch.Tensor) -> torch.Tensor:
-        """h [B, A, d_audio] audio rows after self-attention; text_mask [B, T] -> h + tanh(gate) * cross-attention."""
+    def forward(self, h: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], keys: CaptionKeys) -> torch.Tensor:
+        """h [B, A, d_audio] audio rows after self-attention -> h + g_m * cross-attention (0 in rows with no caption)."""
         a = self.attn
         B, A, _ = h.shape
         q = a.q_proj(self.query_norm(h)).view(B, A, a.num_heads, a.head_dim).transpose(1, 2)  # [B, H, A, hd]
-        out = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=text_mask[:, None, None, :])  # [B, H, A, hd]
+        out = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=keys.mask)  # [B, H, A, hd]
         out = a.out_proj(out.transpose(1, 2).reshape(B, A, -1))  # [B, A, d_audio]
-        return h + torch.tanh(self.gate).to(h.dtype) * out
-
-
-@dataclass
-class MusicgenRowsCache:
-    """What generation keeps between steps: every layer's caption keys/values, the text mask and the audio ids."""
-
-    caption_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per MusicGen layer, [B, H, T, hd] each
-    text_mask: torch.Tensor  # [B, T] bool
-    audio_ids: torch.Tensor  # [B, A, K] MusicGen ids of the audio rows so far
-    seq_len: int  # positions seen so far (text + audio, pads included)
+        if a.out_proj.bias is not None:  # MusicGen's has none: the zeroed values already give 0
+            out = out.masked_fill(~keys.present, 0.0)
+        return h + self.gate_value().to(h.dtype) * out
 
 
 class MusicgenRowsMoT(AdapterParams):
     """forward(tokens [B,S,K], is_audio [B,S], attention_mask) -> logits [B, S, K, C + 1]; see the module docstring.
 
     Raises:
-        ValueError: pattern other than delay, sizes that do not match, a layer_map of the wrong length.
+        ValueError: pattern other than delay, sizes that do not match, a layer_map of the wrong length or given with a
+            shared projection, a caption_layer outside the Llama, an unknown option value; each names the fix.
     """
 
     def __init__(
@@ -106,6 +135,11 @@ class MusicgenRowsMoT(AdapterParams):
         vocab: AudioVocab,
         pattern: str,
         layer_map: list[int] | None = None,
+        *,
+        caption_init: str = "zero_proj",
+        caption_projection: str = "per_layer",
+        caption_layer: int = -1,
+        cross_attention: str = "train",
     ) -> None:
         super().__init__()
         acfg = audio_lm.config
@@ -120,14 +154,41 @@ class MusicgenRowsMoT(AdapterParams):
                 f"audio LM has {acfg.num_codebooks} codebooks x {acfg.vocab_size} codes but the vocab/shards have "
                 f"{K} x {C}; use shards encoded with the audio LM's codec"
             )
+        for key, value, allowed in (
+            ("caption_init", caption_init, CAPTION_INITS),
+            ("caption_projection", caption_projection, CAPTION_PROJECTIONS),
+            ("cross_attention", cross_attention, CROSS_ATTENTION),
+        ):
+            if value not in allowed:
+                raise ValueError(f"model.mot.{key}={value!r}; choose one of {', '.join(allowed)}")
         L, M = llm.config.num_hidden_layers, acfg.num_hidden_layers
+        shared = caption_projection == "shared"
+        if shared and layer_map is not None:
+            raise ValueError(
+                "model.mot.layer_map lists a Llama layer per MusicGen layer, but caption_projection=shared reads one "
+                "Llama layer (model.mot.caption_layer): drop layer_map (layer_map=null) or use caption_projection=per_layer"
+            )
+        if not -L <= caption_layer < L or (not shared and caption_layer != -1):
+            raise ValueError(
+                f"model.mot.caption_layer={caption_layer}: the Llama layer (-{L}..{L - 1}, -1 = the last) whose caption "
+                f"states the shared projection reads; it applies to caption_projection=shared only (per_layer reads "
+                f"layer_map): set caption_layer=-1 or caption_projection=shared"
+            )
         layer_map = list(layer_map) if layer_map is not None else default_caption_layer_map(M, L)
+        if shared:
+            layer_map = [caption_layer % L] * M
         if len(layer_map) != M or not all(0 <= ell < L for ell in layer_map):
             raise ValueError(
                 f"model.mot.layer_map={layer_map}: with audio_tower=musicgen it has one entry per MusicGen layer ({M}), "
                 f"the Llama layer (0..{L - 1}) whose caption states that layer reads; leave it null for an even map"
             )
         self.vocab, self.pattern, self.layer_map = vocab, pattern, layer_map
+        self.caption_init, self.caption_projection, self.cross_attention = (
+            caption_init,
+            caption_projection,
+            cross_attention,
+        )
+        self.read_layers = layer_map[:1] if shared else layer_map  # the Llama layers whose caption states are read
         self.n_slots, self.n_heads, self.head_size = K, K, C + 1
         self.activation_checkpointing = False
         self.early_frame_weight: tuple[int, float] = (0, 1.0)
@@ -139,17 +200,48 @@ class MusicgenRowsMoT(AdapterParams):
         self.decoder = audio_lm.model.decoder  # MusicGen's tables, positions, layers and final norm
         self.lm_heads = audio_lm.lm_heads
         self.bos_id, self.pad_id = int(acfg.bos_token_id), int(acfg.pad_token_id)
+        d_llm, eps = llm.config.hidden_size, llm.config.rms_norm_eps
+        if shared:  # one norm + projection for every layer (named caption_norm / caption_proj in state dicts)
+            self.caption_norm, self.caption_proj = new_projection(
+                d_llm, acfg.hidden_size, eps, caption_init == "zero_proj", ref
+            )
         self.caption = nn.ModuleList(
-            CaptionCrossAttention(llm.config.hidden_size, llm.config.rms_norm_eps, layer).requires_grad_(True)
-            for layer in self.decoder.layers
+            CaptionCrossAttention(layer, caption_init, None if shared else d_llm, eps) for layer in self.decoder.layers
         )
+        self.requires_grad_(False)
+        for c in self.caption:
+            c.gate.requires_grad_(True)
+            for module in (c.query_norm, c.attn) if cross_attention == "train" else ():
+                module.requires_grad_(True)
+        for module in self._projections():
+            module.requires_grad_(True)
         self.end_head = nn.Parameter(torch.randn(K, acfg.hidden_size, device=ref.device, dtype=ref.dtype) * 0.02)
 
     # ------------------------------------------------------------------------------------------------ pieces
+    def _projections(self) -> list[nn.Module]:
+        """The caption norms and projections: one pair per MusicGen layer (per_layer) or one in all (shared)."""
+        if self.caption_projection == "shared":
+            return [self.caption_norm, self.caption_proj]
+        return [module for c in self.caption for module in (c.norm, c.proj)]
+
+    def caption_scale(self) -> float:
+        """How open the caption path is: the mean over MusicGen layers m of |g_m| · RMS(proj_m(norm_m(x))) for x of
+        i.i.d. unit-variance components, i.e. |g_m| · ||W_m diag(w_m)||_F / sqrt(d_audio) (W_m the projection,
+        w_m the norm's weight). 0 at init with either caption_init; 1 for the normal-init projection behind an open
+        gate (g = 1). One host read: log it, do not call it per step."""
+        with torch.no_grad():
+            if self.caption_projection == "shared":
+                rms = [projection_rms(self.caption_norm, self.caption_proj)] * len(self.caption)
+            else:
+                rms = [projection_rms(c.norm, c.proj) for c in self.caption]
+            scale = torch.stack([c.gate_value().detach().float().abs() * r for c, r in zip(self.caption, rms)])
+            return float(scale.mean())
+
     def _text_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The Llama over the text rows -> (per MusicGen layer its caption states [B, T, d_llm], text mask [B, T])."""
+        """The Llama over the text rows -> (the caption states [B, T, d_llm] of each Llama layer in `read_layers`,
+        text mask [B, T])."""
         text_mask = attention_mask.bool() & ~is_audio  # [B, S]
         T = int(text_mask.nonzero()[:, 1].max()) + 1 if bool(text_mask.any()) else 1  # the text prefix
         ids = torch.where(text_mask, tokens[..., 0], torch.zeros_like(tokens[..., 0]))[:, :T]  # [B, T]
@@ -163,9 +255,25 @@ class MusicgenRowsMoT(AdapterParams):
             use_cache=False,
         )
         # hidden_states[l + 1] is layer l's output; the last one is after the Llama's final RMSNorm (transformers adds
-        # the normed state last), the others before it: each layer's own caption norm takes either
-        states = [torch.where(mask[..., None], out.hidden_states[ell + 1], 0.0) for ell in self.layer_map]
+        # the normed state last), the others before it: each caption norm takes either
+        states = [torch.where(mask[..., None], out.hidden_states[ell + 1], 0.0) for ell in self.read_layers]
         return states, mask  # masked rows zeroed: a fully masked pad row's NaN never reaches a key
+
+    def _caption_keys(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor) -> CaptionKeys:
+        """The caption rows' keys/values for every MusicGen layer, the key mask and which rows have a caption."""
+        states, text_mask = self._text_states(tokens, is_audio, attention_mask)
+        caption = text_mask & (text_mask.long().cumsum(-1) > 1)  # [B, T] text rows after each row's first (BOS)
+        present = caption.any(-1)  # [B]
+        if self.caption_projection == "shared":
+            x = self.caption_proj(self.caption_norm(states[0]))  # [B, T, d_audio], read by every layer
+            kv = [c.keys_values(x) for c in self.caption]
+        else:
+            kv = [c.keys_values(c.proj(c.norm(s))) for c, s in zip(self.caption, states)]
+        # a row without a caption: zero values, so its attention (over every key, see CaptionKeys) gives exactly 0
+        absent = ~present[:, None, None, None]  # [B, 1, 1, 1]
+        kv = [(k, v.masked_fill(absent, 0.0)) for k, v in kv]
+        mask = (caption | ~present[:, None])[:, None, None, :]  # [B, 1, 1, T]
+        return CaptionKeys(kv=kv, mask=mask, present=present[:, None, None])
 
     def _audio_ids(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, S, K] -> (MusicGen ids [B, S, K] at audio rows, is_code [B, S, K]): AUDIO_START -> BOS,
@@ -179,22 +287,25 @@ class MusicgenRowsMoT(AdapterParams):
 
     def _audio_block(
         self,
-        audio_ids: torch.Tensor,  # [B, A, K] MusicGen ids, position 0 = AUDIO_START
-        audio_mask: torch.Tensor,  # [B, A] bool, real positions (right padding)
-        caption_kv: list[tuple[torch.Tensor, torch.Tensor]],
-        text_mask: torch.Tensor,  # [B, T]
+        audio_ids: torch.Tensor,  # [B, A, K] MusicGen ids of the new audio positions
+        allowed: torch.Tensor | None,  # [B, 1, A, A_past + A] bool self-attention mask; None = every cached key
+        caption: CaptionKeys,
+        cache: MoTKVCache | None = None,  # the audio rows' keys/values so far (generation), written in place
     ) -> torch.Tensor:
-        """MusicGen's decoder over the audio rows, caption cross-attention added -> final-normed h [B, A, d_audio]."""
+        """MusicGen's decoder over the new audio rows, caption cross-attention added -> final-normed h [B, A, d_audio]."""
         B, A, K = audio_ids.shape
         dec = self.decoder
+        past = cache.seq_len if cache is not None else 0
         h = sum(dec.embed_tokens[k](audio_ids[..., k]) for k in range(K))  # [B, A, d_audio]
-        h = h + dec.embed_positions(audio_ids.transpose(1, 2)).to(h.dtype)  # positions 0..A-1 from AUDIO_START
-        causal = torch.ones(A, A, dtype=torch.bool, device=h.device).tril()
-        allowed = causal[None, None] & audio_mask[:, None, None, :]  # [B, 1, A, A]
-        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
+        # positions past..past+A-1, counted from AUDIO_START (position 0) as MusicGen counts from its BOS
+        h = h + dec.embed_positions(audio_ids.transpose(1, 2), past_key_values_length=past).to(h.dtype)
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for m, layer in enumerate(dec.layers):
-            args = (layer, self.caption[m], h, allowed, caption_kv[m], text_mask)
+            kv = cache.layer(m) if cache is not None else None
+            args = (layer, self.caption[m], h, allowed, caption.kv[m], caption, kv)
             h = checkpoint(_decoder_layer, *args, use_reentrant=False) if recompute else _decoder_layer(*args)
+        if cache is not None:
+            cache.advance(A)
         return dec.layer_norm(h)  # [B, A, d_audio]
 
     # -------------------------------------------------------------------------------------------- interface
@@ -208,12 +319,13 @@ class MusicgenRowsMoT(AdapterParams):
         if attention_mask is None:
             attention_mask = torch.ones(is_audio.shape, dtype=torch.bool, device=is_audio.device)
         attention_mask = attention_mask.bool()
-        states, text_mask = self._text_states(tokens, is_audio, attention_mask)
-        caption_kv = [c.keys_values(s) for c, s in zip(self.caption, states)]
+        caption = self._caption_keys(tokens, is_audio, attention_mask)
         ids, _ = self._audio_ids(tokens, is_audio)
         pos, valid = _audio_positions(is_audio & attention_mask)  # [B, A], [B, A]
         audio_ids = ids.gather(1, pos[..., None].expand(-1, -1, ids.shape[-1]))  # [B, A, K]
-        h_audio = self._audio_block(audio_ids, valid, caption_kv, text_mask)  # [B, A, d_audio]
+        A = audio_ids.shape[1]
+        causal = torch.ones(A, A, dtype=torch.bool, device=valid.device).tril()
+        h_audio = self._audio_block(audio_ids, causal[None, None] & valid[:, None, None, :], caption)  # [B, A, d]
         B, S = is_audio.shape
         out = h_audio.new_zeros(B, S, h_audio.shape[-1])
         rows = torch.arange(B, device=pos.device)[:, None].expand_as(pos)
@@ -242,40 +354,64 @@ class MusicgenRowsMoT(AdapterParams):
         attention_mask: torch.Tensor,
         cache: MusicgenRowsCache | None = None,
     ) -> tuple[torch.Tensor, MusicgenRowsCache]:
-        """Generation: the prompt (text rows then AUDIO_START, left-padded) with cache=None, then one audio position
-        per row and call. Returns logits [B, S_new, K, C + 1] of the new positions and the cache."""
+        """Generation: the prompt (text rows then AUDIO_START, left-padded) with an empty cache (None, or
+        `new_generation_cache`'s), then audio positions only, the cache's. Returns logits [B, S_new, K, C + 1] of the
+        new positions (zeros at the prompt's text rows) and the cache, written in place."""
         attention_mask = attention_mask.bool()
-        if cache is None or not isinstance(cache, MusicgenRowsCache):  # the sampler may hand an empty MoTKVCache
-            states, text_mask = self._text_states(tokens, is_audio, attention_mask)
-            caption_kv = [c.keys_values(s) for c, s in zip(self.caption, states)]
+        if not isinstance(cache, MusicgenRowsCache) or cache.caption is None:  # the prompt (any empty cache)
+            capacity = getattr(cache, "capacity", 0) if cache is not None else 0
+            audio_cache = cache.audio if isinstance(cache, MusicgenRowsCache) else MoTKVCache.allocate(capacity)
+            caption = self._caption_keys(tokens, is_audio, attention_mask)
             pos, valid = _audio_positions(is_audio & attention_mask)
             if not bool(valid.all()):
                 raise ValueError("generation prompts end with AUDIO_START in every row (left padding)")
             ids, _ = self._audio_ids(tokens, is_audio)
-            audio_ids = ids.gather(1, pos[..., None].expand(-1, -1, ids.shape[-1]))
-            cache = MusicgenRowsCache(caption_kv, text_mask, audio_ids, tokens.shape[1])
-            n_new_audio = audio_ids.shape[1]
+            audio_ids = ids.gather(1, pos[..., None].expand(-1, -1, ids.shape[-1]))  # [B, A, K]
+            A = audio_ids.shape[1]
+            causal = torch.ones(A, A, dtype=torch.bool, device=tokens.device).tril()[None, None]  # [1, 1, A, A]
+            gates = [float(c.gate_value()) for c in self.caption]  # one host read each, at the prompt
+            constants = decode_constants(self.decoder, self.lm_heads, self.end_head, self.vocab, self.pad_id, gates)
+            cache = MusicgenRowsCache(caption=caption, audio=audio_cache, decode=constants)
+            h = self._audio_block(audio_ids, causal, caption, cache.audio)  # [B, A, d_audio]
         else:
             if not bool(is_audio.all()):
                 raise ValueError("after the prompt, generation feeds audio positions only")
             ids, _ = self._audio_ids(tokens, is_audio)
-            cache.audio_ids = torch.cat([cache.audio_ids, ids], dim=1)
-            cache.seq_len += tokens.shape[1]
-            n_new_audio = tokens.shape[1]
-        A = cache.audio_ids.shape[1]
-        valid = torch.ones(cache.audio_ids.shape[:2], dtype=torch.bool, device=tokens.device)
-        h = self._audio_block(cache.audio_ids, valid, cache.caption_kv, cache.text_mask)  # [B, A, d_audio]
+            h = self._audio_block(ids, None, cache.caption, cache.audio)  # [B, S_new, d_audio]
+        cache.seq_len += tokens.shape[1]
         B, S_new = tokens.shape[:2]
-        logits = self.audio_logits(h[:, A - n_new_audio :].reshape(-1, h.shape[-1])).reshape(
-            B, n_new_audio, self.n_heads, -1
-        )
-        if n_new_audio < S_new:  # the prompt's text rows get zeros (the sampler reads the last position only)
-            logits = torch.cat([logits.new_zeros(B, S_new - n_new_audio, *logits.shape[2:]), logits], dim=1)
+        n_audio = h.shape[1]
+        logits = self.audio_logits(h.reshape(-1, h.shape[-1])).reshape(B, n_audio, self.n_heads, -1)
+        if n_audio < S_new:  # the prompt's text rows get zeros (the sampler reads the last position only)
+            logits = torch.cat([logits.new_zeros(B, S_new - n_audio, *logits.shape[2:]), logits], dim=1)
         return logits, cache
 
-    def new_generation_cache(self, max_len: int) -> None:
-        """The sampler's empty cache: none (forward_step makes a MusicgenRowsCache from the prompt)."""
-        return None
+    def decode_step(
+        self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: MusicgenRowsCache
+    ) -> tuple[torch.Tensor, MusicgenRowsCache]:
+        """forward_step for one audio position per row after the prompt, with no host read of device values:
+        tokens [B, 1, K] -> logits [B, 1, K, C + 1]. attention_mask is the sampler's (all audio rows are real)."""
+        if tokens.shape[1] != 1 or not isinstance(cache, MusicgenRowsCache) or cache.decode is None:
+            raise ValueError("decode_step takes one position of K slots per row after a prefill (forward_step)")
+        c, dec, B = cache.decode, self.decoder, tokens.shape[0]
+        ids = tokens[:, 0]  # [B, K]
+        is_code = (ids >= c.lo) & (ids < c.lo + self.vocab.codebook_size)
+        rows = torch.where(is_code, ids - c.shift, c.pad_rows)  # [B, K] rows of the stacked tables
+        past = cache.audio.seq_len
+        h = F.embedding(rows, c.table).sum(1, keepdim=True)  # [B, 1, d_audio]
+        if past >= dec.embed_positions.weights.shape[0]:  # beyond the sinusoids made so far: MusicGen makes more
+            dec.embed_positions(tokens.transpose(1, 2), past_key_values_length=past)
+        h = h + dec.embed_positions.weights[past].to(h.dtype)  # position `past` from AUDIO_START
+        for m, layer in enumerate(dec.layers):
+            h = decode_layer(layer, h, c.qkv[m], cache.audio.layer(m), cache.caption.kv[m], cache.caption, c.gates[m])
+        cache.audio.advance(1)
+        cache.seq_len += 1
+        h = F.layer_norm(h[:, 0], h.shape[-1:], dec.layer_norm.weight, dec.layer_norm.bias, dec.layer_norm.eps)
+        return F.linear(h, c.heads).view(B, 1, self.n_heads, self.head_size), cache
+
+    def new_generation_cache(self, max_len: int) -> MusicgenRowsCache:
+        """The sampler's empty cache, with room for max_len audio positions per row (the prompt fills it)."""
+        return MusicgenRowsCache.allocate(max_len)
 
     # ------------------------------------------------------------------------------------- training plumbing
     def train(self, mode: bool = True) -> MusicgenRowsMoT:
@@ -289,7 +425,7 @@ class MusicgenRowsMoT(AdapterParams):
 
     def pretrained_copy_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters that start as pretrained weights: MusicGen's cross-attention and its norm (named
-        `decoder.layers.m.encoder_attn*` in state dicts: the decoder registers them first)."""
+        `decoder.layers.m.encoder_attn*` in state dicts: the decoder registers them first); none when frozen."""
         return [p for c in self.caption for p in (*c.attn.parameters(), *c.query_norm.parameters()) if p.requires_grad]
 
 
@@ -297,19 +433,23 @@ def _decoder_layer(
     layer: nn.Module,
     caption: CaptionCrossAttention,
     h: torch.Tensor,
-    allowed: torch.Tensor,
+    allowed: torch.Tensor | None,
     caption_kv: tuple[torch.Tensor, torch.Tensor],
-    text_mask: torch.Tensor,
+    keys: CaptionKeys,
+    past: LayerKV | None = None,
 ) -> torch.Tensor:
-    """MusicGen decoder layer m on the audio rows (transformers' MusicgenDecoderLayer, dropout off: frozen), its
-    cross-attention fed the caption through the gate."""
+    """MusicGen decoder layer m on the audio rows h [B, A, d_audio] (transformers' MusicgenDecoderLayer, dropout off:
+    frozen), its cross-attention fed the caption. past: the layer's handle of the generation cache (`LayerKV`):
+    the new keys/values are written there and the attention reads all of them."""
     a = layer.self_attn
     B, A, _ = h.shape
     x = layer.self_attn_layer_norm(h)
     q, k, v = (proj(x).view(B, A, a.num_heads, a.head_dim).transpose(1, 2) for proj in (a.q_proj, a.k_proj, a.v_proj))
+    if past is not None:
+        k, v = past.update(k, v)  # [B, H, A_past + A, hd]
     attn = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # [B, H, A, hd], scale head_dim**-0.5
     h = h + a.out_proj(attn.transpose(1, 2).reshape(B, A, -1))
-    h = caption(h, caption_kv, text_mask)
+    h = caption(h, caption_kv, keys)
     return h + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(h))))
 
 

@@ -296,7 +296,17 @@ def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module,
     c = cfg
     # Settings added after checkpoints already existed are recorded only when set, so those checkpoints stay resumable.
     defaults_then = {"caption_cond_rank": 0, "audio_tower": "llm"}  # added later: recorded only when set otherwise
-    mot = {k: v for k, v in mot_fields(c).items() if not (k in defaults_then and v == defaults_then[k])}
+    # audio_tower=musicgen's caption-path keys: recorded with that tower alone, and only where they differ from what
+    # its checkpoints before them were (zero_gate: the default since is zero_proj, whose gate means another thing)
+    tower_then = {"caption_init": "zero_gate", "caption_projection": "per_layer", "caption_layer": -1,
+                  "cross_attention": "train"}  # fmt: skip
+    musicgen = c.model.mot.audio_tower == "musicgen"
+    mot = {
+        k: v
+        for k, v in mot_fields(c).items()
+        if not (k in defaults_then and v == defaults_then[k])
+        and not (k in tower_then and (v == tower_then[k] or not musicgen))
+    }
     later = {
         k: v
         for k, v in (

@@ -18,6 +18,7 @@ through the graph a second time": codes used to come out of a live codec graph).
     training.checkpoint, resume       exact resume: data position, RNG, optimizer, scheduler; the fingerprint
     training.distributed              torchrun: the one-process example order, trainable gradients summed
     training.metric_logging, plots    metrics.jsonl + TensorBoard, the loss-curve PNG
+    training.model_figures            what the model reports of its weights (caption_scale), logged and kept
     training.final_report             final_metrics.json, the PNGs, the printed learning check and summary
     evaluation.held_out               the train/eval overlap refusal; held-out scoring: true vs deranged captions
     evaluation.report, stats          the report: CE vs the unigram baseline, caption gain, bootstrap intervals
@@ -64,6 +65,7 @@ from adapter_trainer.training.distributed import RankInfo, device_for_rank, init
 from adapter_trainer.training.eval_setup import build_held_out, check_splits, held_out_report
 from adapter_trainer.training.final_report import final_metrics, write_final_report
 from adapter_trainer.training.metric_logging import FanOutLogger, open_run_loggers
+from adapter_trainer.training.model_figures import model_figures
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
 from adapter_trainer.training.resume import resume_run
 from adapter_trainer.training.step import (
@@ -349,6 +351,7 @@ class MoTAdapterRecipe:
                     "train/data_wait_frac": self.data_wait_s / max(step_s, 1e-9),
                     **{f"train/ce_cb{k}": float(ce_k[k] / max(int(n_k[k]), 1)) for k in range(K)},
                     **{f"train/{k}": v for k, v in device_memory_gb(self.device).items()},  # cuda / mps only
+                    **{f"train/{k}": v for k, v in model_figures(model).items()},  # e.g. caption_scale (musicgen)
                 }
                 self.logger.log_dict(payload, step)
                 t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0
@@ -416,7 +419,8 @@ class MoTAdapterRecipe:
         self.logger.close()
         if self.prefetcher is not None:
             self.prefetcher.close()
-        final = final_metrics(self.last_eval, self.progress, wall_s=time.perf_counter() - self._t0, ckpt=ckpt)
+        wall = time.perf_counter() - self._t0
+        final = final_metrics(self.last_eval, self.progress, wall_s=wall, ckpt=ckpt, figures=model_figures(self.model))
         if self.dist.is_main:
             write_final_report(self.output_dir, final, self.last_eval, self.progress)
         return final
