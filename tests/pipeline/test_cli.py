@@ -120,3 +120,23 @@ def test_user_errors_of_every_command_exit_2_without_traceback(tmp_path: Path, a
     r = _run(args, tmp_path)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "c").exists() and not (tmp_path / "codec").exists()  # refused before writing
+
+
+@pytest.mark.parametrize(
+    "override, must_say",
+    [
+        ("limt=5", "did you mean limit=5?"),  # Hydra: "use +limt=5"
+        ("+limt=5", "did you mean limit=5?"),  # Hydra: runs every row, limit unchanged
+        ("+codec.batchsize=4", "did you mean codec.batch_size=4?"),
+        ("preset=demo", "add a +: +preset=demo"),
+        ("+source=audiofolder", "drop the +: source=audiofolder"),
+    ],
+)
+def test_an_unknown_key_is_refused_in_one_line_before_anything_is_read(
+    tmp_path: Path, override: str, must_say: str
+) -> None:
+    # a missing audio_dir would be refused next: the key is refused first
+    r = _run(["-m", "tokenizer_pipeline", "audio_dir=nowhere", "out_dir=c", override], tmp_path)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and must_say in err, err
+    assert "Traceback" not in err and "HYDRA_FULL_ERROR" not in err and not (tmp_path / "c").exists()
