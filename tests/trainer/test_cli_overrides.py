@@ -102,6 +102,7 @@ def test_under_multirun_a_comma_list_sweeps_over_single_sets() -> None:
     sweep = OverridesParser.create().parse_override(out[-1]).value()
     assert isinstance(sweep, ChoiceSweep) and len(sweep.list) == 2
     assert check("+experiment=demo", "data.shards=[a]") == ["+experiment=demo", "data.shards=[a]"]  # kept as is
+    assert check("data.shards=") == ["data.shards=[]"]  # then refused as empty, naming the fix
     with pytest.raises(OverrideError, match=r"did you mean data.shards=a\?"):
         check("+experiment=demo", "data.shard=a")
 

@@ -82,6 +82,8 @@ def _as_list(override: Any, multirun: bool) -> str | None:
         if not multirun:
             return f"{head}=[{text}]"
         return f"{head}=" + ",".join(f"[{_quoted(v)}]" if isinstance(v, str) else f"[{v}]" for v in value.list)
+    if value == "":
+        return f"{head}=[]"  # refused next as an empty list, naming the fix
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return f"{head}=[{_quoted(value)}]"
     if isinstance(value, dict):
