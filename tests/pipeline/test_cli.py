@@ -140,3 +140,30 @@ def test_an_unknown_key_is_refused_in_one_line_before_anything_is_read(
     err = r.stderr.strip()
     assert r.returncode == 2 and len(err.splitlines()) == 1 and must_say in err, err
     assert "Traceback" not in err and "HYDRA_FULL_ERROR" not in err and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    "args, must_say",
+    [
+        # an empty folder: before, the codec loaded, 5,521 rows ran through the bar and 23 empty shards were written
+        (
+            [f"csv={MUSICCAPS_CSV}", "audio_dir=empty"],
+            "audio_dir=empty holds no {ytid}.<ext> file of the CSV's 5521 rows",
+        ),
+        # a folder of audio named otherwise (not after the CSV's ytids)
+        ([f"csv={MUSICCAPS_CSV}", "audio_dir=other"], "2 audio files there, none named after a CSV row"),
+        ([f"csv={MUSICCAPS_CSV}", "audio_dir=nowhere"], "audio_dir=nowhere is not a directory"),
+        ([f"csv={MUSICCAPS_CSV}", "audio_dir=empty", "out_dir=/dev/null/c"], "out_dir=/dev/null/c cannot be written"),
+    ],
+)
+def test_inputs_are_checked_in_one_line_before_the_codec_loads(tmp_path: Path, args: list[str], must_say: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    for name in ("my-song.wav", "b.flac"):
+        (tmp_path / "other" / name).write_bytes(b"")
+    # a codec that does not exist: refused first, the run would name it instead
+    r = _run(["-m", "tokenizer_pipeline", "out_dir=c", "codec.name_or_path=no-codec", *args], tmp_path)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and must_say in err, err
+    assert ("--explain" in err) == ("out_dir" not in must_say) and "no-codec" not in err
+    assert not (tmp_path / "c").exists()

@@ -103,13 +103,27 @@ def open_sets(cfg: TrainConfig, dist: RankInfo, *, n_codebooks: int, codebook_si
 
 def split_indexes(cfg: TrainConfig, shard_sets: list[ShardSet]) -> tuple[SplitIndex, SplitIndex]:
     """The train and eval splits' header-only indexes (~40 bytes per clip; codes are read per batch by DataLoader
-    workers / per eval batch). An empty train split is a ConfigError."""
+    workers / per eval batch). An empty train split is a ConfigError that points at each set's failures.jsonl."""
     d = cfg.data
     train_index = build_index(shard_sets, d.train_split, sha256=d.verify_sha256)
     eval_index = build_index(shard_sets, d.eval_split, max_clips=d.eval_max_clips, sha256=d.verify_sha256)
     if not len(train_index):
-        raise ConfigError(f"split data.train_split={d.train_split!r} is empty in {d.shards}")
+        raise ConfigError(
+            f"split data.train_split={d.train_split!r} is empty in {d.shards}"
+            + "".join(_failures_note(s) for s in shard_sets)
+            + "; check a set with python -m tokenizer_pipeline.verify DIR, fix its input and encode it again"
+        )
     return train_index, eval_index
+
+
+def _failures_note(shard_set: ShardSet) -> str:
+    """`; <set>/failures.jsonl lists N failed rows` for a local set whose stage-1 run recorded failures (why its clips
+    are missing), else ''."""
+    if shard_set.is_remote:
+        return ""
+    path = Path(shard_set.root) / "failures.jsonl"
+    n = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()) if path.is_file() else 0
+    return f"; {path} lists {n} failed rows (why each clip is missing)" if n else ""
 
 
 def data_lines(
