@@ -75,6 +75,8 @@ def test_train_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: py
     ]
     for args, must_say, code in in_process:
         _assert_refused(_in_process(capfd, "adapter_trainer", *args), must_say, code=code)
+    assert not (tmp_path / "b").exists()  # a refused run leaves no run dir of Hydra's files (.hydra/, its log)
+    assert (run_dir / "checkpoints").is_dir()  # a refused resume leaves the run it refused to touch
 
 
 def test_generate_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
