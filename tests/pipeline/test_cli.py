@@ -36,6 +36,9 @@ def test_cli_end_to_end_then_verify(corpus, tiny_codec: Path, tmp_path: Path) ->
     r = _run(args, work)
     assert r.returncode == 0, r.stderr
     assert "train: 4 encoded, 0 failed" in r.stdout
+    # it ends with what comes next: check the set, train on it (the list quoted for zsh)
+    assert "next: python -m tokenizer_pipeline.verify shards" in r.stdout
+    assert "python -m adapter_trainer +experiment=cuda_1b 'data.shards=[shards]'" in r.stdout
     assert sorted(p.name for p in work.iterdir()) == ["shards"]  # relative to launch dir; no outputs/ or .hydra litter
     m = json.loads((work / "shards/manifest.json").read_text())
     assert m["config"]["shard"]["max_samples"] == 4 and m["config"]["out_dir"] == "shards"

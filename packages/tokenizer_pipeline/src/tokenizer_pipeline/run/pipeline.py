@@ -37,7 +37,7 @@ from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
 from .encode_shards import encode_shard
-from .finish import RunResult, write_manifest
+from .finish import RunResult, with_next_steps, write_manifest
 from .kept import kept_shards, read_kept
 from .loader import decoded_clips
 from .planning import PlanItem, check_audio_dir, check_out_dir, load_plan, source_sha256
@@ -173,7 +173,9 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
                 segmentation_summary(source_info), resolved, len(items),
                 dropped=[] if source_info is None else source_info.dropped,
             )  # fmt: skip
-            result = _with_speed_line(result, elapsed, audio_s, len(todo), ranks)
+            result = with_next_steps(
+                _with_speed_line(result, elapsed, audio_s, len(todo), ranks), cfg.codec.name_or_path
+            )
         return _share_result(ranks, result)
     finally:
         if lock is not None:
