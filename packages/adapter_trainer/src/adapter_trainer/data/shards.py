@@ -210,7 +210,7 @@ def check_compatible(
     sets encoded by codecs with different weights (`codec.weights_sha256`): their codes share a shape but not a
     meaning. A set whose manifest records no weights_sha256 cannot be compared: see `codec_notes`."""
     if not sets:
-        raise ShardFormatError("no shard sets given; set data.shards=path/to/shard-set")
+        raise ShardFormatError("no shard sets given; set 'data.shards=[path/to/shard-set]'")
     first = sets[0]
     hashed = [s for s in sets if _weights_sha256(s) is not None]
     for other in hashed[1:]:
