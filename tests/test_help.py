@@ -46,6 +46,17 @@ def command_modules() -> list[str]:
     return found
 
 
+def _run_module(module: str) -> None:
+    """`python -m module` as runpy runs it, afresh: a copy another test imported is set aside meanwhile (runpy warns
+    about executing a module that is already imported) and put back after."""
+    saved = sys.modules.pop(module, None)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        if saved is not None:
+            sys.modules[module] = saved
+
+
 def _exit_code(run) -> int:
     root = logging.getLogger()
     handlers, level, argv = root.handlers[:], root.level, sys.argv
@@ -89,7 +100,7 @@ def test_every_command_answers_help_with_exit_0(tmp_path: Path, capfd: pytest.Ca
             failed[name] = (code, (out + err)[-300:])
     for module in command_modules():
         sys.argv = [module, "--help"]
-        code = _exit_code(lambda m=module: runpy.run_module(m, run_name="__main__", alter_sys=True))
+        code = _exit_code(lambda m=module: _run_module(m))
         out, err = capfd.readouterr()
         if code != 0 or not out.strip():
             failed[module] = (code, (out + err)[-300:])
@@ -100,7 +111,7 @@ def test_every_command_answers_help_with_exit_0(tmp_path: Path, capfd: pytest.Ca
 @pytest.mark.parametrize("module", PACKAGES)
 def test_the_hydra_apps_show_a_short_header(module: str, capfd: pytest.CaptureFixture[str]) -> None:
     sys.argv = [module, "--help"]
-    code = _exit_code(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
+    code = _exit_code(lambda: _run_module(module))
     out = capfd.readouterr().out
     assert code == 0 and "powered by Hydra" not in out and "== Config ==" not in out, out[:500]
     assert len(out.splitlines()) <= 30, out
