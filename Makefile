@@ -27,7 +27,22 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
+.PHONY: help setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
+
+# make help: the main targets in one screen (README, "Commands"; every variable: docs/configuration.md)
+help:
+	@echo 'make setup                      .venv with both packages (editable), pytest, ruff'
+	@echo 'make demo                       the offline demo end to end: corpus, codec, shards, tiny models, training'
+	@echo 'make listen                     clips for the demo run'"'"'s eval captions, probed, on a static page'
+	@echo 'make generate ADAPTER=DIR TEXT="calm solo piano"   wavs from an exported adapter folder'
+	@echo 'make audio OUT=DIR              MusicCaps audio from YouTube (yt-dlp + ffmpeg)'
+	@echo 'make shards DATA=DIR [OUT=build/shards]   encode real audio into a shard set (stage 1)'
+	@echo 'make verify [OUT=build/shards]  check a shard set against the contract'
+	@echo 'make train ARGS="+experiment=cuda_1b '"'"'data.shards=[build/shards]'"'"'"   train (stage 2)'
+	@echo 'make test / make lint / make format   the tests (2 workers) / ruff check + format --check / apply ruff'
+	@echo 'make bench                      speed and memory of both stages -> build/bench/results.md'
+	@echo 'make clean                      remove build/, outputs/, multirun/'
+	@echo 'python -m adapter_trainer --help, python -m tokenizer_pipeline --help: the commands themselves'
 
 # test-only tools next to the packages: pytest, ruff, Hugging Face `datasets` (tests/pipeline/sources check the
 # audiofolder reader against datasets' own; neither package depends on it), and moto's S3 server with the Flask it

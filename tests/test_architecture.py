@@ -78,6 +78,7 @@ RULES = {
             "adapter_trainer.conf_dir": set(),
             "adapter_trainer.config": {"adapter_trainer.errors"},
             "adapter_trainer.file_modes": set(),
+            "adapter_trainer.overrides": {"adapter_trainer.errors"},
         },
         top_allowed={
             "data": {"adapter_trainer.errors"},
@@ -85,7 +86,12 @@ RULES = {
             "evaluation": {"adapter_trainer.errors"},
             "demo": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.file_modes"},
             "training": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.file_modes"},
-            "generation": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.conf_dir"},
+            "generation": {
+                "adapter_trainer.config",
+                "adapter_trainer.errors",
+                "adapter_trainer.conf_dir",
+                "adapter_trainer.overrides",
+            },
             "sharing": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.file_modes"},
         },
         commands=("generate", "export", "probe", "demo_models", "listen_page", "listen_check", "audio_metrics"),
@@ -114,6 +120,7 @@ RULES = {
             "tokenizer_pipeline.conf_dir": set(),
             "tokenizer_pipeline.config": set(),
             "tokenizer_pipeline.dir_lock": {"tokenizer_pipeline.errors"},
+            "tokenizer_pipeline.overrides": {"tokenizer_pipeline.errors"},
         },
         top_allowed={
             "shards": PIPELINE_BOTTOM,

@@ -36,6 +36,9 @@ def test_cli_end_to_end_then_verify(corpus, tiny_codec: Path, tmp_path: Path) ->
     r = _run(args, work)
     assert r.returncode == 0, r.stderr
     assert "train: 4 encoded, 0 failed" in r.stdout
+    # it ends with what comes next: check the set, train on it (the list quoted for zsh)
+    assert "next: python -m tokenizer_pipeline.verify shards" in r.stdout
+    assert "python -m adapter_trainer +experiment=cuda_1b 'data.shards=[shards]'" in r.stdout
     assert sorted(p.name for p in work.iterdir()) == ["shards"]  # relative to launch dir; no outputs/ or .hydra litter
     m = json.loads((work / "shards/manifest.json").read_text())
     assert m["config"]["shard"]["max_samples"] == 4 and m["config"]["out_dir"] == "shards"
@@ -120,3 +123,50 @@ def test_user_errors_of_every_command_exit_2_without_traceback(tmp_path: Path, a
     r = _run(args, tmp_path)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "c").exists() and not (tmp_path / "codec").exists()  # refused before writing
+
+
+@pytest.mark.parametrize(
+    "override, must_say",
+    [
+        ("limt=5", "did you mean limit=5?"),  # Hydra: "use +limt=5"
+        ("+limt=5", "did you mean limit=5?"),  # Hydra: runs every row, limit unchanged
+        ("+codec.batchsize=4", "did you mean codec.batch_size=4?"),
+        ("preset=demo", "add a +: +preset=demo"),
+        ("+source=audiofolder", "drop the +: source=audiofolder"),
+    ],
+)
+def test_an_unknown_key_is_refused_in_one_line_before_anything_is_read(
+    tmp_path: Path, override: str, must_say: str
+) -> None:
+    # a missing audio_dir would be refused next: the key is refused first
+    r = _run(["-m", "tokenizer_pipeline", "audio_dir=nowhere", "out_dir=c", override], tmp_path)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and must_say in err, err
+    assert "Traceback" not in err and "HYDRA_FULL_ERROR" not in err and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    "args, must_say",
+    [
+        # an empty folder: before, the codec loaded, 5,521 rows ran through the bar and 23 empty shards were written
+        (
+            [f"csv={MUSICCAPS_CSV}", "audio_dir=empty"],
+            "audio_dir=empty holds no {ytid}.<ext> file of the CSV's 5521 rows",
+        ),
+        # a folder of audio named otherwise (not after the CSV's ytids)
+        ([f"csv={MUSICCAPS_CSV}", "audio_dir=other"], "2 audio files there, none named after a CSV row"),
+        ([f"csv={MUSICCAPS_CSV}", "audio_dir=nowhere"], "audio_dir=nowhere is not a directory"),
+        ([f"csv={MUSICCAPS_CSV}", "audio_dir=empty", "out_dir=/dev/null/c"], "out_dir=/dev/null/c cannot be written"),
+    ],
+)
+def test_inputs_are_checked_in_one_line_before_the_codec_loads(tmp_path: Path, args: list[str], must_say: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    for name in ("my-song.wav", "b.flac"):
+        (tmp_path / "other" / name).write_bytes(b"")
+    # a codec that does not exist: refused first, the run would name it instead
+    r = _run(["-m", "tokenizer_pipeline", "out_dir=c", "codec.name_or_path=no-codec", *args], tmp_path)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and must_say in err, err
+    assert ("--explain" in err) == ("out_dir" not in must_say) and "no-codec" not in err
+    assert not (tmp_path / "c").exists()

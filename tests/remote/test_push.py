@@ -421,7 +421,9 @@ def test_push_to_the_hub_commits_tars_then_manifest_and_card(shard_set: Path, hu
     assert set(files) == {*SET_FILES, "LICENSE.txt", "README.md", ".gitattributes"}
     final, tars, initial = hub_server.commits(REPO)
     assert set(hub_server.files(REPO, tars)) == {*TARS, ".gitattributes"}  # no manifest before the last commit
-    assert out[-1] == f"revision {final}: train from it with python -m adapter_trainer data.shards=[{HUB_URL}@{final}]"
+    assert (
+        out[-1] == f"revision {final}: train from it with python -m adapter_trainer 'data.shards=[{HUB_URL}@{final}]'"
+    )
     rc, out, err = run(capsys, verify_main, f"{HUB_URL}@{final}")
     assert (rc, err) == (0, []) and out[0].startswith(f"OK {HUB_URL}@{final}: 4 shards, 8 samples")
     rc, out, _ = run(capsys, push_main, str(shard_set), HUB_URL)
@@ -441,7 +443,7 @@ def test_the_dataset_card_holds_the_manifest_s_codec_and_splits(shard_set: Path,
         "| train | 6 | 3 |",
         "| eval | 2 | 1 |",
         "Format `musiccaps-encodec-shards` version 1",
-        f"python -m adapter_trainer data.shards=[{HUB_URL}@<revision>]",
+        f"python -m adapter_trainer 'data.shards=[{HUB_URL}@<revision>]'",
         "Creative Commons Attribution-ShareAlike 4.0",
     ):
         assert text in card, text

@@ -2,9 +2,10 @@
 
 One case per command runs it in its own process, as a user does: the exit status, the stderr and the absence of a
 traceback are the process's own. The other cases run the same `python -m` entry in this process (runpy; its
-SystemExit status and the captured stdout/stderr), which saves each case the command's imports. Hydra's own
-override errors (a key that does not exist, a value of the wrong type) exit 1 with Hydra's message (documented in
-docs/configuration.md): accepted here, but without a traceback too.
+SystemExit status and the captured stdout/stderr), which saves each case the command's imports. A key that does not
+exist is refused before Hydra runs (exit 2, tests/trainer/test_cli_overrides.py); Hydra's own errors (a value of the
+wrong type) exit 1 with Hydra's message (documented in docs/configuration.md): accepted here, but without a
+traceback too.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def test_train_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: py
     ]
     for args, must_say, code in in_process:
         _assert_refused(_in_process(capfd, "adapter_trainer", *args), must_say, code=code)
+    assert not (tmp_path / "b").exists()  # a refused run leaves no run dir of Hydra's files (.hydra/, its log)
+    assert (run_dir / "checkpoints").is_dir()  # a refused resume leaves the run it refused to touch
 
 
 def test_generate_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -82,7 +85,7 @@ def test_generate_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd:
     in_process = [
         ([*base, "generate.cfg_scale=1", "data.pattern=flatten"], "cannot", 2),
         ([*base, "generate.cfg_scale=1", f"model.audio_lm={tmp_path / 'none'}"], "model.audio_lm", 2),
-        ([*base, "generate.nope=1"], "nope", 1),
+        ([*base, "generate.nope=1"], "generate.nope is not a config key", 2),
     ]
     for args, must_say, code in in_process:
         _assert_refused(_in_process(capfd, "adapter_trainer.generate", *args), must_say, code=code)

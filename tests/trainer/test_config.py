@@ -161,7 +161,7 @@ def test_missing_device_is_a_clear_error_not_a_traceback(tmp_path: Path, capfd: 
     out, err = capfd.readouterr()
     assert code == 2
     assert "trainer.device=cpu" in err and "Traceback" not in err + out
-    assert (tmp_path / "run" / ".hydra").is_dir()  # Hydra's run dir is trainer.output_dir
+    assert not (tmp_path / "run").exists()  # Hydra's run dir (trainer.output_dir) goes with a refused run
 
 
 def test_auto_device_picks_cpu_without_accelerators() -> None:

@@ -123,7 +123,7 @@ def test_config_errors_stop_before_encoding_without_traceback(corpus, tiny_codec
         run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "o2", tmp_path / "no_codec"), progress=False)
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    with pytest.raises(PipelineError, match=r"out_dir .*a_file/out is not writable"):
+    with pytest.raises(PipelineError, match=r"out_dir=.*a_file/out cannot be written \(.*a_file is not a directory\)"):
         run_pipeline(pipeline_config(csv_path, audio_dir, blocker / "out", tiny_codec), progress=False)
     with pytest.raises(PipelineError, match=r"workers=-1 must be >= 0"):
         run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "o3", tiny_codec, workers=-1), progress=False)

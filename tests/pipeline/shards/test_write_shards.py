@@ -160,8 +160,10 @@ def test_too_many_failures_exit_nonzero_but_keep_outputs(corpus, tiny_codec: Pat
     assert res.exit_code == 0
     for r in rows[5:]:
         (audio_dir / f"{r['ytid']}.wav").unlink()
-    res = run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out2", tiny_codec), progress=False)
-    assert res.exit_code == 1 and "nothing could be encoded" in res.message
+    # no clip of any row in audio_dir: refused before the codec loads, nothing written (a wrong or empty folder)
+    with pytest.raises(PipelineError, match=r"audio_dir=.* holds no \{ytid\}.<ext> file of the CSV's 7 rows"):
+        run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out2", tiny_codec), progress=False)
+    assert not (tmp_path / "out2").exists()
 
 
 def test_bad_keys_are_rejected_naming_the_row(corpus, tiny_codec: Path, tmp_path: Path) -> None:
@@ -206,6 +208,24 @@ def test_verify_catches_corruption(corpus, tiny_codec: Path, tmp_path: Path) -> 
     (out / "train/shard-000000.tar").unlink()
     problems, _ = verify(out)
     assert any("train/shard-000000.tar: listed in the manifest but missing" in p for p in problems)
+
+
+def test_verify_fails_a_set_with_no_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.contract.shard_fixture import write_shard_set
+    from tokenizer_pipeline.shards.verify import main
+
+    out = write_shard_set(tmp_path / "empty", {"train": [], "eval": []})
+    failures = [{"ytid": f"y{i}", "csv_row": i + 2, "split": "train", "reason": "missing_audio", "detail": "-",
+                 "error_type": None, "retryable": True} for i in range(3)]  # fmt: skip
+    m = json.loads((out / "manifest.json").read_text())
+    m["totals"].update(rows=3, failed=3)
+    m["failures"] = failures
+    (out / "manifest.json").write_text(json.dumps(m))
+    (out / "failures.jsonl").write_text("".join(json.dumps(f) + "\n" for f in failures))
+    assert main([str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"FAILED {out}: ") and "0 samples" in err, err
+    assert str(out / "failures.jsonl") in err and "3 rows failed" in err
 
 
 # sha256 and size of the one-sample tar below as the format-version-2 writer wrote it (the last commit before

@@ -116,3 +116,29 @@ def test_max_clips_spans_sets_in_order(tmp_path: Path) -> None:
 def test_empty_split_reads_as_empty(tmp_path: Path) -> None:
     root = write_shard_set(tmp_path / "s", {"train": synthetic_clips(2), "eval": []})
     assert load_split(_open(root), "eval") == []
+
+
+def test_sets_encoded_by_two_codecs_are_refused(tmp_path: Path) -> None:
+    a = write_synthetic_set(tmp_path / "demo-set", n_train=2, n_eval=1)
+    b = write_synthetic_set(tmp_path / "real-set", n_train=2, n_eval=1, seed=3)
+    _rewrite_manifest(a, lambda m: m["codec"].update(name_or_path="build/demo/codec", weights_sha256="a1" * 32))
+    _rewrite_manifest(b, lambda m: m["codec"].update(name_or_path="facebook/encodec_32khz", weights_sha256="b2" * 32))
+    # same K, C and frame rate: only the weights tell the codecs apart
+    with pytest.raises(ShardFormatError) as e:
+        open_shard_sets([str(a), str(b)], model_n_codebooks=4, model_codebook_size=2048)
+    msg = str(e.value)
+    assert "\n" not in msg and "demo-set" in msg and "real-set" in msg and "re-encode one set" in msg
+    assert "build/demo/codec" in msg and "facebook/encodec_32khz" in msg and "a1a1a1" in msg and "b2b2b2" in msg
+    assert open_shard_sets([str(a)], model_n_codebooks=4, model_codebook_size=2048)  # one set: nothing to mix
+
+
+def test_a_set_without_weights_sha256_is_mixed_on_trust_with_a_note(tmp_path: Path) -> None:
+    from adapter_trainer.data.shards import codec_notes
+
+    a = write_synthetic_set(tmp_path / "a", n_train=2, n_eval=1)
+    b = write_synthetic_set(tmp_path / "b", n_train=2, n_eval=1, seed=3)
+    _rewrite_manifest(b, lambda m: m["codec"].pop("weights_sha256"))
+    sets = open_shard_sets([str(a), str(b)], model_n_codebooks=4, model_codebook_size=2048)
+    notes = codec_notes(sets)
+    assert len(notes) == 1 and str(b / "manifest.json") in notes[0] and "on trust" in notes[0]
+    assert codec_notes(sets[:1]) == [] and codec_notes(sets[1:]) == []

@@ -3,42 +3,119 @@
 Hydra composes conf/adapter_trainer/config.yaml on top of the structured schema (adapter_trainer/config.py);
 the DictConfig stops here: `to_train_config` turns it into a typed, validated TrainConfig for the recipe.
 Errors a user can fix by changing the config, the data or the checkpoint (every `errors.UserError`: ConfigError,
-ShardFormatError, ResumeError, EvalOverlapError) end the process with their message and exit code 2, no stack trace.
+ShardFormatError, ResumeError, EvalOverlapError) end the process with their message and exit code 2, no stack trace;
+such a run leaves no run directory of Hydra's files behind. Ctrl-C (training.interrupt) ends it with exit 130 and
+the command that resumes it; a finished run ends with the commands that come next (training.next_steps).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import to_train_config
+from adapter_trainer.config import TrainConfig, to_train_config
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError, one_line
+from adapter_trainer.overrides import check_overrides
+from adapter_trainer.training.interrupt import TrainingInterrupted
+
+KEYS_HINT = "python -m adapter_trainer +experiment=demo --cfg job, docs/configuration.md"
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C (training.interrupt)
+HYDRA_FILES = {".hydra", "adapter_trainer.log"}  # what Hydra writes into a run dir before our code runs
+_given: list[str] = []  # the overrides as typed (before adapter_trainer.overrides rewrote any): for the commands shown
 
 
 @hydra.main(config_path=str(find_conf_dir()), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
     """Compose -> typed config -> recipe (setup, train, cleanup)."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    started = not set(os.listdir(run_dir)) <= HYDRA_FILES  # a run dir with more than Hydra's files: a run's own
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    shown_dir = os.path.relpath(run_dir) if run_dir.is_relative_to(Path.cwd()) else str(run_dir)
     try:
         typed = to_train_config(cfg)
         # Hydra's run dir is trainer.output_dir; under --multirun it is <trainer.output_dir>/<job num>, so each
         # job of a sweep gets its own checkpoints and metrics.
-        typed.trainer.output_dir = HydraConfig.get().runtime.output_dir
+        typed.trainer.output_dir = str(run_dir)
         from adapter_trainer.training.recipe import recipe_main  # after config checks: pulls in torch + transformers
 
-        recipe_main(typed)
+        final = recipe_main(typed)
     except UserError as e:
         print(f"adapter_trainer: error: {one_line(e)}", file=sys.stderr)
+        _remove_unstarted(run_dir, started)
         sys.exit(USER_ERROR_EXIT)
+    except KeyboardInterrupt:  # before training, during the final eval, or a second Ctrl-C: no step was finished
+        if rank0:
+            print(f"adapter_trainer: stopped (Ctrl-C); {_last_checkpoint_hint(run_dir, shown_dir)}", file=sys.stderr)
+        _remove_unstarted(run_dir, started)
+        sys.exit(INTERRUPTED_EXIT)
+    except TrainingInterrupted as e:  # a Ctrl-C: every rank finished the same step, checkpointed
+        if rank0:
+            from adapter_trainer.training.next_steps import interrupted_line
+
+            print(interrupted_line(_given, shown_dir, e.step), file=sys.stderr)
+        sys.exit(INTERRUPTED_EXIT)
+    if rank0:
+        from adapter_trainer.training.next_steps import next_steps
+
+        print("\n".join(next_steps(_given, shown_dir, int(final["step"]))))
+
+
+def _last_checkpoint_hint(run_dir: Path, shown_dir: str) -> str:
+    """After a run stopped at once: how to resume it from its newest checkpoint, or that it has none."""
+    from adapter_trainer.training.next_steps import resume_command
+
+    ckpts = sorted((run_dir / "checkpoints").glob("step-*"))
+    if not ckpts:
+        return "no checkpoint was written, nothing to resume"
+    return f"the newest checkpoint is {ckpts[-1].name}; resume with {resume_command(_given, shown_dir)}"
+
+
+def _remove_unstarted(run_dir: Path, started: bool) -> None:
+    """A run refused before it wrote anything of its own leaves no run dir: Hydra's .hydra/ and log file go, and the
+    directory with them when nothing else is in it (a dir that held a run before is never touched)."""
+    if started or int(os.environ.get("RANK", "0")) > 0 or not run_dir.is_dir():
+        return
+    if not set(os.listdir(run_dir)) <= HYDRA_FILES:
+        return
+    import logging
+
+    logging.shutdown()  # Hydra's file handler holds the log file open
+    if (run_dir / ".hydra").is_dir():
+        shutil.rmtree(run_dir / ".hydra")
+    (run_dir / "adapter_trainer.log").unlink(missing_ok=True)
+    if any(run_dir.iterdir()):
+        return
+    run_dir.rmdir()
+    for d in run_dir.parents:  # outputs/ when this run made it and left it empty (within the launch directory)
+        if d == Path.cwd() or not d.is_relative_to(Path.cwd()) or any(d.iterdir()):
+            break
+        d.rmdir()
 
 
 def main() -> None:
     """Console entry point. Under torchrun, ranks > 0 ask Hydra not to write .hydra/ or its log file: rank 0
-    alone writes into the run directory (the recipe does the same for metrics, checkpoints and plots)."""
+    alone writes into the run directory (the recipe does the same for metrics, checkpoints and plots).
+    The overrides are checked first (adapter_trainer.overrides): an unknown key stops here, before Hydra."""
+    _given[:] = sys.argv[1:]
+    try:
+        sys.argv[1:] = check_overrides(
+            sys.argv[1:],
+            schema=TrainConfig,
+            conf_dir=find_conf_dir(),
+            primary="config",
+            keys_hint=KEYS_HINT,
+            list_keys=("data.shards",),  # data.shards=DIR or data.shards=a,b: a list (README, zsh)
+        )
+    except UserError as e:
+        print(f"adapter_trainer: error: {e}", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT)
     if int(os.environ.get("RANK", "0")) > 0:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
     _hydra_main()

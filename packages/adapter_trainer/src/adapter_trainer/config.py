@@ -206,7 +206,7 @@ class ShardSource:
 
 
 SHARD_ENTRY_KEYS = ("path", "weight")
-_SHARD_FIX = "write a plain path or {path: DIR, weight: W} with W > 0, e.g. data.shards=[{path: a, weight: 3}, b]"
+_SHARD_FIX = "write a plain path or {path: DIR, weight: W} with W > 0, e.g. 'data.shards=[{path: a, weight: 3}, b]'"
 
 
 def _shard_entry(i: int, entry: Any) -> ShardSource:
@@ -295,7 +295,9 @@ def validate_config(cfg: TrainConfig) -> None:
             f"model.mot.lora_rank=16, or model.mot.lora_rank=0"
         )
     if not cfg.data.shards:
-        raise ConfigError("data.shards is empty; give at least one shard-set dir, e.g. data.shards=[build/demo/shards]")
+        raise ConfigError(
+            "data.shards is empty; give at least one shard-set dir, e.g. 'data.shards=[build/demo/shards]'"
+        )
     weights = shard_weights(cfg)  # checks every entry of data.shards
     if cfg.data.mixture_epoch_size < 0 or (cfg.data.mixture_epoch_size and weights is None):
         raise ConfigError(
@@ -385,7 +387,7 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
         typed = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", None) or "?"
-        hint = {"data.shards": "data.shards=[path/to/shard-set]"}.get(key, f"{key}=VALUE")
+        hint = {"data.shards": "'data.shards=[path/to/shard-set]'"}.get(key, f"{key}=VALUE")
         raise ConfigError(
             f"required config value {key} is not set (???). Pass {hint}, or start from an experiment: "
             f"+experiment=demo | mps_small | cuda_1b"

@@ -24,6 +24,7 @@ from omegaconf.errors import MissingMandatoryValue
 from .conf_dir import find_conf_dir
 from .config import CodecConfig, PipelineConfig, ShardConfig, SplitConfig
 from .errors import USER_ERROR_EXIT, UserError
+from .overrides import check_overrides
 from .run.pipeline import EXPLAIN, RunResult, run_pipeline
 
 __all__ = [
@@ -84,13 +85,20 @@ def _user_error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point; `--explain` is handled before Hydra parses argv."""
+    """Entry point; `--explain` and the overrides' keys are handled before Hydra parses argv."""
     args = sys.argv[1:] if argv is None else argv
     if "--explain" in args:
         print(EXPLAIN)
         raise SystemExit(2)
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    try:  # an unknown key stops here, before Hydra composes (tokenizer_pipeline.overrides)
+        sys.argv[1:] = check_overrides(
+            sys.argv[1:], schema=PipelineConfig, conf_dir=find_conf_dir(), primary="shards",
+            keys_hint="python -m tokenizer_pipeline audio_dir=DIR --cfg job, docs/configuration.md",
+        )  # fmt: skip
+    except UserError as e:
+        _user_error(str(e))
     _hydra_main()
 
 

@@ -2,7 +2,8 @@
 
 `read_manifest` parses `<root>/manifest.json` (format name and version, codec fields, shard paths) of a directory or
 a URL (s3://, gs://, hf://datasets/..., http(s)://: the tars of a remote set are read through a verified local cache,
-adapter_trainer.data.remote), `check_compatible` refuses sets that disagree with each other or with the audio LM,
+adapter_trainer.data.remote), `check_compatible` refuses sets that disagree with each other (their codec's shape or
+its weights) or with the audio LM,
 `verify_files` checks the listed tars (size, and sha256 if asked) and `open_tar` opens one for reading. `ShardFormatError` is the error of the whole contract: the samples inside
 the tars are decoded by `samples`, indexed by `split_index` and read at random by `clip_reader`.
 """
@@ -205,10 +206,22 @@ def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: i
 def check_compatible(
     sets: list[ShardSet], *, model_n_codebooks: int, model_codebook_size: int, audio_lm: str = "the audio LM"
 ) -> None:
-    """Refuse sets that disagree with each other or with the audio LM (n_codebooks, codebook_size, frame_rate)."""
+    """Refuse sets that disagree with each other or with the audio LM (n_codebooks, codebook_size, frame_rate), and
+    sets encoded by codecs with different weights (`codec.weights_sha256`): their codes share a shape but not a
+    meaning. A set whose manifest records no weights_sha256 cannot be compared: see `codec_notes`."""
     if not sets:
-        raise ShardFormatError("no shard sets given; set data.shards=[path/to/shard-set]")
+        raise ShardFormatError("no shard sets given; set 'data.shards=[path/to/shard-set]'")
     first = sets[0]
+    hashed = [s for s in sets if _weights_sha256(s) is not None]
+    for other in hashed[1:]:
+        a, b = _weights_sha256(hashed[0]), _weights_sha256(other)
+        if a != b:
+            raise ShardFormatError(
+                f"data.shards mixes codes of two codecs: {hashed[0].root} was encoded with {_codec_name(hashed[0])} "
+                f"(weights sha256 {str(a)[:12]}...) but {other.root} with {_codec_name(other)} (weights sha256 "
+                f"{str(b)[:12]}...), so one code means two sounds; re-encode one set with the other's codec "
+                f"(python -m tokenizer_pipeline codec.name_or_path=... out_dir=...) or train on one of them"
+            )
     for other in sets[1:]:
         for attr in ("n_codebooks", "codebook_size", "frame_rate"):
             a, b = getattr(first, attr), getattr(other, attr)
@@ -227,6 +240,31 @@ def check_compatible(
                 f"MusicGen model (e.g. facebook/encodec_32khz for facebook/musicgen-small), or set "
                 f"model.audio_lm to a decoder with {attr}={have}"
             )
+
+
+def _weights_sha256(s: ShardSet) -> str | None:
+    codec = s.manifest.get("codec")
+    value = codec.get("weights_sha256") if isinstance(codec, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _codec_name(s: ShardSet) -> str:
+    codec = s.manifest.get("codec")
+    return str(codec.get("name_or_path", "an unnamed codec")) if isinstance(codec, dict) else "an unnamed codec"
+
+
+def codec_notes(sets: list[ShardSet]) -> list[str]:
+    """One line per set of a mixture whose manifest records no `codec.weights_sha256` (a hand-made or foreign
+    manifest; tokenizer_pipeline records it in every version): its codec cannot be compared with the others', so it
+    is trusted on its n_codebooks, codebook_size and frame_rate alone, and the line says so."""
+    if len(sets) < 2:
+        return []
+    return [
+        f"note: {s.manifest_path} records no codec.weights_sha256, so its codec cannot be compared with the other "
+        f"sets'; mixed on trust (same K, C and frame rate). Re-encode it with tokenizer_pipeline to have it checked"
+        for s in sets
+        if _weights_sha256(s) is None
+    ]
 
 
 def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> None:

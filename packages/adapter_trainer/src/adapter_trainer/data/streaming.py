@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -253,6 +254,9 @@ def default_num_workers(local_world_size: int = 1) -> int:
 
 def _worker_init(_: int) -> None:
     torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
+    # a terminal's Ctrl-C reaches the workers too: the training process decides (it finishes its step and
+    # checkpoints, training.interrupt), so a worker that died of it does not break that last step
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def train_loader(

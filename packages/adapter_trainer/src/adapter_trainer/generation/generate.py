@@ -34,6 +34,7 @@ from adapter_trainer.data.sample_keys import MAX_KEY_LEN
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
 from adapter_trainer.generation.model_source import GenerationSource, adapter_generate_config, adapter_source
+from adapter_trainer.overrides import check_overrides
 from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 
 
@@ -278,7 +279,7 @@ def to_generate_config(cfg: DictConfig, given: set[str] | None = None) -> Genera
 
 
 @hydra.main(config_path=str(find_conf_dir()), config_name="generate", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
@@ -287,6 +288,24 @@ def main(cfg: DictConfig) -> None:
     except UserError as e:  # ConfigError, ShardFormatError, ResumeError: the message names the fix
         print(f"adapter_trainer.generate: error: {e}", file=sys.stderr)
         sys.exit(USER_ERROR_EXIT)
+
+
+def main() -> None:
+    """`python -m adapter_trainer.generate [overrides]`: the overrides checked (an unknown key is refused in one
+    line, adapter_trainer.overrides), then Hydra composes generate.yaml."""
+    try:
+        sys.argv[1:] = check_overrides(
+            sys.argv[1:],
+            schema=GenerateRunConfig,
+            conf_dir=find_conf_dir(),
+            primary="generate",
+            keys_hint="python -m adapter_trainer.generate +experiment=demo --cfg job, docs/configuration.md",
+            list_keys=("data.shards",),
+        )
+    except UserError as e:
+        print(f"adapter_trainer.generate: error: {e}", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT)
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -291,6 +291,15 @@ def optimizer_changes(ckpt: Path, current: dict[str, Any]) -> list[str]:
     return [f"optimizer.{k}: {saved.get(k)!r} -> {v!r}" for k, v in current.items() if saved.get(k) != v]
 
 
+def max_steps_change(ckpt: Path, max_steps: int) -> list[str]:
+    """`trainer.max_steps: checkpoint -> run` when the run trains to another step than the checkpoint's config.yaml
+    said (the LR schedule's cosine then ends elsewhere), else []."""
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml")).get("trainer", {}).get("max_steps")
+    return [] if saved in (None, max_steps) else [f"trainer.max_steps: {saved!r} -> {max_steps!r}"]
+
+
 def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
     """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
     c = cfg

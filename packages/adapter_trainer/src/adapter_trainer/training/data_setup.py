@@ -12,7 +12,7 @@ from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spa
 from adapter_trainer.data.remote.cache import ShardCache, cache_for
 from adapter_trainer.data.remote.planner import Prefetcher, ShardPlanner
 from adapter_trainer.data.remote.urls import is_url, pin_all
-from adapter_trainer.data.shards import ShardSet, open_shard_sets
+from adapter_trainer.data.shards import ShardSet, codec_notes, open_shard_sets
 from adapter_trainer.data.split_index import SplitIndex, build_index
 from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, default_num_workers, train_loader
 from adapter_trainer.data.token_layout import AudioVocab, Batch
@@ -82,8 +82,9 @@ def check_cache_bound(cfg: TrainConfig, shard_sets: Sequence[ShardSet], dist: Ra
 
 
 def open_sets(cfg: TrainConfig, dist: RankInfo, *, n_codebooks: int, codebook_size: int) -> list[ShardSet]:
-    """data.shards opened and checked against the audio LM's K codebooks of C codes (before any weight is loaded);
-    remote sets read through their cache, whose bound is checked before any tar is fetched (its note on rank 0)."""
+    """data.shards opened and checked against the audio LM's K codebooks of C codes and against each other's codec
+    (before any weight is loaded); remote sets read through their cache, whose bound is checked before any tar is
+    fetched (its note, and a note per set whose codec cannot be compared, on rank 0)."""
     paths = pinned_shard_paths(cfg, dist)  # a Hub revision: its commit, the same on every rank
     shard_sets = open_shard_sets(
         paths,
@@ -94,20 +95,35 @@ def open_sets(cfg: TrainConfig, dist: RankInfo, *, n_codebooks: int, codebook_si
         tries=cfg.data.cache.retries,
     )
     note = check_cache_bound(cfg, shard_sets, dist)  # before any remote tar is fetched
-    if note and dist.is_main:
-        print(note)
+    for line in [*codec_notes(shard_sets), *([note] if note else [])]:
+        if dist.is_main:
+            print(line)
     return shard_sets
 
 
 def split_indexes(cfg: TrainConfig, shard_sets: list[ShardSet]) -> tuple[SplitIndex, SplitIndex]:
     """The train and eval splits' header-only indexes (~40 bytes per clip; codes are read per batch by DataLoader
-    workers / per eval batch). An empty train split is a ConfigError."""
+    workers / per eval batch). An empty train split is a ConfigError that points at each set's failures.jsonl."""
     d = cfg.data
     train_index = build_index(shard_sets, d.train_split, sha256=d.verify_sha256)
     eval_index = build_index(shard_sets, d.eval_split, max_clips=d.eval_max_clips, sha256=d.verify_sha256)
     if not len(train_index):
-        raise ConfigError(f"split data.train_split={d.train_split!r} is empty in {d.shards}")
+        raise ConfigError(
+            f"split data.train_split={d.train_split!r} is empty in {d.shards}"
+            + "".join(_failures_note(s) for s in shard_sets)
+            + "; check a set with python -m tokenizer_pipeline.verify DIR, fix its input and encode it again"
+        )
     return train_index, eval_index
+
+
+def _failures_note(shard_set: ShardSet) -> str:
+    """`; <set>/failures.jsonl lists N failed rows` for a local set whose stage-1 run recorded failures (why its clips
+    are missing), else ''."""
+    if shard_set.is_remote:
+        return ""
+    path = Path(shard_set.root) / "failures.jsonl"
+    n = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()) if path.is_file() else 0
+    return f"; {path} lists {n} failed rows (why each clip is missing)" if n else ""
 
 
 def data_lines(

@@ -16,6 +16,7 @@ through the graph a second time": codes used to come out of a live codec graph).
     training.optim                    AdamW groups, warmup + cosine LR
     training.device                   device, precision checks, autocast (GradScaler only for fp16 on CUDA)
     training.checkpoint, resume       exact resume: data position, RNG, optimizer, scheduler; the fingerprint
+    training.interrupt                Ctrl-C: every rank stops after the same step, checkpointed (exit 130)
     training.distributed              torchrun: the one-process example order, trainable gradients summed
     training.metric_logging, plots    metrics.jsonl + TensorBoard, the loss-curve PNG
     training.model_figures            what the model reports of its weights (caption_scale), logged and kept
@@ -48,7 +49,7 @@ from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml
 from adapter_trainer.data.streaming import TrainBatches
 from adapter_trainer.data.token_layout import Batch
 from adapter_trainer.evaluation.report import EvalReport
-from adapter_trainer.training import checkpoint
+from adapter_trainer.training import checkpoint, interrupt
 from adapter_trainer.training.data_setup import (
     data_lines,
     example_spec,
@@ -293,6 +294,7 @@ class MoTAdapterRecipe:
         )
         batches = self.train_batches()  # this rank's share of each global micro-batch, prefetched by workers
         t_log, tokens_log, step_s = time.perf_counter(), 0, 0.0
+        stop = interrupt.StopOnInterrupt(self.dist).install()  # Ctrl-C: finish the step, checkpoint it, exit 130
         while self.progress.step < self.max_steps:
             t_step = time.perf_counter()
             model.train()  # trainable modules only: the frozen towers stay in eval() (MoTAdapterModel.train)
@@ -363,6 +365,10 @@ class MoTAdapterRecipe:
                     path = self.save_checkpoint()
                     tqdm.write(f"step {step}: checkpoint {path}")
                 self.dist.barrier()  # no rank runs ahead of a checkpoint being written
+            if stop.requested():  # a Ctrl-C on any rank: every rank stops after this same step
+                pbar.close()
+                stop.checkpoint_and_stop(self)  # raises interrupt.TrainingInterrupted
+        interrupt.uninstall()
         pbar.close()
 
     def save_checkpoint(self) -> Path:
@@ -434,6 +440,7 @@ def recipe_main(cfg: TrainConfig) -> dict[str, Any]:
         recipe.train()
         return recipe.cleanup()
     finally:
+        interrupt.uninstall()  # SIGINT back to its handler whichever way training ended
         if getattr(recipe, "prefetcher", None) is not None:  # a run that stopped early: no thread outlives it
             recipe.prefetcher.close()
         teardown_distributed()

@@ -17,18 +17,20 @@ if TYPE_CHECKING:  # builders/mot pull in transformers: not at import time
 
 
 def read_on_main(
-    resume: str, output_dir: Path, dist: RankInfo, optimizer_cfg: OptimizerConfig
-) -> tuple[Path, checkpoint.LoadedCheckpoint, list[str]]:
-    """Rank 0 finds and reads the checkpoint (on CPU) and the optimizer settings that changed since (its
-    config.yaml), and broadcasts them: no other rank opens a file of it. Any failure to read it on rank 0 is a
-    ResumeError raised on every rank, in one line, at the same point (no rank is left waiting in a collective)."""
+    resume: str, output_dir: Path, dist: RankInfo, optimizer_cfg: OptimizerConfig, max_steps: int | None = None
+) -> tuple[Path, checkpoint.LoadedCheckpoint, list[str], list[str]]:
+    """Rank 0 finds and reads the checkpoint (on CPU), the optimizer settings that changed since (its config.yaml)
+    and a changed trainer.max_steps, and broadcasts them: no other rank opens a file of it. Any failure to read it on
+    rank 0 is a ResumeError raised on every rank, in one line, at the same point (no rank is left waiting in a
+    collective)."""
     found, error = None, None
     if dist.is_main:
         ckpt_dir = None
         try:
             ckpt_dir = checkpoint.find_checkpoint(resume, output_dir)
             ckpt = checkpoint.load_checkpoint(ckpt_dir)
-            found = (ckpt_dir, ckpt, checkpoint.optimizer_changes(ckpt_dir, asdict(optimizer_cfg)))
+            steps = [] if max_steps is None else checkpoint.max_steps_change(ckpt_dir, max_steps)
+            found = (ckpt_dir, ckpt, checkpoint.optimizer_changes(ckpt_dir, asdict(optimizer_cfg)), steps)
         except checkpoint.ResumeError as e:
             error = str(e)
         except Exception as e:  # a file of the checkpoint missing, truncated or not what it should be: one line
@@ -60,13 +62,17 @@ def resume_run(
 
     Rank 0 alone reads it and sends it to every rank (`read_on_main`): only the rank that writes checkpoints needs to
     see them, so nodes without a shared disk resume too."""
-    ckpt_dir, ckpt, changes = read_on_main(cfg.trainer.resume, output_dir, dist, cfg.optimizer)
+    ckpt_dir, ckpt, changes, steps = read_on_main(
+        cfg.trainer.resume, output_dir, dist, cfg.optimizer, cfg.trainer.max_steps
+    )
     checkpoint.check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     model.load_trainable_state_dict(ckpt.adapter)
     # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
     checkpoint.load_optimizer_with_config(optimizer, scheduler, ckpt.optimizer, ckpt.scheduler, schedule)
     for line in changes:
         print(f"resume: {line} (applied: the config wins for optimizer settings)")
+    for line in steps:
+        print(f"resume: {line} (applied: the LR schedule's cosine now ends at step {cfg.trainer.max_steps})")
     if scaler is not None and ckpt.scaler is not None:
         scaler.load_state_dict(ckpt.scaler)
     checkpoint.restore_rng(ckpt.rng_torch, ckpt.rng)

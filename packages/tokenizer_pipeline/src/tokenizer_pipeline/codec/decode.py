@@ -327,9 +327,25 @@ def run_decode(args: DecodeArgs) -> Path:
     return out
 
 
+HELP = """\
+usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N]
+                                           [max_seconds=S] [device=cpu|auto|cuda|mps]
+
+Codes of a shard set (a stage-1 set, or generated codes) -> <out_dir>/<key>.wav and decoded.json, with the codec
+that made them (the manifest's codec.path_from_set or name_or_path; its weights must hash to codec.weights_sha256).
+  codec=PATH_OR_ID   a copy of that codec elsewhere      split=NAME   one split only (default: every split)
+  limit=N            the first N clips in shard order    max_seconds=S  only the start of each clip
+  device=...         cpu (default), auto, cuda or mps
+e.g. python -m tokenizer_pipeline.decode build/demo/runs/demo/generated out_dir=build/listen"""
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "-h" in args or "--help" in args:
+        print(HELP)
+        return 0
     try:
-        run_decode(parse_args(sys.argv[1:] if argv is None else argv))
+        run_decode(parse_args(args))
     except UserError as e:  # DecodeError, and config errors from the codec loader
         print(f"tokenizer_pipeline.decode: error: {e}", file=sys.stderr)
         return USER_ERROR_EXIT

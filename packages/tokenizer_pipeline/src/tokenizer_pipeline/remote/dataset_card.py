@@ -142,7 +142,7 @@ def dataset_card(m: dict[str, Any], target: HubTarget, own_readme: str | None = 
         "with this card: a revision that has it has all its shards.",
         "", "## Training from it", "",
         "```bash",
-        f"python -m adapter_trainer data.shards=[{url}]",
+        f"python -m adapter_trainer 'data.shards=[{url}]'",
         f"python -m tokenizer_pipeline.verify {url}   # every shard against the manifest",
         "```", "",
         "`<revision>`: the commit to train from (a commit hash pins the data; a branch name follows it).",

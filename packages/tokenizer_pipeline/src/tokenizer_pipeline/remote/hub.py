@@ -162,4 +162,4 @@ class HubDestination:
             )  # fmt: skip
             rev = info.sha
         pinned = self.target.url(rev)
-        return [f"revision {rev}: train from it with python -m adapter_trainer data.shards=[{pinned}]"]
+        return [f"revision {rev}: train from it with python -m adapter_trainer 'data.shards=[{pinned}]'"]

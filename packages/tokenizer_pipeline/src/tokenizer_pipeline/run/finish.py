@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,3 +126,20 @@ def write_manifest(
         msg = f"ok with {n_real} failed rows listed in {out_dir / 'failures.jsonl'}"
     lines.append(msg)
     return RunResult(manifest=manifest, out_dir=out_dir, exit_code=code, message="\n".join(lines))
+
+
+def with_next_steps(result: RunResult, codec_name_or_path: str) -> RunResult:
+    """The summary of a run that went well, ending with the commands that come next: check the set, train on it (the
+    demo preset for a set of the demo codec, the real presets otherwise; the list quoted for any shell)."""
+    if result.exit_code:
+        return result
+    out = shlex.quote(str(result.out_dir))
+    if (Path(codec_name_or_path) / "DEMO_CODEC.md").is_file():  # the stand-in codec: only the demo models fit it
+        train = f"python -m adapter_trainer +experiment=demo {shlex.quote(f'data.shards=[{result.out_dir}]')}"
+    else:
+        train = (
+            f"python -m adapter_trainer +experiment=cuda_1b {shlex.quote(f'data.shards=[{result.out_dir}]')}   "
+            f"(Apple silicon: +experiment=mps_small)"
+        )
+    lines = [result.message, f"next: python -m tokenizer_pipeline.verify {out}", f"      {train}"]
+    return RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))

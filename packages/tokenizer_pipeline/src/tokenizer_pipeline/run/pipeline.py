@@ -3,7 +3,8 @@
 `run_pipeline` reads top to bottom, each step a call into this room:
   1. join the torchrun group when there is one (ranks.py: gloo on CPU, nccl with one GPU per rank); check the
      configuration, plan every item and shard (planning.py: the CSV rows, or the segments of
-     source=audiocraft|audiofolder, keeping what a set already in out_dir fixes: kept.py), load the codec. Anything a
+     source=audiocraft|audiofolder, keeping what a set already in out_dir fixes: kept.py; MusicCaps: some row's clip
+     is in audio_dir), load the codec last. Anything a
      user must fix stops every rank here, before any encoding, as a `PipelineError` whose message names the fix
   2. rank 0 locks `out_dir` and prepares `.progress/` (progress.py: a different config is refused unless overwrite)
   3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or whose audio
@@ -36,10 +37,10 @@ from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
 from .encode_shards import encode_shard
-from .finish import RunResult, write_manifest
+from .finish import RunResult, with_next_steps, write_manifest
 from .kept import kept_shards, read_kept
 from .loader import decoded_clips
-from .planning import PlanItem, load_plan, source_sha256
+from .planning import PlanItem, check_audio_dir, check_out_dir, load_plan, source_sha256
 from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, refusal_words, why_redo
 from .ranks import RankInfo, agree, check_shared_out_dir, join_ranks
 from .segment_items import segmentation_summary, source_summary
@@ -70,6 +71,9 @@ Offline stand-in (no downloads): a synthetic corpus + a small demo codec
 """
 
 
+EXPLAIN_HINT = "how to get them: python -m tokenizer_pipeline --explain"
+
+
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
     """The codec directory relative to the shard set (so decode finds it from any working directory, and after the
     set and its codec are copied side by side); None for a hub id."""
@@ -91,13 +95,18 @@ def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
 
 def check_config(cfg: PipelineConfig) -> None:
     """Values no run can use; PipelineError names the key and the allowed range. Runs before anything is read or
-    written, for every source (split names become directories of out_dir)."""
+    written, for every source (split names become directories of out_dir): the audio_dir of MusicCaps is a
+    directory, out_dir can be created and written."""
     try:
         check_split_names(cfg.split.train_name, cfg.split.eval_name)
     except ConfigError as e:
         raise PipelineError(str(e)) from e
     if cfg.source.kind == "musiccaps" and not (cfg.audio_dir and Path(cfg.audio_dir).is_dir()):
-        raise PipelineError(f"audio_dir {cfg.audio_dir} is not a directory.\n\n{EXPLAIN}")
+        raise PipelineError(
+            f"audio_dir={cfg.audio_dir} is not a directory; point audio_dir at the folder of {{ytid}}.<ext> clips "
+            f"({EXPLAIN_HINT})"
+        )
+    check_out_dir(cfg.out_dir)
     try:
         resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
     except ValueError as e:  # ConfigError
@@ -164,7 +173,9 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
                 segmentation_summary(source_info), resolved, len(items),
                 dropped=[] if source_info is None else source_info.dropped,
             )  # fmt: skip
-            result = _with_speed_line(result, elapsed, audio_s, len(todo), ranks)
+            result = with_next_steps(
+                _with_speed_line(result, elapsed, audio_s, len(todo), ranks), cfg.codec.name_or_path
+            )
         return _share_result(ranks, result)
     finally:
         if lock is not None:
@@ -182,6 +193,8 @@ def _setup_plan_and_codec(
             torch.set_num_threads(cfg.threads)
         kept = read_kept(cfg)  # your own audio encoded again into out_dir: its root, splits and shards stay
         items, source_info = load_plan(cfg, kept)
+        if source_info is None:  # MusicCaps: some row's clip must be there, or nothing could be encoded
+            check_audio_dir(cfg, items, EXPLAIN_HINT)
         split_names = [cfg.split.train_name, cfg.split.eval_name]
         plans = (
             plan_shards(items, split_names, cfg.shard.max_samples)

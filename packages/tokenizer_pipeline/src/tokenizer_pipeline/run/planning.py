@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -56,3 +57,40 @@ def load_plan(cfg: PipelineConfig, kept: KeptSet | None = None) -> tuple[list[Pl
 def source_sha256(cfg: PipelineConfig, info: SourceInfo | None) -> str:
     """sha256 of the CSV, the audiocraft manifest, or the audiofolder metadata (in the fingerprint and manifest)."""
     return sha256_file(Path(cfg.csv)) if info is None else info.sha256
+
+
+def check_audio_dir(cfg: PipelineConfig, rows: Sequence[PlanItem], hint: str) -> None:
+    """MusicCaps: at least one row's `{ytid}.<ext>` is in audio_dir (one listing of the folder, before the codec
+    loads). None at all is a wrong or empty folder, refused in one line; some missing are per-row failures."""
+    audio_dir = Path(str(cfg.audio_dir))
+    exts = [e.lstrip(".") for e in cfg.audio_ext]
+    with os.scandir(audio_dir) as it:
+        names = {e.name for e in it if e.is_file()}
+    if any(f"{r.ytid}.{ext}" in names for r in rows if isinstance(r, ClipRow) for ext in exts):
+        return
+    audio = sorted(n for n in names if n.rpartition(".")[2].lower() in exts)
+    there = (
+        f"{len(audio)} audio files there, none named after a CSV row (e.g. {audio[0]})"
+        if audio
+        else f"{len(names)} files there, none of them audio"
+    )
+    raise PipelineError(
+        f"audio_dir={cfg.audio_dir} holds no {{ytid}}.<ext> file of the CSV's {len(rows)} rows ({there}; "
+        f"ext: {', '.join(exts)}); point audio_dir at the folder of downloaded clips ({hint})"
+    )
+
+
+def check_out_dir(out_dir: str) -> None:
+    """out_dir (or the nearest folder above it that exists) is a writable directory: checked before the codec loads,
+    so a typo or a read-only disk costs no encoding time."""
+    path = Path(out_dir).expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        problem = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"{existing} is not writable here"
+    else:
+        return
+    raise PipelineError(f"out_dir={out_dir} cannot be written ({problem}); choose another out_dir")

@@ -3,7 +3,8 @@
 Reads tars with plain `tarfile` and decodes members only with safe decoders
 (`numpy.load(allow_pickle=False)`, strict `json.loads`: NaN/Infinity are not JSON). Keys, split names and shard
 paths must follow the naming rule (`keys.py`): a shard path that is absolute or leaves the set is never opened.
-Exit 0 with one OK line, or 1 listing every problem (2: a URL that cannot be read, in one line).
+Exit 0 with one OK line, or 1 listing every problem (a well-formed set of 0 samples: one line naming its
+failures.jsonl) (2: a URL that cannot be read, in one line).
 
 A URL (s3://, gs://, hf://datasets/..., http(s)://) is checked the same way: `verify` is given a `fetch` that brings
 each file into a temporary directory just before it is read, and each tar is removed once checked
@@ -33,6 +34,7 @@ JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format
 SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # own-audio segments (v3, v4)
 SOURCE_KINDS = ("audiocraft", "audiofolder")
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+EMPTY_SET = "the set holds 0 samples"  # the one problem of a well-formed set with nothing in it
 Fetch = Callable[[str], None]  # brings the set's file `rel` into the root being checked (absent when it is missing)
 
 
@@ -217,6 +219,13 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
         problems.append("failures.jsonl missing")
     elif len((root / "failures.jsonl").read_text(encoding="utf-8").splitlines()) != t["failed"]:
         problems.append(f"failures.jsonl does not have {t['failed']} lines")
+    if (
+        total_samples == 0 and not problems
+    ):  # well-formed, but nothing to train on: a wrong audio_dir, every clip failed
+        problems.append(
+            f"{EMPTY_SET} ({t['failed']} of {t['rows']} rows failed: {root / 'failures.jsonl'} says why); "
+            f"fix the input and rerun tokenizer_pipeline into it"
+        )
     n_shards = sum(len(s["shards"]) for s in m["splits"].values())
     summary = f"OK {root}: {n_shards} shards, {total_samples} samples, {total_frames} frames, K={K}, C={C}, {t['failed']} failed rows"
     return problems, summary
@@ -245,6 +254,9 @@ def main(argv: list[str] | None = None, url_verifier: Callable[[str], tuple[list
         if target.lower().startswith("file://"):  # file:///path (percent-escapes decoded)
             target = unquote(urlsplit(target).path)
         problems, summary = verify(Path(target))
+    if len(problems) == 1 and problems[0].startswith(EMPTY_SET):  # a well-formed set of nothing: one line
+        print(f"FAILED {args.shard_set}: {problems[0]}", file=sys.stderr)
+        return 1
     if problems:
         print(f"FAILED {args.shard_set}: {len(problems)} problem(s)", file=sys.stderr)
         for p in problems:

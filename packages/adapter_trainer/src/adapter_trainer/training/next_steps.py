@@ -1,0 +1,85 @@
+"""The commands a run's last lines hand the user, built from the command line it was started with: resume it (after
+a Ctrl-C, or to train further), export the adapter, generate, listen. Quoted for any shell (shlex: a list override
+such as `data.shards=[a]` comes out as `'data.shards=[a]'`, which zsh does not read as a glob)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+
+# overrides the resume command sets itself (the run dir fixed, resume=latest) or drops (overwrite would delete the
+# checkpoints it resumes from)
+_RESUME_SETS = ("trainer.output_dir", "trainer.resume", "trainer.overwrite")
+# overrides that leave the checkpoint's fingerprint alone: a run with only these and +experiment=demo can be
+# listened to with `make listen` (which generates with +experiment=demo)
+_LOOP_ONLY = (
+    "trainer.max_steps",
+    "trainer.eval_every",
+    "trainer.ckpt_every",
+    "trainer.log_every",
+    "trainer.progress_bar",
+    "trainer.tensorboard",
+    "trainer.device",
+    "trainer.num_workers",
+    "trainer.eval_bootstrap",
+    "trainer.eval_caption_shuffles",
+    *_RESUME_SETS,
+)
+
+
+def _key(arg: str) -> str:
+    return arg.partition("=")[0].lstrip("+~")
+
+
+def _launcher(module: str) -> str:
+    """`python -m <module>`, or under torchrun the same module behind `torchrun --nproc_per_node=N` (and the node
+    count; a multi-node job adds its own rendezvous flags)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return f"python -m {module}"
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    nodes = f" --nnodes={world // per_node}" if world > per_node else ""
+    return f"torchrun{nodes} --nproc_per_node={per_node} -m {module}"
+
+
+def _quoted(args: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def resume_command(argv: Sequence[str], output_dir: str, *extra: str) -> str:
+    """The command line `argv` (the overrides as given) continuing the run in `output_dir` from its newest
+    checkpoint; `extra` overrides go last (e.g. trainer.max_steps=N)."""
+    kept = [a for a in argv if a.startswith("-") or _key(a) not in _RESUME_SETS]
+    args = [*kept, f"trainer.output_dir={output_dir}", "trainer.resume=latest", *extra]
+    return f"{_launcher('adapter_trainer')} {_quoted(args)}"
+
+
+def interrupted_line(argv: Sequence[str], output_dir: str, step: int) -> str:
+    """What a run stopped by Ctrl-C prints last."""
+    return f"interrupted at step {step}; resume with {resume_command(argv, output_dir)}"
+
+
+def next_steps(argv: Sequence[str], output_dir: str, step: int) -> list[str]:
+    """The lines after a finished run's summary: export, generate, listen, resume to train further."""
+    adapter = f"{output_dir}/adapter"
+    overrides = [a for a in argv if not a.startswith("-")]
+    demo_only = "+experiment=demo" in overrides and all(
+        a == "+experiment=demo" or _key(a) in _LOOP_ONLY for a in overrides
+    )
+    if demo_only:
+        listen = f"make listen RUN={shlex.quote(output_dir)}"
+    else:  # the run's own overrides: generate's checkpoint check needs the same model and data settings
+        gen = [a for a in overrides if _key(a) not in _RESUME_SETS] + [f"trainer.output_dir={output_dir}"]
+        listen = (
+            f"python -m adapter_trainer.generate {_quoted(gen)} generate.captions=eval && python -m "
+            f"tokenizer_pipeline.decode {shlex.quote(output_dir + '/generated')} "
+            f"out_dir={shlex.quote(output_dir + '/listen')}"
+        )
+    return [
+        "next steps:",
+        f"  export:   python -m adapter_trainer.export {shlex.quote(output_dir)} --out {shlex.quote(adapter)}",
+        f'  generate: make generate ADAPTER={shlex.quote(adapter)} TEXT="calm solo piano"',
+        f"  listen:   {listen}",
+        f"  resume:   {resume_command(argv, output_dir, f'trainer.max_steps={2 * step}')}  (train further)",
+    ]
