@@ -34,7 +34,10 @@ def check_splits(cfg: TrainConfig, train_index: SplitIndex, eval_index: SplitInd
         allow_overlap=d.allow_eval_overlap,
         where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}",
     )
-    n_train_captions: int = dist.broadcast_object(distinct_texts(train_index, d.text) if dist.is_main else None)
+    if train_index.caption_digest is not None:  # format-5 indexes hold each clip's text digest: every rank counts
+        n_train_captions = distinct_texts(train_index, d.text)
+    else:  # older sets: rank 0 reads every json member, the others get the count
+        n_train_captions = dist.broadcast_object(distinct_texts(train_index, d.text) if dist.is_main else None)
     if len(eval_index) < 2:
         raise ConfigError(
             f"split data.eval_split={d.eval_split!r} has {len(eval_index)} clip(s) in "
@@ -56,12 +59,15 @@ def build_held_out(
 ) -> HeldOutEval:
     """The held-out scoring of a run. With trainer.eval_music_lm (delay pattern), every rank scores its share of the
     eval clips with the audio LM alone (a fresh load of model.audio_lm: the MoT keeps only parts of it), then drops it."""
-    # Unigram baseline from the train split: rank 0 reads, all ranks get it ([K, C]).
-    unigram_logp = dist.broadcast_object(
-        unigram_baseline(train_index, spec.vocab.n_codebooks, spec.vocab.codebook_size, cfg.data.unigram_max_clips)
-        if dist.is_main
-        else None
-    )
+    # Unigram baseline from the train split ([K, C]): format-5 indexes hold the split's code counts (every rank takes
+    # them); for older sets rank 0 reads clips and all ranks get it.
+    K, C = spec.vocab.n_codebooks, spec.vocab.codebook_size
+    if train_index.code_counts is not None:
+        unigram_logp = unigram_baseline(train_index, K, C)
+    else:
+        unigram_logp = dist.broadcast_object(
+            unigram_baseline(train_index, K, C, cfg.data.unigram_max_clips) if dist.is_main else None
+        )
     held_out = HeldOutEval(
         eval_index,
         tokenizer,
