@@ -292,13 +292,7 @@ def read_index_bytes(s: ShardSet, entry: dict) -> bytes:
     where = join(str(s.root), rel) if s.is_remote else str(s.root / rel)  # type: ignore[operator]
     fix = f"re-copy the set, or rewrite it with python -m tokenizer_pipeline (its manifest: {s.manifest_path})"
     if s.is_remote:
-        cache = next((e.cache for entries in s.splits.values() for e in entries if e.cache is not None), None)
-        if cache is None:
-            from adapter_trainer.data.remote.cache import default_cache_dir
-
-            cache = ShardCache(default_cache_dir())
-        with cache.open(RemoteShard(where, entry["sha256"], entry["bytes"], rel), what=f"index {rel}") as f:
-            return f.read()
+        return _remote_index_bytes(s, entry, where)
     problem = shard_path_problem(s.root, rel)  # type: ignore[arg-type]
     if problem:
         raise ShardFormatError(f"{s.manifest_path}: index path {rel!r} {problem}; refusing the set")
@@ -308,6 +302,37 @@ def read_index_bytes(s: ShardSet, entry: dict) -> bytes:
         raise ShardFormatError(f"{where}: listed in {s.manifest_path} but not readable ({e}); {fix}") from e
     if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise ShardFormatError(f"{where}: size or sha256 differs from {s.manifest_path} (corrupt or replaced); {fix}")
+    return data
+
+
+def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
+    """A remote set's sidecar: kept under the shard cache's `indexes/` by its sha256 (outside data.cache.max_bytes,
+    which bounds the tars: an index of a million clips is larger than a shard), else fetched (retried) and checked."""
+    from adapter_trainer.data.remote.retry import with_retries
+    from adapter_trainer.data.remote.urls import filesystem
+
+    sha, size = entry["sha256"], entry["bytes"]
+    cache = next((e.cache for entries in s.splits.values() for e in entries if e.cache is not None), None)
+    keep = cache.root / "indexes" / f"{sha}.safetensors" if cache is not None else None
+    if keep is not None and keep.is_file():
+        data = keep.read_bytes()
+        if len(data) == size and hashlib.sha256(data).hexdigest() == sha:
+            return data
+    fs, path = filesystem(where)
+    data = with_retries(lambda: fs.cat_file(path), what=f"index {entry['path']}", url=where,
+                        tries=cache.tries if cache is not None else 5)  # fmt: skip
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+        raise ShardFormatError(
+            f"{where}: {len(data)} bytes with another sha256 than {s.manifest_path} lists; the copy at the URL is "
+            f"corrupt or was replaced after the manifest: re-push the set with python -m tokenizer_pipeline.push"
+        )
+    if keep is not None:
+        import os
+
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        tmp = keep.with_name(f".{keep.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, keep)
     return data
 
 

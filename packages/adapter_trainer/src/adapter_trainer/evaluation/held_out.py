@@ -113,6 +113,8 @@ class HeldOutEval:
         self.teacher_true: TargetCE | None = None
         self.teacher_shuf: TargetCE | None = None
         self.teacher_status = "not scored (trainer.eval_teacher=false or the flatten pattern)"
+        # the baselines above, when the run scores them: called once before the first report (training.eval_setup)
+        self.pending_baselines: Callable[[], None] | None = None
 
     def _true_batch(self, ids: list[int], clips: dict[int, Any], device: torch.device) -> Batch:
         """The eval windows of clips `ids` with their own captions, on `device`."""
