@@ -81,6 +81,12 @@ def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
                 )
         info["shards"] = shards
         info["n_samples"] = info["n_samples"] * replicas
+        # the index sidecar (format 5) of the replicated split, by the pipeline's own writer: a trainer starts from it
+        from tokenizer_pipeline.shards.split_index import shard_part, write_split_index
+
+        K, C = man["codec"]["n_codebooks"], man["codec"]["codebook_size"]
+        info["index"] = write_split_index(dst, split, [shard_part(dst / e["path"], K, C) for e in shards], K, C)
+    man["format_version"] = max(int(man["format_version"]), 5)
     man["bench_replicas"] = replicas
     man["bench_source_manifest_sha256"] = src_sha
     (dst / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True))

@@ -74,7 +74,7 @@ def test_audiocraft_tracks_and_musiccaps_train_as_a_weighted_mixture(
         by_track.setdefault(s["track_id"], set()).add(s["split"])
     assert all(len(splits) == 1 for splits in by_track.values()), by_track  # no track in both splits
     m = json.loads((byo / "manifest.json").read_text())
-    assert m["format_version"] == 4 and m["source"]["kind"] == "audiocraft"
+    assert m["format_version"] == 5 and m["source"]["kind"] == "audiocraft"
     if not {"train", "eval"} <= {s for v in by_track.values() for s in v}:
         pytest.fail(f"the hash split put every track in one split: {by_track}; pick another split.eval_fraction")
 

@@ -101,8 +101,13 @@ def write_shard_set(
     samples_per_shard: int = 16,
     extra_members: dict[str, bytes] | None = None,
     tar_format: int = tarfile.USTAR_FORMAT,
+    index: bool = False,
+    weights: dict[str, float] | None = None,
 ) -> Path:
     """Write `root/{split}/shard-%06d.tar` + failures.jsonl + manifest.json (last). Returns root.
+
+    index: also write each split's index sidecar and list it in the manifest (format version 5: pass
+    format_version=5 too). weights: {key: sample `weight`} written into those samples' json (others have none).
 
     extra_members: {member name: bytes} appended to the FIRST shard of the first split (to plant bad members).
     tar_format: tarfile's format (PAX_FORMAT to plant keys whose member names need a long-name header).
@@ -126,6 +131,8 @@ def write_shard_set(
                 for key, caption, codes in chunk:
                     _add_member(tar, f"{key}.codes.npy", npy_bytes(codes))
                     meta = sample_json(key, caption, codes, split, row, frame_rate)
+                    if weights and key in weights:
+                        meta["weight"] = weights[key]
                     _add_member(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode())
                     row += 1
                     n_frames_total += int(codes.shape[0])
@@ -143,6 +150,8 @@ def write_shard_set(
             "audio_seconds": n_frames_total / frame_rate,
             "n_frames": n_frames_total,
         }
+        if index:
+            manifest_splits[split]["index"] = write_index(root, split, shards, n_codebooks, codebook_size)
     total = sum(len(c) for c in splits.values())
     (root / "failures.jsonl").write_text("")
     manifest = {
@@ -178,6 +187,55 @@ def write_shard_set(
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     tmp.replace(root / "manifest.json")
     return root
+
+
+def text_digest(text: str) -> int:
+    """docs/shard-format.md: the first 8 bytes of BLAKE2b-64 of the UTF-8 text, little-endian."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def write_index(root: Path, split: str, shards: list[dict], n_codebooks: int, codebook_size: int) -> dict:
+    """`<split>/index.safetensors` per docs/shard-format.md (format 5), from the written tars; returns the manifest's
+    `index` entry."""
+    from safetensors.numpy import save
+
+    rows, keys = [], []
+    counts = np.zeros((n_codebooks, codebook_size), np.int64)
+    for e in shards:
+        with tarfile.open(root / e["path"]) as tar:
+            members = {m.name: m for m in tar.getmembers()}
+            for name, m in members.items():
+                key, _, member = name.partition(".")
+                if member != "json":
+                    continue
+                meta = json.loads(tar.extractfile(m).read())
+                codes = np.load(io.BytesIO(tar.extractfile(members[f"{key}.codes.npy"]).read()))
+                for k in range(n_codebooks):
+                    counts[k] += np.bincount(codes[:, k], minlength=codebook_size)
+                c = members[f"{key}.codes.npy"]
+                keys.append(key.encode())
+                rows.append((c.offset_data, c.size, m.offset_data, m.size, float(meta.get("weight", 1.0)),
+                             text_digest(meta["caption"]), text_digest(", ".join(meta["aspect_list"]))))  # fmt: skip
+    width = max([len(k) for k in keys], default=1)
+    cols = list(zip(*rows)) if rows else [()] * 7
+    tensors = {
+        "key": np.array([list(k.ljust(width, b"\0")) for k in keys], np.uint8).reshape(len(keys), width),
+        **{name: np.array(col, dtype) for name, col, dtype in zip(
+            ("codes_offset", "codes_size", "json_offset", "json_size", "weight", "caption_digest", "aspects_digest"),
+            cols, (np.int64, np.int64, np.int64, np.int64, np.float64, np.uint64, np.uint64))},
+        "code_counts": counts,
+    }  # fmt: skip
+    data = save(tensors, metadata={"format": "musiccaps-encodec-shards-index/1"})
+    rel = f"{split}/index.safetensors"
+    (root / rel).write_bytes(data)
+    w = tensors["weight"]
+    return {
+        "path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "n_samples": len(keys),
+        "n_distinct_captions": len(set(tensors["caption_digest"].tolist())),
+        "n_distinct_aspects": len(set(tensors["aspects_digest"].tolist())),
+        "weight_min": float(w.min()) if len(w) else 1.0, "weight_max": float(w.max()) if len(w) else 1.0,
+        "weight_sum": float(w.sum()),
+    }  # fmt: skip
 
 
 def write_synthetic_set(

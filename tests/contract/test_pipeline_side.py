@@ -54,8 +54,8 @@ def _samples(tar_path: Path) -> tuple[list[str], dict[str, dict[str, bytes]], li
 def test_layout_and_manifest(shard_set) -> None:
     root, csv_path, rows = shard_set
     m = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    # version 4 changed own audio's split rule only: a MusicCaps manifest stays version 3 (its split: the CSV's column)
-    assert m["format"] == "musiccaps-encodec-shards" and m["format_version"] == 3
+    # version 5 lists every split's index sidecar, MusicCaps sets included (their split: the CSV's column)
+    assert m["format"] == "musiccaps-encodec-shards" and m["format_version"] == 5
     assert m["source"]["kind"] == "musiccaps" and m["segmentation"] is None  # v3: MusicCaps samples as in v2
     assert "split_rule" not in m["source"]
     assert m["created_by"] == {"package": "tokenizer_pipeline", "version": "0.1.0"}
@@ -144,3 +144,79 @@ def test_samples(shard_set) -> None:
         ]
         seen += split_keys
     assert len(seen) == len(set(seen)) == 6
+
+
+def test_index_sidecar_matches_the_tars(shard_set) -> None:
+    """Format 5: each split's index.safetensors, read with safetensors + tarfile + numpy + json only, holds per sample
+    (tar order) its key, members' payload offsets and sizes, weight and text digests, and the split's code counts;
+    the manifest lists it with its size, sha256 and summaries."""
+    from safetensors.numpy import load
+
+    root, _, _ = shard_set
+    m = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    K, C = m["codec"]["n_codebooks"], m["codec"]["codebook_size"]
+
+    def digest(text: str) -> int:
+        return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+    for split, s in m["splits"].items():
+        ix = s["index"]
+        raw = (root / ix["path"]).read_bytes()
+        assert ix["path"] == f"{split}/index.safetensors"
+        assert ix["bytes"] == len(raw) and ix["sha256"] == hashlib.sha256(raw).hexdigest()
+        t = load(raw)
+        keys, rows, counts, captions, aspects = [], [], np.zeros((K, C), np.int64), set(), set()
+        for e in s["shards"]:
+            order, samples, infos = _samples(root / e["path"])
+            at = {i.name: (i.offset_data, i.size) for i in infos}
+            for key in order:
+                meta = json.loads(samples[key]["json"])
+                codes = np.load(io.BytesIO(samples[key]["codes.npy"]), allow_pickle=False)
+                for k in range(K):
+                    counts[k] += np.bincount(codes[:, k], minlength=C)
+                keys.append(key)
+                rows.append((*at[f"{key}.codes.npy"], *at[f"{key}.json"], 1.0, digest(meta["caption"]),
+                             digest(", ".join(meta["aspect_list"]))))  # fmt: skip
+                captions.add(meta["caption"])
+                aspects.add(", ".join(meta["aspect_list"]))
+        assert [bytes(r).rstrip(b"\0").decode() for r in t["key"]] == keys and t["key"].dtype == np.uint8
+        got = zip(t["codes_offset"], t["codes_size"], t["json_offset"], t["json_size"], t["weight"],
+                  t["caption_digest"], t["aspects_digest"])  # fmt: skip
+        assert [tuple(x.item() for x in r) for r in got] == rows
+        np.testing.assert_array_equal(t["code_counts"], counts)
+        assert (ix["n_samples"], ix["n_distinct_captions"], ix["n_distinct_aspects"]) == (
+            len(keys), len(captions), len(aspects))  # fmt: skip
+        assert (ix["weight_min"], ix["weight_max"], ix["weight_sum"]) == (1.0, 1.0, float(len(keys)))
+
+
+@pytest.mark.parametrize("damage", ["missing", "other_bytes", "consistent_but_wrong", "unlisted"])
+def test_verify_checks_the_index_against_the_tars(shard_set, tmp_path: Path, damage: str) -> None:
+    """`verify` accepts the set as written and names the index when it is missing, is not the listed file, or is a
+    well-formed sidecar (manifest updated to its sha256) whose rows disagree with the tars."""
+    import shutil
+
+    from safetensors.numpy import load, save
+
+    from tokenizer_pipeline.shards.verify import verify
+
+    root = shutil.copytree(shard_set[0], tmp_path / "set")
+    assert verify(root)[0] == []
+    m = json.loads((root / "manifest.json").read_text())
+    ix = root / "train/index.safetensors"
+    if damage == "missing":
+        ix.unlink()
+    elif damage == "other_bytes":
+        ix.write_bytes((root / "eval/index.safetensors").read_bytes())
+    elif damage == "consistent_but_wrong":
+        t = load(ix.read_bytes())
+        t["weight"][0] = 2.0
+        raw = save(t, metadata={"format": "musiccaps-encodec-shards-index/1"})
+        ix.write_bytes(raw)
+        m["splits"]["train"]["index"] |= {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    else:
+        m["splits"]["train"]["index"] = None
+    (root / "manifest.json").write_text(json.dumps(m))
+    problems = verify(root)[0]
+    assert problems and all("train" in p and "index" in p for p in problems), problems
+    if damage == "consistent_but_wrong":
+        assert any("does not match the tars" in p for p in problems)

@@ -50,11 +50,11 @@ def test_two_sets_concatenate_and_duplicate_keys_are_refused(tmp_path: Path) -> 
 
 
 def test_unsupported_format_version_is_refused_naming_the_manifest(tmp_path: Path) -> None:
-    root = write_synthetic_set(tmp_path / "v5", n_train=2, n_eval=1, format_version=5)
+    root = write_synthetic_set(tmp_path / "v6", n_train=2, n_eval=1, format_version=6)
     with pytest.raises(ShardFormatError) as e:
         read_manifest(root)
     msg = str(e.value)
-    assert str(root / "manifest.json") in msg and "format_version=5" in msg and "supported: 1, 2, 3, 4" in msg
+    assert str(root / "manifest.json") in msg and "format_version=6" in msg and "supported: 1, 2, 3, 4, 5" in msg
 
 
 def test_wrong_format_name_is_refused(tmp_path: Path) -> None:
@@ -232,3 +232,119 @@ def test_format_version_4_is_read_and_every_older_version_still_is(tmp_path: Pat
         sets = open_shard_sets([str(root)], model_n_codebooks=4, model_codebook_size=2048)
         assert sets[0].format_version == version
         assert [c.key for c in load_split(sets, "train")] == ["tr0000000", "tr0000001", "tr0000002"]
+
+
+# ---- format 5: the index sidecar (docs/shard-format.md#the-split-index)
+
+INDEX_COLUMNS = ("shard", "codes_offset", "codes_size", "json_offset", "json_size", "keys")
+
+
+def _sets(*roots: Path):
+    return open_shard_sets([str(r) for r in roots], model_n_codebooks=4, model_codebook_size=2048)
+
+
+@pytest.mark.parametrize("max_clips", [0, 1, 16, 17, 39, 100])
+@pytest.mark.parametrize("mix", ["v5", "v5+v5", "v1+v5", "v5+v1"])
+def test_an_indexed_set_gives_the_scans_index_without_opening_a_tar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_clips: int, mix: str
+) -> None:
+    """The same tars, indexed from the sidecar (format 5) and scanned (format 1), give identical indexes, also when
+    cut at max_clips inside or between sets and when a set of either kind is mixed in; only the older set is scanned."""
+    from adapter_trainer.data import split_index
+
+    made = {}
+    for i in range(len(mix.split("+"))):
+        clips = {
+            "train": synthetic_clips(20 + i, seed=i, prefix=f"s{i}"),
+            "eval": synthetic_clips(2, seed=9, prefix=f"e{i}"),
+        }
+        for kind in ("v5", "v1"):  # the same tars, with and without the index
+            made[(i, kind)] = write_shard_set(
+                tmp_path / f"{i}{kind}", clips, index=kind == "v5", format_version=5 if kind == "v5" else 1
+            )
+    given = [made[(i, v)] for i, v in enumerate(mix.split("+"))]
+    scanned_roots = [made[(i, "v1")] for i in range(len(given))]
+    want = build_index(_sets(*scanned_roots), "train", max_clips=max_clips, cache=None)
+    scanned: list[str] = []
+    real = split_index._scan_entry
+    monkeypatch.setattr(split_index, "_scan_entry", lambda e: (scanned.append(e.path), real(e))[1])
+    got = build_index(_sets(*given), "train", max_clips=max_clips, cache=None)
+    for col in INDEX_COLUMNS:
+        a, b = getattr(got, col), getattr(want, col)
+        assert a.dtype == b.dtype and np.array_equal(a, b), col
+    assert len(got.shard_paths) == len(want.shard_paths)
+    if "v1" not in mix:
+        assert scanned == []
+        assert (got.code_counts is not None) == (max_clips == 0 or max_clips >= 20 * len(given) + 1)
+    else:
+        v1_reached = mix.startswith("v1") or max_clips == 0 or max_clips > 20
+        assert bool(scanned) == v1_reached and got.caption_digest is None and got.code_counts is None
+
+
+def test_indexed_texts_counts_and_weights_equal_what_the_tars_give(tmp_path: Path, monkeypatch) -> None:
+    """Distinct captions/aspects, the unigram baseline and per-sample weights come from the index and equal the values
+    the older path reads from the tars; a uniform set reads no weight."""
+    from adapter_trainer.data import mixture
+    from adapter_trainer.data.mixture import sample_weights, split_spans
+    from adapter_trainer.data.streaming import distinct_texts
+    from adapter_trainer.evaluation.held_out import unigram_baseline
+
+    clips = {"train": synthetic_clips(40, seed=5, prefix="tr"), "eval": synthetic_clips(3, seed=6, prefix="ev")}
+    weights = {clips["train"][3][0]: 2.5, clips["train"][30][0]: 0.25}
+    v3 = write_shard_set(tmp_path / "v3", clips, format_version=3, weights=weights)
+    v5 = write_shard_set(tmp_path / "v5", clips, format_version=5, index=True, weights=weights)
+    uniform = write_shard_set(tmp_path / "u5", clips, format_version=5, index=True)
+    (old,), (new,) = _sets(v3), _sets(v5)
+    io, ix = build_index([old], "train", cache=None), build_index([new], "train", cache=None)
+    for text in ("caption", "aspects"):
+        assert distinct_texts(ix, text) == distinct_texts(io, text)
+    np.testing.assert_array_equal(unigram_baseline(ix, 4, 2048), unigram_baseline(io, 4, 2048, 0))
+    w_old = sample_weights([old], io, split_spans([old], "train", len(io)), "train", cache=None)
+    monkeypatch.setattr(mixture, "read_sample_weights", lambda *a: pytest.fail("an indexed set read a json member"))
+    w_new = sample_weights([new], ix, split_spans([new], "train", len(ix)), "train", cache=None)
+    np.testing.assert_array_equal(w_new[0], w_old[0])
+    assert w_new[0][3] == 2.5 and w_new[0][30] == 0.25
+    sets = _sets(uniform)
+    iu = build_index(sets, "train", cache=None)
+    assert sample_weights(sets, iu, split_spans(sets, "train", len(iu)), "train", cache=None) == [None]
+
+
+@pytest.mark.parametrize("damage", ["flipped", "missing", "unlisted", "fewer_rows", "bad_key", "escaping_path"])
+def test_a_damaged_index_is_refused_naming_it(tmp_path: Path, damage: str) -> None:
+    """An index that is not the manifest's (size/sha256), absent, unlisted, short of rows, holding a key that breaks
+    the key rule or listed outside its split is refused with one ShardFormatError naming the file and the fix."""
+    import hashlib
+
+    from safetensors.numpy import load, save
+
+    root = write_synthetic_set(tmp_path / "s", n_train=20, n_eval=2, index=True, format_version=5)
+    ix = root / "train/index.safetensors"
+    m = json.loads((root / "manifest.json").read_text())
+    entry = m["splits"]["train"]["index"]
+
+    def rewrite(t: dict) -> None:
+        raw = save(t, metadata={"format": "musiccaps-encodec-shards-index/1"})
+        ix.write_bytes(raw)
+        entry.update(bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest())
+
+    if damage == "flipped":
+        raw = bytearray(ix.read_bytes())
+        raw[-1] ^= 1
+        ix.write_bytes(bytes(raw))
+    elif damage == "missing":
+        ix.unlink()
+    elif damage == "unlisted":
+        del m["splits"]["train"]["index"]
+    elif damage == "fewer_rows":
+        rewrite({k: (v if k == "code_counts" else v[:-1]) for k, v in load(ix.read_bytes()).items()})
+    elif damage == "bad_key":
+        t = load(ix.read_bytes())
+        t["key"][2, 1] = ord(".")
+        rewrite(t)
+    else:
+        entry["path"] = "../train/index.safetensors"
+    (root / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ShardFormatError) as e:
+        build_index(_sets(root), "train", cache=None)
+    msg = str(e.value)
+    assert "index" in msg and ("manifest.json" in msg or str(ix) in msg) and "tokenizer_pipeline" in msg

@@ -102,6 +102,24 @@ def test_the_manifest_is_renamed_into_place_last(shard_set: Path, tmp_path: Path
     assert order[-1] == "manifest.json" and set(order[:4]) == set(TARS)
 
 
+def test_the_index_sidecars_go_before_the_manifest(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Format 5: each split's index.safetensors is part of the set, sent before the manifest that lists it."""
+    root = write_synthetic_set(tmp_path / "set", n_train=6, n_eval=2, samples_per_shard=2, frames=(4, 6),
+                               n_codebooks=K, codebook_size=C, index=True, format_version=5)  # fmt: skip
+    order: list[str] = []
+    real = destinations.os.replace
+
+    def replace(src, dst) -> None:
+        order.append(Path(dst).relative_to(tmp_path / "copy").as_posix())
+        real(src, dst)
+
+    monkeypatch.setattr(destinations.os, "replace", replace)
+    assert run(capsys, push_main, str(root), str(tmp_path / "copy"))[0] == 0
+    assert order[-1] == "manifest.json"
+    assert {"train/index.safetensors", "eval/index.safetensors"} <= set(order[:-1])
+    assert run(capsys, verify_main, str(tmp_path / "copy"))[0] == 0
+
+
 def test_an_interrupted_push_resumes_and_no_manifest_before_the_end(
     shard_set: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:

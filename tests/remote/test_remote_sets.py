@@ -91,6 +91,26 @@ def test_http_and_s3_copies_give_the_local_batches_under_a_quarter_set_bound(
             assert same(resumed, want[6:]), (name, rank)
 
 
+def test_an_indexed_remote_set_starts_without_a_tar_and_gives_the_same_batches(
+    local_set, http_server, tmp_path
+) -> None:
+    """Format 5 over HTTP under a quarter-set bound: indexing both splits downloads the two index sidecars (kept
+    outside the bound, which is smaller than one of them here) and no tar, and the batches (and a resume) equal the
+    local scanned set's token for token (the same tars)."""
+    v5 = write_synthetic_set(tmp_path / "v5", n_train=48, n_eval=8, frames=(12, 24), samples_per_shard=4, index=True,
+                             format_version=5)  # fmt: skip
+    assert all((v5 / p.relative_to(local_set)).read_bytes() == p.read_bytes() for p in local_set.rglob("*.tar"))
+    shutil.copytree(v5, http_server.root / "v5")
+    url = f"{http_server.url}/v5"
+    cache = ShardCache(tmp_path / "cache", max_bytes=set_bytes(local_set) // 4)
+    sets = open_shard_sets([url], model_n_codebooks=4, model_codebook_size=2048, cache=cache)
+    assert len(build_index(sets, "train")) == 48 and len(build_index(sets, "eval")) == 8
+    assert cache.stats()["downloads"] == 0 and len(list((tmp_path / "cache/indexes").iterdir())) == 2
+    want = batches(str(local_set), None, world=1, rank=0)
+    assert same(batches(url, cache, world=1, rank=0), want)
+    assert same(batches(url, cache, world=1, rank=0, start=6 * B, n=N_BATCHES - 6), want[6:])
+
+
 def test_a_corrupt_remote_shard_is_never_read(local_set, s3_env, tmp_path) -> None:
     url = upload_to_s3(s3_env, local_set, "corrupt")
     cache = ShardCache(tmp_path / "cache")

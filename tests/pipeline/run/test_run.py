@@ -522,7 +522,7 @@ def test_musiccaps_samples_keep_their_layout_in_format_version_4(corpus, tiny_co
     assert names[0].endswith(".codes.npy") and names[1] == names[0].replace(".codes.npy", ".json")
     assert list(meta) == MUSICCAPS_SAMPLE_KEYS
     m = json.loads((tmp_path / "out/manifest.json").read_text())
-    assert m["format_version"] == 3 and m["segmentation"] is None  # MusicCaps manifests: unchanged by version 4
+    assert m["format_version"] == 5 and m["segmentation"] is None  # MusicCaps manifests: version 5, with the index
     assert m["source"] == {
         "kind": "musiccaps", "csv": str(csv_path), "csv_sha256": sha256_file(csv_path),
         "sha256": sha256_file(csv_path), "audio_dir": str(audio_dir),
@@ -546,3 +546,20 @@ def test_a_musiccaps_set_written_before_format_3_still_resumes(corpus, tiny_code
     fp_path.write_text(json.dumps(fp))
     assert run_pipeline(cfg, progress=False).exit_code == 0
     assert _snapshot(tmp_path / "out") == before
+
+
+def test_a_set_written_before_the_index_gets_it_on_a_rerun_without_encoding(
+    corpus, tiny_codec: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A set from before format 5 (no index sidecars, no index parts in .progress/) reruns without encoding a shard
+    and ends byte-identical to a fresh version-5 set: the parts come from the kept tars."""
+    csv_path, audio_dir, _ = corpus
+    cfg = pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec)
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    fresh = _snapshot(tmp_path / "out")
+    shutil.rmtree(tmp_path / "out/.progress/index")
+    for p in (tmp_path / "out").glob("*/index.safetensors"):
+        p.unlink()
+    calls = _record_calls(monkeypatch)
+    assert run_pipeline(cfg, progress=False).exit_code == 0
+    assert calls == [] and _snapshot(tmp_path / "out") == fresh

@@ -47,7 +47,8 @@ def test_two_cpu_ranks_match_one_process_and_resume(corpus, tiny_codec: Path, tm
     finally:
         torch.set_num_threads(threads)
     reference = _snapshot(s)
-    assert sorted(reference) == ["eval/shard-000000.tar", "eval/shard-000001.tar", "failures.jsonl", "manifest.json",
+    assert sorted(reference) == ["eval/index.safetensors", "eval/shard-000000.tar", "eval/shard-000001.tar",
+                                 "failures.jsonl", "manifest.json", "train/index.safetensors",
                                  "train/shard-000000.tar", "train/shard-000001.tar"]  # fmt: skip
     shutil.rmtree(s)
 

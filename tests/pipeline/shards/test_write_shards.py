@@ -35,8 +35,8 @@ def test_shard_layout_and_manifest(corpus, tiny_codec: Path, tmp_path: Path) -> 
     assert res.exit_code == 0
     # 4 train + 3 eval rows, 2 per shard, CSV order within each split
     assert sorted(_snapshot(out)) == [
-        "eval/shard-000000.tar", "eval/shard-000001.tar", "failures.jsonl", "manifest.json",
-        "train/shard-000000.tar", "train/shard-000001.tar",
+        "eval/index.safetensors", "eval/shard-000000.tar", "eval/shard-000001.tar", "failures.jsonl", "manifest.json",
+        "train/index.safetensors", "train/shard-000000.tar", "train/shard-000001.tar",
     ]  # fmt: skip
     m = Manifest.from_json((out / "manifest.json").read_text())
     assert [e.n_samples for e in m.splits["train"].shards] == [2, 2]
@@ -117,7 +117,11 @@ def test_changed_config_refuses_then_overwrite_clears(corpus, tiny_codec: Path, 
     assert (out / "eval/shard-000001.tar").exists()  # nothing was touched
     run_pipeline(replace(changed, overwrite=True), progress=False)
     assert not (out / "eval/shard-000001.tar").exists()  # stale shard from the old plan removed
-    assert sorted(p.name for p in (out / "train").iterdir()) == ["shard-000000.tar", "shard-000001.tar"]
+    assert sorted(p.name for p in (out / "train").iterdir()) == [
+        "index.safetensors",
+        "shard-000000.tar",
+        "shard-000001.tar",
+    ]
     assert verify(out)[0] == []
     # a non-empty directory that this pipeline did not write is refused too
     foreign = tmp_path / "foreign"

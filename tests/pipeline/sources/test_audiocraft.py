@@ -75,7 +75,7 @@ def test_tracks_become_segments_with_their_sidecar_captions(built: tuple[Path, P
     )
     assert a1["source_file"] == "a.wav" and a1["csv_row"] == 1
     m = json.loads((out / "manifest.json").read_text())
-    assert m["format_version"] == 4 and m["source"]["split_rule"] == "audio_sha256"
+    assert m["format_version"] == 5 and m["source"]["split_rule"] == "audio_sha256"
     assert m["source"]["kind"] == "audiocraft" and m["source"]["sha256"] == sha256_file(manifest)
     assert m["segmentation"] == {
         "seconds": 10.0, "hop_seconds": 10.0, "min_seconds": 8.0, "n_tracks": 4, "n_segments_planned": 5,

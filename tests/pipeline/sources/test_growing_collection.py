@@ -109,7 +109,7 @@ def test_audiocraft_a_change_elsewhere_moves_no_track_and_renames_no_other_key(
     check_kept(before, after, renamed)
     assert verify(tmp_path / "set")[0] == []
     m = json.loads((tmp_path / "set/manifest.json").read_text())
-    assert m["format_version"] == 4 and m["source"]["split_rule"] == "audio_sha256"
+    assert m["format_version"] == 5 and m["source"]["split_rule"] == "audio_sha256"
     if change == "a track in a sibling folder":
         assert m["source"]["root"] == str(top / "old")  # the root the set recorded is kept
         assert {t.key for sha, t in after.items() if sha not in before} == {"up_new_x"}

@@ -47,6 +47,6 @@ def test_a_v4_set_reads_like_the_v3_set_it_was_made_from(tmp_path: Path) -> None
 
 
 def test_an_unknown_future_version_is_refused_naming_the_manifest(tmp_path: Path) -> None:
-    root = make_v3(write_synthetic_set(tmp_path / "v5", n_train=2, n_eval=1, format_version=2), version=5)
-    with pytest.raises(ShardFormatError, match=r"format_version=5 is not supported .*supported: 1, 2, 3, 4"):
+    root = make_v3(write_synthetic_set(tmp_path / "v6", n_train=2, n_eval=1, format_version=2), version=6)
+    with pytest.raises(ShardFormatError, match=r"format_version=6 is not supported .*supported: 1, 2, 3, 4, 5"):
         _open(root)

@@ -191,7 +191,10 @@ def test_music_lm_alone_is_musicgens_own_loss_on_the_eval_windows(models, tmp_pa
     )
     recipe = MoTAdapterRecipe(make_cfg(models, long, tmp_path / "run", "trainer.batch_size=2"))
     recipe.setup()
+    # nothing of the baseline before the first step: MusicGen is loaded and scored at the first report, once
+    assert recipe.held_out.music_lm is None and recipe.held_out.pending_baselines is not None
     r = recipe.evaluate()
+    assert recipe.held_out.pending_baselines is None
     want, per_clip = _musicgen_own_ce(models, recipe)
     assert r.music_lm_ce == pytest.approx(want, rel=1e-5)
     # per-clip gains: MusicGen's per-clip CE minus the adapter's

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet
-from adapter_trainer.data.split_index import SplitIndex, default_index_cache
+from adapter_trainer.data.split_index import SplitIndex, default_index_cache, index_entry
 
 MIX = 0x4D4958  # "MIX": the tag of this module's random streams
 
@@ -105,6 +105,19 @@ def _cached_shard_weights(index: SplitIndex, rows: np.ndarray, entry: ShardEntry
     return w
 
 
+def _indexed_weights(s: ShardSet, entry: dict, index: SplitIndex, start: int, stop: int) -> np.ndarray | None:
+    """A format-5 set's rows' weights from its index: None (uniform) when the manifest's weight_min == weight_max."""
+    if entry.get("weight_min") == entry.get("weight_max"):
+        return None
+    w = index.weight[start:stop] if index.weight is not None else None
+    if w is None or not np.isfinite(w).all() or (w <= 0).any():
+        raise ShardFormatError(
+            f"{s.root}/{entry['path']}: sample weights are not all finite numbers > 0 (docs/shard-format.md); "
+            f"fix the source manifest's weight and regenerate the set"
+        )
+    return w.copy() if np.ptp(w) > 0 else None
+
+
 def sample_weights(
     sets: Sequence[ShardSet],
     index: SplitIndex,
@@ -121,8 +134,13 @@ def sample_weights(
     cache_dir = default_index_cache() if cache == "default" else (Path(cache) if cache is not None else None)
     out: list[np.ndarray | None] = []
     for s, (start, stop) in zip(sets, spans):
-        if s.format_version < 3 or stop == start:
+        # a MusicCaps sample has no `weight` (docs/shard-format.md): its set is uniform without reading anything
+        if s.format_version < 3 or stop == start or (s.manifest.get("source") or {}).get("kind") == "musiccaps":
             out.append(None)
+            continue
+        entry = index_entry(s, split)
+        if entry is not None:  # format 5: the manifest says whether the weights differ, the index holds them
+            out.append(_indexed_weights(s, entry, index, start, stop))
             continue
         entries = {e.location: e for e in s.splits[split]}
         shard_of_row = index.shard[start:stop]  # [n] shard ids, ascending (the index keeps shard order)

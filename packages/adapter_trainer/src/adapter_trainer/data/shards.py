@@ -27,7 +27,8 @@ FORMAT_NAME = "musiccaps-encodec-shards"
 # 2 adds codec identity fields, 3 optional sample/manifest fields (sources, segments, `weight`), 4 your own audio's
 # split by the audio's sha256 (`source.split_rule`; samples as in 3): a newer set's samples keep every field version 1
 # has, and fields the trainer does not know are ignored
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+# 5 lists each split's index sidecar (read by data.split_index instead of scanning the tars)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 

@@ -1,4 +1,8 @@
-"""The split index: where each clip of a split lives, from the tar headers only, with an on-disk cache.
+"""The split index: where each clip of a split lives, from the set's index sidecar, or else from the tar headers.
+
+A format-5 set lists each split's `index.safetensors` in its manifest (docs/shard-format.md#the-split-index): the
+index is read from it (one small file, checked against the manifest's size and sha256 like a tar, fetched through the
+shard cache for a remote set) and no tar is opened. Older sets are scanned as before, with an on-disk cache.
 
 Memory: the recipe never holds a split's codes. `build_index` scans only the tar HEADERS (each member's name,
 size and `offset_data`; no payload is read) and keeps a `SplitIndex` of ~40 bytes per clip in numpy arrays;
@@ -16,6 +20,7 @@ workers, and makes exact resume a buffer snapshot. The cost is one seek per clip
 
 from __future__ import annotations
 
+import hashlib
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +29,10 @@ from typing import BinaryIO
 import numpy as np
 
 from adapter_trainer.data.remote.cache import RemoteShard, ShardCache
+from adapter_trainer.data.remote.urls import join
+from adapter_trainer.data.sample_keys import MAX_KEY_LEN, shard_path_problem
 from adapter_trainer.data.samples import ALLOWED_MEMBERS, CODES_MEMBER, JSON_MEMBER, check_member
-from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet, open_tar, verify_files
+from adapter_trainer.data.shards import SHA256_HEX, ShardEntry, ShardFormatError, ShardSet, open_tar, verify_files
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,11 @@ class SplitIndex:
     # per shard: where a remote set's tar is fetched from (None: a local file); empty when every set is local
     shard_remote: tuple[RemoteShard | None, ...] = ()
     cache: ShardCache | None = None  # the remote tars' local cache (data.cache)
+    # From format-5 index sidecars (None when a set of the split has none: an older set, scanned):
+    weight: np.ndarray | None = None  # [N] float64 each clip's sample `weight`; NaN for the rows of an older set
+    caption_digest: np.ndarray | None = None  # [N] uint64 digest of the caption (docs/shard-format.md)
+    aspects_digest: np.ndarray | None = None  # [N] uint64 digest of the aspects joined with ", "
+    code_counts: np.ndarray | None = None  # [K, C] int64 code counts of every clip of the split (all sets, all clips)
 
     def remote(self, shard: int) -> RemoteShard | None:
         return self.shard_remote[shard] if self.shard_remote else None
@@ -170,8 +182,29 @@ def build_index(
     shard_cache: ShardCache | None = None
     parts: list[dict[str, np.ndarray]] = []
     n = 0
+    indexed: list[dict[str, np.ndarray] | None] = []  # per set: its sidecar's columns (rows kept), or None
+    counts_parts: list[np.ndarray] = []
     for s in sets:
         verify_files(s, split, sha256=sha256)
+        side = read_set_index(s, split)
+        if side is not None:
+            entries = s.splits[split]
+            rows = np.repeat(np.arange(len(entries)), [e.n_samples for e in entries])  # [n] shard within the set
+            keep = len(rows) if not max_clips else max(0, min(len(rows), max_clips - n))
+            used = int(rows[keep - 1]) + 1 if keep else 0
+            part = {k: v[:keep] for k, v in side.items() if k != "code_counts"}
+            part["shard"] = (len(paths) + rows[:keep]).astype(np.int32)
+            for entry in entries[:used]:
+                paths.append(entry.location)
+                remotes.append(entry.remote)
+                shard_cache = shard_cache or entry.cache
+            if keep == len(rows):
+                counts_parts.append(side["code_counts"])
+            parts.append(part)
+            indexed.append(part)
+            n += keep
+            continue
+        indexed.append(None)
         for entry in s.splits[split]:
             if max_clips and n >= max_clips:
                 break
@@ -192,6 +225,18 @@ def build_index(
     cols = {
         k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in (*_SCAN_FIELDS, "shard")
     }
+    all_indexed = bool(sets) and all(x is not None for x in indexed)
+    extra: dict[str, np.ndarray | None] = {"weight": None, "caption_digest": None, "aspects_digest": None}
+    if any(x is not None for x in indexed):
+        extra["weight"] = np.concatenate(
+            [p["weight"] if "weight" in p else np.full(len(p["keys"]), np.nan) for p in parts]
+        )
+    if all_indexed:
+        for k in ("caption_digest", "aspects_digest"):
+            extra[k] = np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.uint64)
+    code_counts = None
+    if all_indexed and len(counts_parts) == len(sets):  # every clip of every set: the split's code counts
+        code_counts = np.sum(counts_parts, axis=0) if counts_parts else None
     if parts:
         uniq, counts = np.unique(cols["keys"], return_counts=True)
         if (counts > 1).any():
@@ -213,4 +258,132 @@ def build_index(
         codebook_size=sets[0].codebook_size,
         shard_remote=tuple(remotes) if any(r is not None for r in remotes) else (),
         cache=shard_cache,
+        code_counts=code_counts,
+        **extra,  # type: ignore[arg-type]
     )
+
+
+INDEX_TENSORS = ("key", "codes_offset", "codes_size", "json_offset", "json_size", "weight", "caption_digest",
+                 "aspects_digest", "code_counts")  # fmt: skip
+_KEY_BYTES = np.zeros(256, dtype=bool)  # the bytes a key may hold (A-Z a-z 0-9 _ -), for a vectorised key check
+for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-":
+    _KEY_BYTES[_c] = True
+
+
+def index_entry(s: ShardSet, split: str) -> dict | None:
+    """The manifest's `splits.<split>.index` of a format-5 set; None for an older set (its tars are scanned)."""
+    if s.format_version < 5:
+        return None
+    entry = dict(s.manifest.get("splits", {}).get(split) or {}).get("index")
+    fix = "regenerate the set with python -m tokenizer_pipeline, or check it with python -m tokenizer_pipeline.verify"
+    want = f"{split}/index.safetensors"
+    if not isinstance(entry, dict) or entry.get("path") != want:
+        raise ShardFormatError(f"{s.manifest_path}: split {split!r} lists no index {want!r} (format 5); {fix}")
+    sha, size = entry.get("sha256"), entry.get("bytes")
+    if not isinstance(sha, str) or not SHA256_HEX.fullmatch(sha) or not isinstance(size, int) or size < 0:
+        raise ShardFormatError(f"{s.manifest_path}: split {split!r} index has sha256={sha!r}, bytes={size!r}; {fix}")
+    return entry
+
+
+def read_index_bytes(s: ShardSet, entry: dict) -> bytes:
+    """The sidecar's bytes, checked against the manifest's size and sha256 (a remote set's: through its shard cache,
+    which verifies them before use)."""
+    rel = str(entry["path"])
+    where = join(str(s.root), rel) if s.is_remote else str(s.root / rel)  # type: ignore[operator]
+    fix = f"re-copy the set, or rewrite it with python -m tokenizer_pipeline (its manifest: {s.manifest_path})"
+    if s.is_remote:
+        return _remote_index_bytes(s, entry, where)
+    problem = shard_path_problem(s.root, rel)  # type: ignore[arg-type]
+    if problem:
+        raise ShardFormatError(f"{s.manifest_path}: index path {rel!r} {problem}; refusing the set")
+    try:
+        data = (s.root / rel).read_bytes()  # type: ignore[operator]
+    except OSError as e:
+        raise ShardFormatError(f"{where}: listed in {s.manifest_path} but not readable ({e}); {fix}") from e
+    if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise ShardFormatError(f"{where}: size or sha256 differs from {s.manifest_path} (corrupt or replaced); {fix}")
+    return data
+
+
+def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
+    """A remote set's sidecar: kept under the shard cache's `indexes/` by its sha256 (outside data.cache.max_bytes,
+    which bounds the tars: an index of a million clips is larger than a shard), else fetched (retried) and checked."""
+    from adapter_trainer.data.remote.retry import with_retries
+    from adapter_trainer.data.remote.urls import filesystem
+
+    sha, size = entry["sha256"], entry["bytes"]
+    cache = next((e.cache for entries in s.splits.values() for e in entries if e.cache is not None), None)
+    keep = cache.root / "indexes" / f"{sha}.safetensors" if cache is not None else None
+    if keep is not None and keep.is_file():
+        data = keep.read_bytes()
+        if len(data) == size and hashlib.sha256(data).hexdigest() == sha:
+            return data
+    fs, path = filesystem(where)
+    data = with_retries(lambda: fs.cat_file(path), what=f"index {entry['path']}", url=where,
+                        tries=cache.tries if cache is not None else 5)  # fmt: skip
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+        raise ShardFormatError(
+            f"{where}: {len(data)} bytes with another sha256 than {s.manifest_path} lists; the copy at the URL is "
+            f"corrupt or was replaced after the manifest: re-push the set with python -m tokenizer_pipeline.push"
+        )
+    if keep is not None:
+        import os
+
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        tmp = keep.with_name(f".{keep.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, keep)
+    return data
+
+
+def read_set_index(s: ShardSet, split: str) -> dict[str, np.ndarray] | None:
+    """A format-5 set's index of `split` as build_index's columns (keys, offsets, sizes, weight, digests) plus its
+    code_counts [K, C]; None for an older set. Checked: the manifest's size and sha256, every column one row per
+    sample the manifest lists, keys by the key rule."""
+    entry = index_entry(s, split)
+    if entry is None:
+        return None
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    rel = entry["path"]
+    data = read_index_bytes(s, entry)
+    where = f"{s.root}/{rel}"
+    fix = "regenerate the set with python -m tokenizer_pipeline (python -m tokenizer_pipeline.verify names the problem)"
+    try:
+        t = load(data)
+    except (SafetensorError, ValueError) as e:
+        raise ShardFormatError(f"{where}: not a readable index ({e}); {fix}") from e
+    n = sum(e.n_samples for e in s.splits[split])
+    missing = [k for k in INDEX_TENSORS if k not in t]
+    if missing:
+        raise ShardFormatError(f"{where}: index lacks {missing}; {fix}")
+    key = t["key"]
+    bad_shape = [k for k in INDEX_TENSORS[1:-1] if t[k].shape != (n,)]
+    if key.dtype != np.uint8 or key.ndim != 2 or key.shape[0] != n or not 1 <= key.shape[1] <= MAX_KEY_LEN or bad_shape:
+        raise ShardFormatError(
+            f"{where}: index columns do not hold one row per sample of the {n} {s.manifest_path} lists for split "
+            f"{split!r} ({', '.join(bad_shape) or 'key'}); {fix}"
+        )
+    if t["code_counts"].shape != (s.n_codebooks, s.codebook_size):
+        raise ShardFormatError(f"{where}: code_counts has shape {t['code_counts'].shape}, expected "
+                               f"({s.n_codebooks}, {s.codebook_size}); {fix}")  # fmt: skip
+    # the key rule on every key at once: allowed bytes, then zero padding only, never empty
+    filled = key != 0
+    if n and (
+        not (_KEY_BYTES[key] | ~filled).all()
+        or not filled[:, 0].all()
+        or (np.diff(filled.astype(np.int8), axis=1) > 0).any()
+    ):
+        raise ShardFormatError(f"{where}: an index key breaks the key rule (1-{MAX_KEY_LEN} of A-Z a-z 0-9 _ -); {fix}")
+    return {
+        "keys": np.ascontiguousarray(key).view(f"S{key.shape[1]}").reshape(n),
+        "codes_offset": t["codes_offset"].astype(np.int64),
+        "codes_size": t["codes_size"].astype(np.int32),
+        "json_offset": t["json_offset"].astype(np.int64),
+        "json_size": t["json_size"].astype(np.int32),
+        "weight": t["weight"].astype(np.float64),
+        "caption_digest": t["caption_digest"].astype(np.uint64),
+        "aspects_digest": t["aspects_digest"].astype(np.uint64),
+        "code_counts": t["code_counts"].astype(np.int64),
+    }

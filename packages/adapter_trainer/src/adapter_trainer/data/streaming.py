@@ -64,7 +64,11 @@ def text_of(clip: Clip, text: str) -> str:
 def distinct_texts(index: SplitIndex, text: str) -> int:
     """How many distinct conditioning texts (data.text) the clips of `index` have, before any caption or word
     dropout. Reads each clip's json member alone (one seek and a few hundred bytes, in index order: tar order);
-    no codes are read. Keeps a 16-byte digest per distinct text, not the texts."""
+    no codes are read. Keeps a 16-byte digest per distinct text, not the texts. From format-5 index sidecars nothing
+    is read: each clip's text digest is in the index."""
+    digests = index.caption_digest if text == "caption" else index.aspects_digest
+    if digests is not None:
+        return int(np.unique(digests).size)
     reader = ClipReader(index)
     try:
         return len(

@@ -62,7 +62,11 @@ def check_held_out(train_keys: Iterable[str], eval_keys: Iterable[str], *, allow
 
 
 def unigram_baseline(index: SplitIndex, n_codebooks: int, codebook_size: int, max_clips: int = 0) -> np.ndarray:
-    """[K, C] unigram log-probs of the codes of up to `max_clips` clips of `index`, evenly spaced (0 = all)."""
+    """[K, C] unigram log-probs of the codes of up to `max_clips` clips of `index`, evenly spaced (0 = all). An index
+    from format-5 sidecars holds the code counts of all its clips: nothing is read, and max_clips does not apply."""
+    if index.code_counts is not None:  # the same add-one estimate as unigram_log_probs, from the counts
+        counts = index.code_counts.astype(np.float64) + 1.0
+        return np.log(counts / counts.sum(axis=1, keepdims=True))
     n = len(index)
     ids = (
         range(n)
@@ -109,6 +113,8 @@ class HeldOutEval:
         self.teacher_true: TargetCE | None = None
         self.teacher_shuf: TargetCE | None = None
         self.teacher_status = "not scored (trainer.eval_teacher=false or the flatten pattern)"
+        # the baselines above, when the run scores them: called once before the first report (training.eval_setup)
+        self.pending_baselines: Callable[[], None] | None = None
 
     def _true_batch(self, ids: list[int], clips: dict[int, Any], device: torch.device) -> Batch:
         """The eval windows of clips `ids` with their own captions, on `device`."""

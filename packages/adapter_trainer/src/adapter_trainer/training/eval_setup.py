@@ -34,7 +34,10 @@ def check_splits(cfg: TrainConfig, train_index: SplitIndex, eval_index: SplitInd
         allow_overlap=d.allow_eval_overlap,
         where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}",
     )
-    n_train_captions: int = dist.broadcast_object(distinct_texts(train_index, d.text) if dist.is_main else None)
+    if train_index.caption_digest is not None:  # format-5 indexes hold each clip's text digest: every rank counts
+        n_train_captions = distinct_texts(train_index, d.text)
+    else:  # older sets: rank 0 reads every json member, the others get the count
+        n_train_captions = dist.broadcast_object(distinct_texts(train_index, d.text) if dist.is_main else None)
     if len(eval_index) < 2:
         raise ConfigError(
             f"split data.eval_split={d.eval_split!r} has {len(eval_index)} clip(s) in "
@@ -54,14 +57,17 @@ def build_held_out(
     device: torch.device,
     autocast: Callable[[], contextlib.AbstractContextManager],
 ) -> HeldOutEval:
-    """The held-out scoring of a run. With trainer.eval_music_lm (delay pattern), every rank scores its share of the
-    eval clips with the audio LM alone (a fresh load of model.audio_lm: the MoT keeps only parts of it), then drops it."""
-    # Unigram baseline from the train split: rank 0 reads, all ranks get it ([K, C]).
-    unigram_logp = dist.broadcast_object(
-        unigram_baseline(train_index, spec.vocab.n_codebooks, spec.vocab.codebook_size, cfg.data.unigram_max_clips)
-        if dist.is_main
-        else None
-    )
+    """The held-out scoring of a run. With trainer.eval_music_lm (delay pattern), the audio LM alone (and with
+    trainer.eval_teacher the teacher) is scored at the first report (`_score_baselines`), not before the first step."""
+    # Unigram baseline from the train split ([K, C]): format-5 indexes hold the split's code counts (every rank takes
+    # them); for older sets rank 0 reads clips and all ranks get it.
+    K, C = spec.vocab.n_codebooks, spec.vocab.codebook_size
+    if train_index.code_counts is not None:
+        unigram_logp = unigram_baseline(train_index, K, C)
+    else:
+        unigram_logp = dist.broadcast_object(
+            unigram_baseline(train_index, K, C, cfg.data.unigram_max_clips) if dist.is_main else None
+        )
     held_out = HeldOutEval(
         eval_index,
         tokenizer,
@@ -72,14 +78,28 @@ def build_held_out(
         set_spans=eval_set_spans(cfg, shard_sets, len(eval_index)),
     )
     if cfg.trainer.eval_music_lm and cfg.data.pattern == "delay":
-        from adapter_trainer.model.builders import load_musicgen_decoder  # transformers' MusicGen: only when used
-
-        where = {"batch_size": cfg.trainer.batch_size, "device": device, "autocast": autocast, "rank": dist.rank}
-        where |= {"world_size": dist.world_size, "all_gather": dist.all_gather_object}
-        held_out.score_music_lm(load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype).to(device), **where)
-        if cfg.trainer.eval_teacher:
-            _score_teacher(cfg, held_out, device, where)
+        # Scored at the first report, not here: loading MusicGen (and its T5) and scoring every eval clip is no part of
+        # what a run needs before its first step (held_out_report runs it once, on every rank together).
+        held_out.pending_baselines = lambda: _score_baselines(cfg, held_out, dist, device, autocast)
     return held_out
+
+
+def _score_baselines(
+    cfg: TrainConfig,
+    held_out: HeldOutEval,
+    dist: RankInfo,
+    device: torch.device,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+) -> None:
+    """The frozen music LM alone (a fresh load of model.audio_lm: the MoT keeps only parts of it), then with
+    trainer.eval_teacher MusicGen with its own text encoder; each scored on this rank's share and dropped."""
+    from adapter_trainer.model.builders import load_musicgen_decoder  # transformers' MusicGen: only when used
+
+    where = {"batch_size": cfg.trainer.batch_size, "device": device, "autocast": autocast, "rank": dist.rank}
+    where |= {"world_size": dist.world_size, "all_gather": dist.all_gather_object}
+    held_out.score_music_lm(load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype).to(device), **where)
+    if cfg.trainer.eval_teacher:
+        _score_teacher(cfg, held_out, device, where)
 
 
 def _score_teacher(cfg: TrainConfig, held_out: HeldOutEval, device: torch.device, where: dict) -> None:
@@ -115,6 +135,11 @@ def held_out_report(
     gathered report. It also carries what training saw so far (train clips, distinct captions, windows with an
     AUDIO_END target), set here: the scoring itself does not know it."""
     t = cfg.trainer
+    if held_out.pending_baselines is not None:  # the music-LM / teacher baselines, once, before the first report
+        pending, held_out.pending_baselines = held_out.pending_baselines, None
+        was_training = model.training
+        pending()
+        model.train(was_training)
     report = held_out(
         model,
         step=progress.step,

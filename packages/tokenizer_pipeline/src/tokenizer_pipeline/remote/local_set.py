@@ -1,6 +1,6 @@
 """The local shard set a push sends: checked first, then listed in upload order (tars, small files, manifest last).
 
-What belongs to a set (docs/shard-format.md): manifest.json, the tars it lists, failures.jsonl, and top-level
+What belongs to a set (docs/shard-format.md): manifest.json, the tars and index sidecars it lists, failures.jsonl, and top-level
 README/LICENSE/attribution files when a publisher added them. Never the writer's internals (.lock, .progress/, temp
 files): they are the run's, not the set's.
 """
@@ -92,6 +92,12 @@ def load_local_set(root: Path) -> LocalSet:
         SetFile(e["path"], e["bytes"], e["sha256"], "shard", path=root / e["path"])
         for s in manifest["splits"].values()
         for e in s["shards"]
+    ]
+    # format 5: each split's index sidecar, sent with the tars (before the manifest that lists it)
+    shards += [
+        SetFile(s["index"]["path"], s["index"]["bytes"], s["index"]["sha256"], "shard", path=root / s["index"]["path"])
+        for s in manifest["splits"].values()
+        if isinstance(s.get("index"), dict)
     ]
     extras = [_file_from_path(root, name, "extra") for name in extra_files(root)]
     return LocalSet(root, manifest, shards, extras, manifest_file)

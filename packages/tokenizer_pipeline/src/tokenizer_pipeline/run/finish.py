@@ -9,8 +9,6 @@ from pathlib import Path
 from ..audio.read_audio import FFMPEG_FIX
 from ..config import PipelineConfig
 from ..shards.manifest import (
-    FORMAT_VERSION,
-    MUSICCAPS_FORMAT_VERSION,
     CodecInfo,
     FailureRecord,
     Manifest,
@@ -19,6 +17,7 @@ from ..shards.manifest import (
     write_text_atomic,
 )
 from ..shards.write_shards import ShardPlan
+from .index_parts import write_indexes
 from .progress import ProgressStore, ShardRecord
 
 DROPPED_REASONS = ("short_track", "short_tail")  # your own audio's dropped short tracks / tails (sources/plan.py)
@@ -49,19 +48,23 @@ def write_manifest(
         records.append(rec)
     split_names = [cfg.split.train_name, cfg.split.eval_name]
     store.remove_stale(plans, split_names)  # a split that now has fewer shards (your own audio: a track got shorter)
+    by_split = {split: [r for r, p in zip(records, plans) if p.split == split] for split in split_names}
+    indexes = write_indexes(  # each split's index sidecar (format 5), from the shards' parts
+        out_dir, store.dir, {s: [r.entry for r in recs] for s, recs in by_split.items()},
+        codec_info.n_codebooks, codec_info.codebook_size,
+    )  # fmt: skip
     splits = {}
-    for split in split_names:
-        recs = [r for r, p in zip(records, plans) if p.split == split]
+    for split, recs in by_split.items():
         splits[split] = SplitSummary(
             shards=[r.entry for r in recs],
             n_samples=sum(r.entry.n_samples for r in recs),
             audio_seconds=round(sum(r.audio_seconds for r in recs), 6),
             n_frames=sum(r.n_frames for r in recs),
+            index=indexes[split],
         )
     failures = sorted([*(f for r in records for f in r.failures), *dropped], key=lambda f: f.csv_row)
     encoded = sum(s.n_samples for s in splits.values())
     manifest = Manifest(
-        format_version=MUSICCAPS_FORMAT_VERSION if source.get("kind") == "musiccaps" else FORMAT_VERSION,
         codec=codec_info,
         splits=splits,
         totals={

@@ -32,12 +32,13 @@ from ..codec.encode import CodecEncoder, resolve_batch_size
 from ..config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from ..dir_lock import lock_dir
 from ..errors import ConfigError, PipelineError
-from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
+from ..shards.manifest import OWN_AUDIO_FINGERPRINT_VERSION, CodecInfo, library_versions
 from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
 from .encode_shards import encode_shard
 from .finish import RunResult, with_next_steps, write_manifest
+from .index_parts import save_part
 from .kept import kept_shards, read_kept
 from .loader import decoded_clips
 from .planning import PlanItem, check_audio_dir, check_out_dir, load_plan, source_sha256
@@ -237,7 +238,7 @@ def _fingerprint(
     re-captioned collection resumes and redoes only the shards whose tracks changed (kept.py); the root used is
     recorded as `source_root` for the next run to keep (progress.RECORDED_ONLY)."""
     fingerprint = {
-        "format_version": FORMAT_VERSION,
+        "format_version": OWN_AUDIO_FINGERPRINT_VERSION,
         "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
         "device": encoder.device.type,
         "csv_sha256": csv_sha,  # the CSV's sha256 (MusicCaps)
@@ -294,6 +295,8 @@ def _encode_shards(
         for plan in todo:
             rec = encode_shard(plan, clips, encoder, cfg, store.out_dir)
             store.save(plan, rec)
+            # this shard's part of its split's index, while its tar is in the page cache (rank 0 assembles them)
+            save_part(store.out_dir, store.dir, rec.entry, encoder.n_codebooks, encoder.codebook_size)
             audio_s += rec.audio_seconds
             bar.update(len(plan.rows))
             bar.set_postfix_str(f"{audio_s / max(time.monotonic() - t0, 1e-9):.1f} audio-s/s")

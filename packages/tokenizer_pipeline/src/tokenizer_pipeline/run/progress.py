@@ -130,7 +130,9 @@ class ProgressStore:
             shutil.rmtree(self.dir)
         for split in split_names:
             d = self.out_dir / split
-            for p in list(d.glob("shard-*.tar")) + list(d.glob("shard-*.tar.partial")):
+            for p in (
+                list(d.glob("shard-*.tar")) + list(d.glob("shard-*.tar.partial")) + list(d.glob("index.safetensors"))
+            ):
                 p.unlink()
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()

@@ -14,14 +14,14 @@ from typing import Any
 
 FORMAT_NAME = "musiccaps-encodec-shards"
 # 2: codec.config and codec.path_from_set; 3: sources other than MusicCaps (segment samples, source.kind,
-# source.sha256, segmentation); 4: your own audio's split by the audio's sha256 (source.split_rule).
+# source.sha256, segmentation); 4: your own audio's split by the audio's sha256 (source.split_rule); 5: every split
+# lists its index sidecar (`splits.<split>.index`, shards/split_index.py), MusicCaps sets included.
 # docs/shard-format.md, version history
-FORMAT_VERSION = 4
-# MusicCaps manifests are unchanged by version 4 (it is about your own audio's split rule): they keep version 3, so a
-# rerun over a MusicCaps set written before leaves its manifest byte-identical (a training run's fingerprint holds its
-# sha256, and a new manifest would refuse that run's resume)
-MUSICCAPS_FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3, 4)  # version 1 sets still verify and decode (decode warns: no codec config to check)
+FORMAT_VERSION = 5
+# The resume fingerprint of your own audio's out_dir keeps version 4's number: version 5 adds a file derived from the
+# tars, so a set written by version 4 resumes (and its manifest is rewritten as version 5, with the index)
+OWN_AUDIO_FINGERPRINT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # version 1 sets still verify and decode (decode warns: no codec config to check)
 PACKAGE = "tokenizer_pipeline"
 PACKAGE_VERSION = "0.1.0"
 CODES_MEMBER = "codes.npy"  # tar member suffix: `<ytid>.codes.npy`
@@ -107,6 +107,8 @@ class SplitSummary:
     n_samples: int  # sum over shards
     audio_seconds: float  # sum of duration_s
     n_frames: int  # sum of n_frames
+    # format 5: the split's index sidecar (shards/split_index.py): path, bytes, sha256, n_samples and the summaries
+    index: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

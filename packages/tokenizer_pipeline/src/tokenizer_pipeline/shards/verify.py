@@ -14,6 +14,7 @@ each file into a temporary directory just before it is read, and each tar is rem
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import re
@@ -28,6 +29,7 @@ import numpy as np
 from ..errors import USER_ERROR_EXIT, UserError
 from .keys import KEY_RULE, key_problem, shard_path_problem
 from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord, SegmentSampleRecord
+from .split_index import ShardPart, assemble, shard_part
 from .write_shards import sha256_file
 
 JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format versions 1-4)
@@ -160,6 +162,7 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
     total_samples = total_frames = 0
     for split, s in m["splits"].items():
         split_samples = split_frames = 0
+        parts: list[ShardPart] | None = []  # the index rows the tars give (None once a tar cannot give them)
         problem = key_problem(split)
         if problem:
             problems.append(f"split name {split!r} {problem} ({KEY_RULE}); its shards were not read")
@@ -187,8 +190,14 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
                 problems.append(f"{e['path']}: sha256 differs from the manifest (corrupted or rewritten)")
             try:
                 samples, tar_problems = read_tar_samples(p)
+                if parts is not None and m["format_version"] >= 5:
+                    try:
+                        parts.append(shard_part(p, K, C))
+                    except (ValueError, KeyError, TypeError):  # the sample checks below name what is wrong
+                        parts = None
             except (tarfile.TarError, EOFError, OSError) as err:
                 problems.append(f"{e['path']}: not a readable tar: {err}")
+                parts = None
                 continue
             finally:
                 if fetch is not None:
@@ -208,6 +217,8 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
             problems.append(
                 f"split {split}: {split_samples} samples/{split_frames} frames, manifest says {s['n_samples']}/{s['n_frames']}"
             )
+        if m["format_version"] >= 5 and parts is not None:
+            problems += _index_problems(root, split, s.get("index"), parts, K, C, fetch)
         total_samples += split_samples
         total_frames += split_frames
     t = m["totals"]
@@ -229,6 +240,42 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
     n_shards = sum(len(s["shards"]) for s in m["splits"].values())
     summary = f"OK {root}: {n_shards} shards, {total_samples} samples, {total_frames} frames, K={K}, C={C}, {t['failed']} failed rows"
     return problems, summary
+
+
+def _index_problems(
+    root: Path, split: str, entry: object, parts: list[ShardPart], K: int, C: int, fetch: Fetch | None
+) -> list[str]:
+    """A version-5 split's index sidecar against its tars: listed, there with its size and sha256, and byte for byte
+    what the tars give (shards/split_index.py), with the manifest's summaries of it."""
+    fix = "rerun the same python -m tokenizer_pipeline command into the set (it rewrites the index)"
+    want = f"{split}/index.safetensors"
+    if not isinstance(entry, dict) or entry.get("path") != want:
+        return [f"split {split}: the manifest lists no index {want!r} (format version 5); {fix}"]
+    p = root / want
+    if fetch is not None:
+        try:
+            fetch(want)
+        except OSError as err:
+            return [f"{want}: not read: {err}"]
+    if not p.is_file():
+        return [f"{want}: listed in the manifest but missing; {fix}"]
+    data = p.read_bytes()
+    if fetch is not None:
+        p.unlink(missing_ok=True)
+    problems = []
+    if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        problems.append(f"{want}: size or sha256 differs from the manifest (corrupted or rewritten); {fix}")
+    expected, summary = assemble(parts, K, C)
+    if data != expected:
+        problems.append(
+            f"{want}: does not match the tars of split {split} (keys, offsets, weights, digests or code counts); {fix}"
+        )
+    diff = [k for k, v in summary.items() if k not in ("bytes", "sha256") and entry.get(k) != v]
+    if diff:
+        problems.append(
+            f"split {split}: the manifest's index summary disagrees with the tars on {', '.join(diff)}; {fix}"
+        )
+    return problems
 
 
 def main(argv: list[str] | None = None, url_verifier: Callable[[str], tuple[list[str], str]] | None = None) -> int:
