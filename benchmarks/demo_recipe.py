@@ -6,10 +6,16 @@ Variants (each `+experiment=demo` on `make demo`'s shards and LLM, 600 steps, tr
               adapter's audio tables and heads from its own (`audio_embed_init/audio_head_init: musicgen`)
     random    the demo before 2026-11-27: a random-init MusicGen and random audio tables and heads
     random_pt random audio tables and heads on the pretrained MusicGen (which of the two changes matters)
+    llm_separate    the real recipe with per-modality attention (model.mot.audio_attention=separate: audio rows get
+              their own norm + q/k/v/o, copies of the Llama's, at optimizer.pretrained_copy_lr_scale=0.1; the
+              Mixture-of-Transformers and LlamaFusion reading)
     musicgen_tower  the real recipe with model.mot.audio_tower=musicgen: audio rows run MusicGen's own layers and read
-              the caption through zero-gated cross-attention (docs/results.md, "Audio rows that keep MusicGen's layers")
+              the caption through its cross-attention (docs/results.md, "Audio rows that keep MusicGen's layers")
 For each run: train, generate a clip for every held-out caption (5 s), run the attribute probe; then one table of
-held-out CE vs unigram and vs the music LM alone, first-10-frames caption gain, probe fraction of its ceiling.
+held-out CE vs unigram, vs the music LM alone (its null condition) and vs the teacher (MusicGen reading the caption
+through its own text encoder), caption gains, first-10-frames caption gain, probe fraction of its ceiling, trainable
+params, training tokens/s and generation time. The null and teacher rows come from each seed's learning check (they
+do not train: every variant of a seed reports the same figures).
 Each stage is a subprocess with its log under `<out>/logs/`; a stage whose output exists is skipped (resumable).
 
     python benchmarks/demo_recipe.py --out build/demo_recipe                 # 2 variants x 3 seeds (~35 min, 2 cores)
@@ -31,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("real", "random", "random_pt", "musicgen_tower")
+VARIANTS = ("real", "random", "random_pt", "llm_separate", "musicgen_tower")
 
 
 def random_musicgen(out: Path) -> Path:
@@ -50,11 +56,14 @@ def overrides(variant: str, args, out: Path) -> list[str]:
     models = args.models
     mg = random_musicgen(out) if variant == "random" else models / "musicgen"
     tables = (
-        []
-        if variant in ("real", "musicgen_tower")
-        else ["model.mot.audio_embed_init=random", "model.mot.audio_head_init=random"]
+        ["model.mot.audio_embed_init=random", "model.mot.audio_head_init=random"]
+        if variant in ("random", "random_pt")
+        else []
     )
-    tower = ["model.mot.audio_tower=musicgen"] if variant == "musicgen_tower" else []
+    tower = {
+        "musicgen_tower": ["model.mot.audio_tower=musicgen"],
+        "llm_separate": ["model.mot.audio_attention=separate", "optimizer.pretrained_copy_lr_scale=0.1"],
+    }.get(variant, [])
     return [f"data.shards=[{args.shards}]", f"model.llm={models / 'llm'}", f"model.audio_lm={mg}", *tables, *tower]
 
 
@@ -91,16 +100,34 @@ def one_run(variant: str, seed: int, args, out: Path, threads: int) -> dict:
         "variant": variant, "seed": seed, "eval_ce": lc["eval_ce"], "unigram_ce": lc["unigram_ce"],
         "ce_rel_pct": lc["rel_to_unigram_pct"], "music_lm_ce": lc["music_lm_ce"],
         "gain_over_music_lm": lc["gain_over_music_lm"], "gain_over_music_lm_ci95": lc["gain_over_music_lm_ci95"],
+        "music_lm_text_ce": lc.get("music_lm_text_ce"), "music_lm_text_ce_shuffled": lc.get("music_lm_text_ce_shuffled"),
+        "teacher_caption_gain": lc.get("teacher_caption_gain"), "teacher_caption_gain_ci95": lc.get("teacher_caption_gain_ci95"),
+        "gain_over_teacher": lc.get("gain_over_teacher"), "gain_over_teacher_ci95": lc.get("gain_over_teacher_ci95"),
         "gain_first10": lc["caption_gain_by_position"]["frames_0_10"]["gain"],
         "gain_first10_ci95": lc["caption_gain_by_position"]["frames_0_10"]["ci95"],
-        "gain_window": lc["caption_gain"], "train_wall_s": final["wall_time_s"], "seconds": secs,
+        "gain_window": lc["caption_gain"], "gain_window_ci95": lc["caption_gain_ci95"],
+        "train_wall_s": final["wall_time_s"], "seconds": secs,
         "trainable_params": _trainable_params(logs.with_suffix(".train.log")),
+        "tokens_per_s": _mean_tokens_per_s(run_dir / "metrics.jsonl"),
     }  # fmt: skip
+    stats = run_dir / "generated" / "generation_stats.json"
+    if stats.is_file():
+        fig["generation_s"] = json.loads(stats.read_text())["seconds"]  # sampling alone, all eval captions
     if report.is_file():
         probe = json.loads(report.read_text())
         fig["probe_fraction"] = probe.get("fraction_of_ceiling")
         fig["probe_fraction_ci95"] = probe.get("fraction_of_ceiling_ci95")
     return fig
+
+
+def _mean_tokens_per_s(metrics: Path) -> float | None:
+    """Mean of the run's logged train/tokens_per_s after its first log (the first includes warm-up)."""
+    rates = [
+        r["train/tokens_per_s"]
+        for r in map(json.loads, metrics.read_text().splitlines() if metrics.is_file() else [])
+        if "train/tokens_per_s" in r
+    ][1:]
+    return sum(rates) / len(rates) if rates else None
 
 
 def _trainable_params(train_log: Path) -> int | None:
@@ -109,25 +136,41 @@ def _trainable_params(train_log: Path) -> int | None:
     return int(m.group(1).replace(",", "")) if m else None
 
 
+def _ci(g: float | None, ci: list[float] | None) -> str:
+    return "-" if g is None else f"{g:+.4f} [{ci[0]:+.4f}, {ci[1]:+.4f}]"
+
+
 def table(figs: list[dict]) -> str:
+    """Per seed: the null and the teacher (from that seed's learning check), then each variant."""
     rows = [
-        "| variant | seed | held-out CE | % under unigram | music LM alone | adapter gain over it [95% CI] | "
-        "first-10-frames gain [95% CI] | whole-window gain | probe fraction of ceiling |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| row | seed | held-out CE | % under unigram | caption gain, true vs shuffled [95% CI] | "
+        "gain over the teacher [95% CI] | first-10-frames gain [95% CI] | probe fraction of ceiling | "
+        "trainable params | train tokens/s | generation s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for f in figs:
-        gm, g10 = f["gain_over_music_lm_ci95"], f["gain_first10_ci95"]
-        probe = f.get("probe_fraction")
-        rows.append(
-            f"| {f['variant']} | {f['seed']} | {f['eval_ce']:.4f} | {f['ce_rel_pct']:.1f} | {f['music_lm_ce']:.4f} | "
-            f"{f['gain_over_music_lm']:+.4f} [{gm[0]:+.4f}, {gm[1]:+.4f}] | {f['gain_first10']:+.4f} "
-            f"[{g10[0]:+.4f}, {g10[1]:+.4f}] | {f['gain_window']:+.4f} | "
-            + (
-                f"{probe:.2f} [{f['probe_fraction_ci95'][0]:.2f}, {f['probe_fraction_ci95'][1]:.2f}] |"
-                if probe is not None
-                else "- |"
-            )
-        )
+    for seed in sorted({f["seed"] for f in figs}, key=[f["seed"] for f in figs].index):
+        of_seed = [f for f in figs if f["seed"] == seed]
+        ref = of_seed[0]
+        uni = ref["unigram_ce"]
+        rows.append(f"| null (MusicGen, no caption) | {seed} | {ref['music_lm_ce']:.4f} | "
+                    f"{100 * (uni - ref['music_lm_ce']) / uni:.1f} | 0 by definition | - | - | - | - | - | - |")  # fmt: skip
+        if ref.get("music_lm_text_ce") is not None:
+            t = ref["music_lm_text_ce"]
+            rows.append(f"| teacher (MusicGen + its T5) | {seed} | {t:.4f} | {100 * (uni - t) / uni:.1f} | "
+                        f"{_ci(ref['teacher_caption_gain'], ref['teacher_caption_gain_ci95'])} | 0 by definition | "
+                        "- | - | - | - | - |")  # fmt: skip
+        for f in of_seed:
+            probe = f.get("probe_fraction")
+            rows.append(
+                f"| {f['variant']} | {seed} | {f['eval_ce']:.4f} | {f['ce_rel_pct']:.1f} | "
+                f"{_ci(f['gain_window'], f.get('gain_window_ci95'))} | "
+                f"{_ci(f.get('gain_over_teacher'), f.get('gain_over_teacher_ci95'))} | "
+                f"{_ci(f['gain_first10'], f['gain_first10_ci95'])} | "
+                + (f"{probe:.2f} [{f['probe_fraction_ci95'][0]:.2f}, {f['probe_fraction_ci95'][1]:.2f}] | "
+                   if probe is not None else "- | ")
+                + f"{f['trainable_params'] or 0:,} | {f.get('tokens_per_s') or 0:,.0f} | "
+                + (f"{f['generation_s']:.1f} |" if f.get("generation_s") is not None else "- |")
+            )  # fmt: skip
     return "\n".join(rows) + "\n"
 
 

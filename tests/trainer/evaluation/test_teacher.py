@@ -185,5 +185,5 @@ def test_report_and_block_carry_the_teacher() -> None:
     text = learning_check_text(r)
     (line,) = [ln for ln in text.splitlines() if ln.startswith("  vs MusicGen")]
     assert "null 2.2000: adapter's gain +0.2" in line and f"teacher {r.music_lm_text_ce:.4f}" in line
-    assert "adapter's gain -0.1000 [-0.1000, -0.1000], below the teacher" in line
+    assert "adapter's gain -0.1000 [-0.1000, -0.1000], CE above the teacher's; caption gain below its" in line
     assert "caption gain +0.4000" in line and "caption gain +0.1000" in line

@@ -94,11 +94,13 @@ def _versus_musicgen_line(r: EvalReport) -> list[str]:
             f"{_ci(r.gain_over_music_lm, r.gain_over_music_lm_lo, r.gain_over_music_lm_hi)}"
         )
     if math.isfinite(r.music_lm_text_ce):
-        verdict = (
-            "BEATS the teacher"
-            if r.gain_over_teacher_lo > 0
-            else ("below the teacher" if r.gain_over_teacher_hi < 0 else "level with the teacher (interval spans 0)")
-        )
+        if r.gain_over_teacher_lo > 0:
+            verdict = "CE under the teacher's"
+        elif r.gain_over_teacher_hi < 0:
+            verdict = "CE above the teacher's"
+        else:
+            verdict = "CE level with the teacher's (interval spans 0)"
+        verdict += "; caption gain " + ("at least" if r.caption_gain >= r.teacher_caption_gain else "below") + " its"
         parts.append(
             f"teacher {r.music_lm_text_ce:.4f} (caption gain "
             f"{_ci(r.teacher_caption_gain, r.teacher_caption_gain_lo, r.teacher_caption_gain_hi)}): adapter's gain "
