@@ -50,8 +50,8 @@ def composite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, MusicgenF
     """A tiny musicgen-small-layout checkpoint written by transformers' own composite (T5 32 wide, decoder 64: so it
     has an enc_to_dec_proj), with trained-looking (non-zero, random) weights everywhere."""
     out = tmp_path_factory.mktemp("composite")
-    base = musicgen_small_layout_config(tiny_musicgen_decoder_config().to_dict())
     t5 = T5Config(vocab_size=120, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, feed_forward_proj="relu")
+    base = musicgen_small_layout_config(tiny_musicgen_decoder_config().to_dict(), t5.to_dict())
     cfg = MusicgenConfig(text_encoder=t5.to_dict(), audio_encoder=base.audio_encoder.to_dict(), decoder=base.decoder)
     torch.manual_seed(0)
     model = MusicgenForConditionalGeneration(cfg).eval()

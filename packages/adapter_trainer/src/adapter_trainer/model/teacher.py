@@ -138,7 +138,9 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
             f"trained T5 (rebuild the demo models with `make demo-models`, or set trainer.eval_teacher=false)"
         )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src)
+        # config=: the tokenizer's class comes from tokenizer_config.json or T5's config, never from the composite
+        # config.json, whose loading would import transformers' EnCodec modules into this codec-free process
+        tokenizer = AutoTokenizer.from_pretrained(src, config=T5Config(**t5))
     except (OSError, ValueError, TypeError) as e:  # no tokenizer files: transformers raises any of these
         reason = " ".join(str(e).split())
         raise TeacherUnavailable(
