@@ -27,6 +27,7 @@ def test_explain_and_missing_audio_dir_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "audio_dir is required" in r.stderr and "make demo-shards" in r.stderr
 
 
+@pytest.mark.budget(60, reason="real stage-1 and verify subprocesses: codec load, encoding, hashing")
 def test_cli_end_to_end_then_verify(corpus, tiny_codec: Path, tmp_path: Path) -> None:
     csv_path, audio_dir, _ = corpus
     work = tmp_path / "launch"

@@ -37,6 +37,7 @@ def losses(run: Path) -> list[float]:
     return [r["train/loss"] for r in map(json.loads, lines) if "train/loss" in r]
 
 
+@pytest.mark.budget(60, reason="spawned DataLoader workers each start a fresh interpreter and import torch")
 def test_spawned_workers_train_on_the_same_batches(models, shards, tmp_path: Path) -> None:
     from adapter_trainer.training.recipe import recipe_main
 
