@@ -267,7 +267,8 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt constra
 	touch $@
 
 # make bench: every group but the opt-in ones (resample, gpu, memory), each script in its own process: 13 min on 2
-# idle cores, 25-30 beside another job (per-group times: docs/benchmarks.md). Any group runs again at once: its output
+# idle cores before the startup group (3-3.5 min more beside other jobs), 25-30 beside another job (per-group times:
+# docs/benchmarks.md). Any group runs again at once: its output
 # directories are emptied first, never resumed. tests/benchmarks/test_bench_smoke.py runs every script at tiny sizes.
 bench: demo-shards demo-models bench-setup
 	$(PY) benchmarks/run_benchmarks.py $(ARGS)

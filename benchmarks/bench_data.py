@@ -42,11 +42,13 @@ QUIET_RUN = (
 def replicate_set(src: Path, dst: Path, replicas: int) -> Path:
     """`replicas` copies of every shard of `src`, keys suffixed `_rNNN` (json ytid too), with a fresh manifest.
 
-    A `dst` made before from the same source manifest with as many replicas is reused as it is."""
+    A `dst` made before from the same source manifest with as many replicas, with its index sidecars (format 5), is
+    reused as it is; one made before the sidecars is made again."""
     src_sha = hashlib.sha256((src / "manifest.json").read_bytes()).hexdigest()
     if (dst / "manifest.json").is_file():
         man = json.loads((dst / "manifest.json").read_text())
-        if man.get("bench_replicas") == replicas and man.get("bench_source_manifest_sha256") == src_sha:
+        indexed = all("index" in info for info in man["splits"].values())
+        if man.get("bench_replicas") == replicas and man.get("bench_source_manifest_sha256") == src_sha and indexed:
             return dst
     shutil.rmtree(dst, ignore_errors=True)
     man = json.loads((src / "manifest.json").read_text())

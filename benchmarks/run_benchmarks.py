@@ -35,6 +35,10 @@ Groups:
             s3:// on a loopback moto server through a cache bounded at a quarter of the set, policy order vs lru,
             vs the local directory; local, order, lru twice in one run; needs make setup's moto; ~3 min on 2 cores,
             ~6 min under load)
+  startup   startup_s_100x_vs_1x, startup_download_sets_quarter, startup_demo_download_sets_all (bench_startup.py:
+            `python -m adapter_trainer +experiment=demo trainer.max_steps=1` from launch to step 1 on the demo set
+            replicated 1x/10x/100x (format 5), local and from a loopback HTTP server, no bound and a quarter-set cache
+            bound, cold and warm; tar bytes the server sent before step 1; ~10-15 min on 2 cores)
 Needs the demo artifacts (`make demo-shards demo-models`; the Makefile's bench target builds them), except gpu and
 memory. A plain run measures every group but the opt-in ones (resample, gpu, memory).
 `--device cuda` (`make bench-gpu`) measures the gpu group (other groups with --only); without CUDA it prints one
@@ -70,6 +74,7 @@ GROUPS = (
     "mixture",
     "byo",
     "remote",
+    "startup",
 )
 OPT_IN = ("resample", "gpu", "memory")  # not in a plain `make bench` (memory: `make bench-memory`, ~1 h)
 NO_CUDA = "no CUDA device: nothing was measured (--device cuda / make bench-gpu need a GPU; CPU figures: make bench)"
@@ -162,6 +167,7 @@ def plan(args: argparse.Namespace) -> dict[str, list[tuple[str, str, list[str]]]
             ),
         ],
         "remote": [("bench_remote.py", "remote.json", [f"trainer.device={dev}"])],
+        "startup": [("bench_startup.py", "startup.json", [f"trainer.device={dev}"])],
     }
 
 

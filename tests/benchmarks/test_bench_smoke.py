@@ -308,6 +308,31 @@ def test_bench_remote(models: dict[str, Path], tmp_path: Path) -> None:
     assert got["rows"][1]["evictions"] > 0 and got["rows"][3]["evictions"] == 0
 
 
+@pytest.mark.budget(90, reason="five trainer starts, each `python -m adapter_trainer` in its own interpreter")
+def test_bench_startup(models: dict[str, Path], tmp_path: Path) -> None:
+    """The set at 1x and 2x, local and over loopback HTTP at a quarter-set bound, cold, then the 1-step demo run to its
+    end: startup seconds and the tar bytes the server sent; a local start downloads nothing, and a remote one reads
+    its index sidecars and fewer tars before step 1 than the whole set."""
+    from tests.contract.shard_fixture import write_synthetic_set
+
+    shards = write_synthetic_set(tmp_path / "set", n_train=16, n_eval=4, frames=(12, 20), samples_per_shard=2)
+    got = run_bench("bench_startup.py", tmp_path / "out" / "startup.json", "--scales", "1", "2", "--cases", "local",
+                    "http_quarter", "--temps", "cold", "--no-warmup", "--shards", str(shards),
+                    *trainer_overrides({"models": models, "shards": shards}))  # fmt: skip
+    assert_summary(got, ("startup_s_100x_vs_1x", "startup_download_sets_quarter", "startup_demo_download_sets_all",
+                         "startup_s_local_cold_x2", "startup_s_http_quarter_cold_x2", "startup_cpu_s_100x_vs_1x"))  # fmt: skip
+    rows = {(r["case"], r["scale"]): r for r in got["rows"]}
+    assert set(rows) == {("local", 1), ("local", 2), ("http_quarter", 1), ("http_quarter", 2),
+                         ("demo_http_quarter", 1)}  # fmt: skip
+    for (case, _), r in rows.items():
+        assert_finite(r, ("startup_s", "setup_s", "first_step_s", "download_sets_before_step1"))
+        if case == "local":
+            assert r["tar_bytes_before_step1"] == r["index_bytes_before_step1"] == 0, r
+        else:
+            assert r["index_bytes_before_step1"] > 0 and 0 < r["tar_bytes_before_step1"] < r["set_tar_bytes"], r
+    assert rows["demo_http_quarter", 1]["tar_bytes_all"] >= rows["demo_http_quarter", 1]["tar_bytes_before_step1"]
+
+
 @pytest.mark.slow
 def test_caption_scaling_smoke_run(tmp_path: Path) -> None:
     """The smallest curve its docstring names (2 points, 1 seed, 20 steps): 4-6 min on 2 cores, most of it the demo

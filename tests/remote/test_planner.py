@@ -87,3 +87,24 @@ def test_the_prefetcher_measures_from_the_oldest_batch_that_may_be_in_flight() -
         assert planner.next_use(shas[s]) == brute_next_use(order, clip_shard, s, 3 * G, 3 * G, 2, range(0, 2), 70)
     planner.position = G  # near the start: never before position 0
     assert planner.reference() == (0, 0)
+
+
+@pytest.mark.parametrize("cursor", [None, 2 * B + 1])
+def test_past_the_runs_end_no_shard_is_needed_nor_prefetched(cursor) -> None:
+    """stop_at(end): positions at or past the run's last micro-batch are never read, so a shard read only there is
+    as far as an eval shard (infinite distance: evicted first, by age) and the prefetcher lists only what the
+    remaining micro-batches read."""
+    rng = np.random.default_rng(3)
+    clip_shard = rng.integers(0, N_SHARDS, N_CLIPS)
+    order = ConcatOrder(seed=4, n_clips=N_CLIPS)
+    shas = [f"{s:064x}" for s in range(N_SHARDS)]
+    planner = ShardPlanner(order, clip_shard, shas, batch_size=B, world_size=2, node_ranks=range(0, 2), horizon=70)
+    G = 2 * B
+    planner.position, planner.cursor = G, cursor
+    before = [planner.next_use(sha) for sha in shas]  # cached per micro-batch start: stop_at must drop it
+    planner.stop_at(3 * G)  # two micro-batches left from position G
+    at = G if cursor is None else cursor
+    got = [planner.next_use(sha) for sha in shas]
+    assert got == [brute_next_use(order, clip_shard, s, at, G, 2, range(0, 2), 2 * G) for s in range(N_SHARDS)]
+    assert math.inf in got and got != before
+    assert planner.upcoming(G, n_batches=8, ranks=range(1, 2)) == planner.upcoming(G, n_batches=2, ranks=range(1, 2))

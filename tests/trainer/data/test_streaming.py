@@ -17,6 +17,7 @@ from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import (
     ExampleSpec,
     TrainBatches,
+    caption_ids,
     default_num_workers,
     epoch_permutation,
     train_loader,
@@ -303,6 +304,25 @@ def test_caption_word_dropout_is_seeded_train_only_and_off_at_zero(tmp_path: Pat
     assert drop_words("a b c", 0.0, rng) == "a b c"
     assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state  # p = 0 draws nothing
     assert drop_words("a b", 0.99, np.random.default_rng(1)) != ""  # never the empty caption (caption dropout's job)
+
+
+def test_the_held_out_eval_reads_no_eval_clip_before_its_first_use(tmp_path: Path, monkeypatch) -> None:
+    """Built at setup, the held-out scoring reads nothing of the eval split (so a start reads no eval tar before step
+    1): each clip's caption is read from its json member and tokenized at the first report, once."""
+    from adapter_trainer.evaluation.held_out import HeldOutEval
+
+    reads: list[int] = []
+    real = ClipReader.read_text_fields
+    monkeypatch.setattr(ClipReader, "read_text_fields", lambda self, i: (reads.append(i), real(self, i))[1])
+    sets = _open(write_synthetic_set(tmp_path / "s", n_train=2, n_eval=5))
+    index = build_index(sets, "eval")
+    tok = _WordTokenizer()
+    held = HeldOutEval(index, tok, SPEC, np.zeros((4, 2048)), n_derangements=2, seed=0)
+    assert reads == []
+    texts = [ClipReader(index).read(i).caption for i in range(5)]
+    assert [c.tolist() for c in held.captions] == [caption_ids(tok, None, SPEC, text=t) for t in texts]
+    assert held.texts == texts
+    assert sorted(reads) == list(range(5))  # once per clip, whatever is asked after
 
 
 def test_distinct_texts_counts_a_shared_caption_once_from_the_json_members_alone(

@@ -98,10 +98,12 @@ class HeldOutEval:
         self.index, self.spec, self.unigram_logp = index, spec, unigram_logp  # unigram_logp: [K, C]
         self.set_spans = set_spans if set_spans is not None else [("all", 0, len(index))]
         self.reader = ClipReader(index)
+        self.tokenizer = tokenizer
         # Captions once, as small int arrays (every derangement needs all of them), and their texts (what the
-        # teacher's own tokenizer reads); codes are read per eval batch.
-        self.texts = [conditioning_text(*self.reader.read_text_fields(i), spec.text) for i in range(len(index))]
-        self.captions = [np.asarray(caption_ids(tokenizer, None, spec, text=t), dtype=np.int64) for t in self.texts]
+        # teacher's own tokenizer reads), at their first use (`texts`, `captions`): the first report, not before
+        # step 1, which then reads no eval clip; codes are read per eval batch.
+        self._texts: list[str] | None = None
+        self._captions: list[np.ndarray] | None = None
         # Several derangements, averaged: one shuffle alone makes the per-clip gain depend on which caption a clip
         # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
         shuffle_rng = np.random.default_rng([seed, 7])
@@ -115,6 +117,24 @@ class HeldOutEval:
         self.teacher_status = "not scored (trainer.eval_teacher=false or the flatten pattern)"
         # the baselines above, when the run scores them: called once before the first report (training.eval_setup)
         self.pending_baselines: Callable[[], None] | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """Each eval clip's conditioning text, read once from its json member (no codes) at first use."""
+        if self._texts is None:
+            self._texts = [
+                conditioning_text(*self.reader.read_text_fields(i), self.spec.text) for i in range(len(self.index))
+            ]
+        return self._texts
+
+    @property
+    def captions(self) -> list[np.ndarray]:
+        """Each eval clip's caption tokens (caption_ids of its text), tokenized once at first use."""
+        if self._captions is None:
+            self._captions = [
+                np.asarray(caption_ids(self.tokenizer, None, self.spec, text=t), dtype=np.int64) for t in self.texts
+            ]
+        return self._captions
 
     def _true_batch(self, ids: list[int], clips: dict[int, Any], device: torch.device) -> Batch:
         """The eval windows of clips `ids` with their own captions, on `device`."""

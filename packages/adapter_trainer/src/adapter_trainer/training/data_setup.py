@@ -236,6 +236,8 @@ def resumed_batches(
     every rank, advanced by the GLOBAL micro-batch, so resuming works with another world size too.
     """
     start = progress.epoch * train_data.epoch_size + progress.index
+    if train_data.planner is not None:  # a remote set: no shard is needed, nor prefetched, past the last micro-batch
+        train_data.planner.stop_at(start + n_micro_batches * train_data.global_batch)
     return iter(
         train_loader(
             train_data,

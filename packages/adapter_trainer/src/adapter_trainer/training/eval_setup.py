@@ -1,6 +1,7 @@
-"""The run's held-out scoring (`HeldOutEval`), built once at setup: the eval captions, the unigram baseline from
-the train split, the caption derangements, and the frozen music LM alone on the same targets; before it, the checks
-on the two splits (`check_splits`); at a step, the run's report (`held_out_report`)."""
+"""The run's held-out scoring (`HeldOutEval`), built once at setup: the unigram baseline from the train split and the
+caption derangements (the eval captions and the frozen music LM alone on the same targets come at the first report:
+a start reads no eval clip); before it, the checks on the two splits (`check_splits`); at a step, the run's report
+(`held_out_report`)."""
 
 from __future__ import annotations
 

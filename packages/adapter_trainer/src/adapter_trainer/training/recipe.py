@@ -195,8 +195,8 @@ class MoTAdapterRecipe:
         )
 
     def _setup_eval(self) -> None:
-        """The held-out scoring: eval captions (tokenized once), unigram baseline, caption derangements, and the
-        frozen music LM alone on the same targets (scored once)."""
+        """The held-out scoring: unigram baseline and caption derangements; the eval captions (tokenized once) and the
+        frozen music LM alone on the same targets (scored once) at the first report."""
         self.held_out = build_held_out(
             self.cfg,
             self.train_index,
@@ -370,6 +370,8 @@ class MoTAdapterRecipe:
                 stop.checkpoint_and_stop(self)  # raises interrupt.TrainingInterrupted
         interrupt.uninstall()
         pbar.close()
+        if self.train_data.planner is not None:  # a remote set: no train shard is needed any more
+            self.train_data.planner.finish()
 
     def save_checkpoint(self) -> Path:
         return checkpoint.save_checkpoint(

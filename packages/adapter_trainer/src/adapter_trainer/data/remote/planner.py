@@ -52,6 +52,9 @@ class ShardPlanner:
         # positions looked ahead: one epoch, at most 65,536 (a shard read later counts as not needed: LRU among those)
         self.horizon = horizon or min(self.E, 1 << 16)
         self.position = 0  # the micro-batch start this process works at
+        # the first position the run does not read (its last micro-batch's end; `stop_at`): shards read only at or
+        # after it are not needed (infinite distance) and not prefetched. None: no end
+        self.end: int | None = None
         self.cursor: int | None = None  # the example being read (position <= cursor < position + G); None: position
         self._first: tuple[int, dict[str, np.ndarray]] | None = None
         self._epochs: dict[int, np.ndarray] = {}
@@ -63,8 +66,19 @@ class ShardPlanner:
             self._epochs[epoch] = self.clip_shard[epoch_clips(self.order, epoch)]
         return self._epochs[epoch]
 
+    def stop_at(self, end: int) -> None:
+        """The run reads no position >= `end` (trainer.max_steps): set before the loader's workers start (they copy
+        the planner), so past the last step a train shard counts as not needed, like an eval shard, and the
+        prefetcher fetches none for steps that never come."""
+        self.end, self._first = end, None
+
+    def finish(self) -> None:
+        """The run reads no more train examples (its loop is over): every train shard is as far as an eval shard, so
+        the closing eval's reads evict train shards (the oldest first) rather than each other."""
+        self.stop_at(0)
+
     def window(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        """(shard id [L], read by this node [L]) of positions start .. start + length - 1."""
+        """(shard id [L], read by this node [L]) of positions start .. start + length - 1 (none at or past `end`)."""
         parts, n = [], start
         while n < start + length:
             e, i = divmod(n, self.E)
@@ -74,6 +88,8 @@ class ShardPlanner:
         shards = np.concatenate(parts)
         rank = (np.arange(length) % self.G) // self.B  # relative to a micro-batch start
         mine = (rank >= self.node_ranks.start) & (rank < self.node_ranks.stop)
+        if self.end is not None:
+            mine &= np.arange(start, start + length) < self.end
         return shards, mine
 
     def reference(self) -> tuple[int, int]:
@@ -119,6 +135,8 @@ class ShardPlanner:
         shards, _ = self.window(start, n_batches * self.G)
         rank = (np.arange(len(shards)) % self.G) // self.B
         mine = (rank >= ranks.start) & (rank < ranks.stop)
+        if self.end is not None:
+            mine &= np.arange(start, start + len(shards)) < self.end
         ids = shards[mine]
         uniq, first = np.unique(ids, return_index=True)
         pos = np.flatnonzero(mine)[first]
