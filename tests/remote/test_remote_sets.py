@@ -111,6 +111,39 @@ def test_an_indexed_remote_set_starts_without_a_tar_and_gives_the_same_batches(
     assert same(batches(url, cache, world=1, rank=0, start=6 * B, n=N_BATCHES - 6), want[6:])
 
 
+def test_the_ranks_of_a_node_download_each_index_sidecar_once(local_set, http_server, tmp_path) -> None:
+    """Four ranks of one node (threads here, each with its own cache object on the node's cache dir) start at once on
+    a cold cache: each split's sidecar is downloaded once, the others wait for it and read the node's copy."""
+    import threading
+
+    v5 = write_synthetic_set(tmp_path / "v5", n_train=48, n_eval=8, frames=(12, 24), samples_per_shard=4, index=True,
+                             format_version=5)  # fmt: skip
+    shutil.copytree(v5, http_server.root / "v5")
+    url = f"{http_server.url}/v5"
+    http_server.delay("v5/*/index.safetensors", 0.5, times=8)  # a slow store: the ranks overlap
+    sizes: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def rank() -> None:
+        try:
+            sets = open_shard_sets([url], model_n_codebooks=4, model_codebook_size=2048,
+                                   cache=ShardCache(tmp_path / "node-cache"))  # fmt: skip
+            sizes.append((len(build_index(sets, "train")), len(build_index(sets, "eval"))))
+        except BaseException as e:  # re-raised below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert sizes == [(48, 8)] * 4
+    assert http_server.count("v5/train/index.safetensors") == 1
+    assert http_server.count("v5/eval/index.safetensors") == 1
+
+
 def test_a_corrupt_remote_shard_is_never_read(local_set, s3_env, tmp_path) -> None:
     url = upload_to_s3(s3_env, local_set, "corrupt")
     cache = ShardCache(tmp_path / "cache")

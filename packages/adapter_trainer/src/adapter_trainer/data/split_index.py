@@ -21,6 +21,7 @@ workers, and makes exact resume a buffer snapshot. The cost is one seek per clip
 from __future__ import annotations
 
 import hashlib
+import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,32 +308,45 @@ def read_index_bytes(s: ShardSet, entry: dict) -> bytes:
 
 def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
     """A remote set's sidecar: kept under the shard cache's `indexes/` by its sha256 (outside data.cache.max_bytes,
-    which bounds the tars: an index of a million clips is larger than a shard), else fetched (retried) and checked."""
+    which bounds the tars: an index of a million clips is larger than a shard), else fetched (retried) and checked.
+    Fetched once per node: the ranks sharing the cache take the shard lock of the sidecar's sha256, as for a tar,
+    and the ones that waited read the node's copy."""
     from adapter_trainer.data.remote.retry import with_retries
     from adapter_trainer.data.remote.urls import filesystem
 
     sha, size = entry["sha256"], entry["bytes"]
     cache = next((e.cache for entries in s.splits.values() for e in entries if e.cache is not None), None)
-    keep = cache.root / "indexes" / f"{sha}.safetensors" if cache is not None else None
-    if keep is not None and keep.is_file():
-        data = keep.read_bytes()
-        if len(data) == size and hashlib.sha256(data).hexdigest() == sha:
-            return data
-    fs, path = filesystem(where)
-    data = with_retries(lambda: fs.cat_file(path), what=f"index {entry['path']}", url=where,
-                        tries=cache.tries if cache is not None else 5)  # fmt: skip
-    if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-        raise ShardFormatError(
-            f"{where}: {len(data)} bytes with another sha256 than {s.manifest_path} lists; the copy at the URL is "
-            f"corrupt or was replaced after the manifest: re-push the set with python -m tokenizer_pipeline.push"
-        )
-    if keep is not None:
-        import os
 
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        tmp = keep.with_name(f".{keep.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, keep)
+    def fetch() -> bytes:
+        fs, path = filesystem(where)
+        data = with_retries(lambda: fs.cat_file(path), what=f"index {entry['path']}", url=where,
+                            tries=cache.tries if cache is not None else 5)  # fmt: skip
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise ShardFormatError(
+                f"{where}: {len(data)} bytes with another sha256 than {s.manifest_path} lists; the copy at the URL is "
+                f"corrupt or was replaced after the manifest: re-push the set with python -m tokenizer_pipeline.push"
+            )
+        return data
+
+    if cache is None:
+        return fetch()
+    keep = cache.root / "indexes" / f"{sha}.safetensors"
+
+    def kept() -> bytes | None:
+        data = keep.read_bytes() if keep.is_file() else None
+        return data if data is not None and len(data) == size and hashlib.sha256(data).hexdigest() == sha else None
+
+    data = kept()
+    if data is not None:
+        return data
+    with cache.download_lock(sha):  # one download per node; the other ranks wait here, then read the node's copy
+        data = kept()
+        if data is None:
+            data = fetch()
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            tmp = keep.with_name(f".{keep.name}.part")  # the lock's holder alone writes it
+            tmp.write_bytes(data)
+            os.replace(tmp, keep)
     return data
 
 

@@ -102,6 +102,12 @@ class ShardCache:
     def _shard_lock(self, sha256: str) -> FileLock:
         return FileLock(str(self.root / ".locks" / f"{sha256}.lock"))
 
+    def download_lock(self, sha256: str) -> FileLock:
+        """The node-wide lock of one download by content (a tar's, or an index sidecar's sha256): its holder alone
+        fetches and writes it; the node's other processes wait for it, then read its copy."""
+        self._ready()
+        return self._shard_lock(sha256)
+
     def _ready(self) -> None:
         """Create the directory and delete leftovers of dead downloads, once per process."""
         if self._ready_pid == os.getpid():
