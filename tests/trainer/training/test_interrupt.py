@@ -1,6 +1,7 @@
 """Ctrl-C during training (training.interrupt): the first finishes the step, checkpoints it and exits 130 with the
 exact command that resumes the run, without a traceback; the resume continues from that step; a second Ctrl-C stops
-at once; under torchrun a Ctrl-C that reached one rank stops every rank after the same step."""
+at once; under torchrun a Ctrl-C that reached one rank stops every rank after the same step. A job scheduler's
+SIGTERM is handled like a Ctrl-C and exits 143."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from adapter_trainer.training import interrupt
 from adapter_trainer.training.distributed import RankInfo
@@ -30,12 +33,12 @@ def _train_steps(out: Path) -> list[int]:
     return [r["step"] for r in read_jsonl(path) if "train/loss" in r] if path.is_file() else []
 
 
-@pytest.mark.budget(120, reason="two real training processes: one stopped by SIGINT, then its resume")
-def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(models, shards, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+def _signal_a_run(models, shards, out: Path, sig: int) -> tuple[int, str, str]:
+    """A real training process (with a DataLoader worker) sent `sig` after its third step, as a terminal's Ctrl-C or
+    a job scheduler's SIGTERM reaches every process of the job: (exit code, stdout, stderr)."""
     args = tiny_demo_overrides(models, shards, out, "trainer.device=cpu", "trainer.max_steps=100000")
     args += ["trainer.num_workers=1", "trainer.eval_bootstrap=200", "trainer.eval_caption_shuffles=1"]
-    # its own process group, as a terminal's foreground job: the SIGINT reaches the DataLoader worker too
+    # its own process group, as a terminal's foreground job: the signal reaches the DataLoader worker too
     proc = subprocess.Popen(
         [sys.executable, "-m", "adapter_trainer", *args], cwd=REPO, env=ENV, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -45,20 +48,35 @@ def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(models, shard
         while len(_train_steps(out)) < 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, stderr[-3000:]
+    return proc.returncode, stdout, stderr
+
+
+def _checkpointed_step(out: Path, stdout: str, stderr: str, pattern: str) -> tuple[int, str]:
+    """The step and resume command of the run's last line (`pattern`), checked against its checkpoint and metrics."""
     assert "Traceback" not in stderr + stdout and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
-    m = re.fullmatch(r"interrupted at step (\d+); resume with (python -m adapter_trainer .*)", last)
+    m = re.fullmatch(pattern, last)
     assert m, stderr[-2000:]
     step, command = int(m.group(1)), m.group(2)
     assert 3 <= step < 100000 and _train_steps(out)[-1] == step
     assert (out / "checkpoints" / f"step-{step:06d}" / "adapter.safetensors").is_file()
     assert json.loads((out / "checkpoints" / f"step-{step:06d}" / "progress.json").read_text())["step"] == step
+    return step, command
+
+
+@pytest.mark.budget(120, reason="two real training processes: one stopped by SIGINT, then its resume")
+def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(models, shards, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code, stdout, stderr = _signal_a_run(models, shards, out, signal.SIGINT)
+    assert code == 130, stderr[-3000:]
+    step, command = _checkpointed_step(
+        out, stdout, stderr, r"interrupted at step (\d+); resume with (python -m adapter_trainer .*)"
+    )
 
     # the printed command, as a shell splits it, continues the run from that step (two more steps)
     argv = shlex.split(command)
@@ -73,6 +91,38 @@ def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(models, shard
     assert json.loads((out / "final_metrics.json").read_text())["step"] == step + 2
     # and the run ends with what comes next
     assert "next steps:" in resumed.stdout and f"python -m adapter_trainer.export {out}" in resumed.stdout
+
+
+@pytest.mark.budget(60, reason="a real training process stopped by SIGTERM")
+def test_a_schedulers_sigterm_checkpoints_the_step_and_exits_143(models, shards, tmp_path: Path) -> None:
+    """SLURM at its time limit (or scancel) sends SIGTERM to every process of the job, the DataLoader worker too,
+    and kills it some seconds later: the step finishes, is checkpointed, and the run says how to resume."""
+    out = tmp_path / "run"
+    code, stdout, stderr = _signal_a_run(models, shards, out, signal.SIGTERM)
+    assert code == 143, stderr[-3000:]
+    assert "SIGTERM: finishing this step" in stderr
+    _, command = _checkpointed_step(
+        out, stdout, stderr, r"stopped by SIGTERM at step (\d+); resume with (python -m adapter_trainer .*)"
+    )
+    assert "trainer.resume=latest" in shlex.split(command)
+
+
+def test_the_ranks_agree_on_sigterm_when_any_rank_got_it() -> None:
+    """A rank that got SIGINT stops with the others on SIGTERM when another rank got that (the sum of the flags)."""
+    others = [torch.zeros(2)]  # the other ranks' flags: none, then one rank's SIGTERM
+    dist = SimpleNamespace(is_main=True, all_reduce_sum=lambda t: t + others[0])
+    before = signal.getsignal(signal.SIGTERM)
+    stop = interrupt.StopOnInterrupt(dist).install()
+    try:
+        assert not stop.requested()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested() and stop.signum == signal.SIGINT
+        others[0] = torch.tensor([1.0, 1.0])
+        assert stop.requested() and stop.signum == signal.SIGTERM
+        assert interrupt.exit_code(stop.signum) == 143 and interrupt.signal_words(stop.signum) == "SIGTERM"
+    finally:
+        interrupt.uninstall()
+    assert signal.getsignal(signal.SIGTERM) is before  # handed back
 
 
 def test_a_second_ctrl_c_stops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

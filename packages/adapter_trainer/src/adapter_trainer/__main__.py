@@ -5,13 +5,14 @@ the DictConfig stops here: `to_train_config` turns it into a typed, validated Tr
 Errors a user can fix by changing the config, the data or the checkpoint (every `errors.UserError`: ConfigError,
 ShardFormatError, ResumeError, EvalOverlapError) end the process with their message and exit code 2, no stack trace;
 such a run leaves no run directory of Hydra's files behind. Ctrl-C (training.interrupt) ends it with exit 130 and
-the command that resumes it; a finished run ends with the commands that come next (training.next_steps).
+the command that resumes it, SIGTERM (a job scheduler's stop) likewise with exit 143; a finished run ends with the commands that come next (training.next_steps).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -23,10 +24,9 @@ from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import TrainConfig, to_train_config
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError, one_line
 from adapter_trainer.overrides import check_overrides
-from adapter_trainer.training.interrupt import TrainingInterrupted
+from adapter_trainer.training.interrupt import TrainingInterrupted, exit_code, last_signal, signal_words
 
 KEYS_HINT = "python -m adapter_trainer +experiment=demo --cfg job, docs/configuration.md"
-INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C (training.interrupt)
 HYDRA_FILES = {".hydra", "adapter_trainer.log"}  # what Hydra writes into a run dir before our code runs
 _given: list[str] = []  # the overrides as typed (before adapter_trainer.overrides rewrote any): for the commands shown
 
@@ -50,17 +50,19 @@ def _hydra_main(cfg: DictConfig) -> None:
         print(f"adapter_trainer: error: {one_line(e)}", file=sys.stderr)
         _remove_unstarted(run_dir, started)
         sys.exit(USER_ERROR_EXIT)
-    except KeyboardInterrupt:  # before training, during the final eval, or a second Ctrl-C: no step was finished
+    except KeyboardInterrupt:  # before training, during the final eval, or a second signal: no step was finished
+        signum = last_signal[0] if last_signal else signal.SIGINT
         if rank0:
-            print(f"adapter_trainer: stopped (Ctrl-C); {_last_checkpoint_hint(run_dir, shown_dir)}", file=sys.stderr)
+            hint = _last_checkpoint_hint(run_dir, shown_dir)
+            print(f"adapter_trainer: stopped ({signal_words(signum)}); {hint}", file=sys.stderr)
         _remove_unstarted(run_dir, started)
-        sys.exit(INTERRUPTED_EXIT)
-    except TrainingInterrupted as e:  # a Ctrl-C: every rank finished the same step, checkpointed
+        sys.exit(exit_code(signum))
+    except TrainingInterrupted as e:  # a Ctrl-C or SIGTERM: every rank finished the same step, checkpointed
         if rank0:
             from adapter_trainer.training.next_steps import interrupted_line
 
-            print(interrupted_line(_given, shown_dir, e.step), file=sys.stderr)
-        sys.exit(INTERRUPTED_EXIT)
+            print(interrupted_line(_given, shown_dir, e.step, by=signal_words(e.signum)), file=sys.stderr)
+        sys.exit(exit_code(e.signum))
     if rank0:
         from adapter_trainer.training.next_steps import next_steps
 

@@ -258,9 +258,11 @@ def default_num_workers(local_world_size: int = 1) -> int:
 
 def _worker_init(_: int) -> None:
     torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
-    # a terminal's Ctrl-C reaches the workers too: the training process decides (it finishes its step and
-    # checkpoints, training.interrupt), so a worker that died of it does not break that last step
+    # a terminal's Ctrl-C reaches the workers too, and a job scheduler's SIGTERM every process of the job: the
+    # training process decides (it finishes its step and checkpoints, training.interrupt), so a worker that died of
+    # it does not break that last step. A worker still ends with its parent (DataLoader's watchdog) or its queue.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def train_loader(

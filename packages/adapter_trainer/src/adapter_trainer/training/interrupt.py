@@ -1,6 +1,7 @@
 """Ctrl-C during training: the first one finishes the current step, saves a checkpoint at it and stops the run with
 `TrainingInterrupted` (the command prints "interrupted at step N; resume with ..." and exits 130, no traceback); a
-second one stops at once (KeyboardInterrupt).
+second one stops at once (KeyboardInterrupt). SIGTERM, what a job scheduler sends before it kills a job (SLURM at its
+time limit or on scancel, Kubernetes on eviction), is handled the same way and exits 143.
 
 Under torchrun a terminal's Ctrl-C reaches every rank (and torchrun forwards its own SIGINT to them): each rank
 sets its flag, and the ranks agree at every step boundary (one all-reduce of the flags), so all of them stop after
@@ -22,40 +23,55 @@ if TYPE_CHECKING:  # torch is imported where a flag is reduced: the command impo
     from adapter_trainer.training.distributed import RankInfo
 
 SAME_CTRL_C_S = 2.0  # a second SIGINT sooner than this after the first is the same Ctrl-C (torchrun's forwarded copy)
-INTERRUPTED_EXIT = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_previous: list[tuple[int, Any]] = []  # (signal, its handler before `StopOnInterrupt.install`), restored by `uninstall`
+last_signal: list[int] = []  # the signal that stopped training, when one did (for the command's exit code and line)
 
-_previous: list[Any] = []  # the SIGINT handler before `StopOnInterrupt.install` (restored by `uninstall`)
+
+def exit_code(signum: int) -> int:
+    """128 + the signal number, as a shell reports a command a signal stopped: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + int(signum)
+
+
+def signal_words(signum: int) -> str:
+    """How the command's last line names the signal: "Ctrl-C" or "SIGTERM"."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
 class TrainingInterrupted(Exception):
-    """The run stopped after `step` on a Ctrl-C, with a checkpoint at that step."""
+    """The run stopped after `step` on a Ctrl-C or SIGTERM (`signum`), with a checkpoint at that step."""
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
+    def __init__(self, step: int, checkpoint: Path, signum: int = signal.SIGINT) -> None:
         super().__init__(f"interrupted at step {step}; checkpoint {checkpoint}")
-        self.step, self.checkpoint = step, checkpoint
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
 
 
 class StopOnInterrupt:
-    """The training loop's SIGINT handler: `requested()` at each step boundary says whether any rank was
+    """The training loop's SIGINT and SIGTERM handler: `requested()` at each step boundary says whether any rank was
     interrupted."""
 
     def __init__(self, dist: RankInfo) -> None:
         self.dist = dist
-        self.first: float | None = None  # time.monotonic() of the first SIGINT
+        self.first: float | None = None  # time.monotonic() of the first SIGINT / SIGTERM
+        self.signum: int = signal.SIGINT  # the signal the ranks stop on (SIGTERM when any rank got one)
 
     def install(self) -> StopOnInterrupt:
-        """Take over SIGINT (the main thread only: Python runs signal handlers there)."""
+        """Take over SIGINT and SIGTERM (the main thread only: Python runs signal handlers there)."""
         if threading.current_thread() is threading.main_thread():
-            _previous.append(signal.signal(signal.SIGINT, self._on_sigint))
+            last_signal.clear()
+            for sig in STOP_SIGNALS:
+                _previous.append((sig, signal.signal(sig, self._on_signal)))
         return self
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
         now = time.monotonic()
+        last_signal[:] = [signum]
         if self.first is None:
-            self.first = now
+            self.first, self.signum = now, signum
             if self.dist.is_main:
+                again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
                 print(
-                    "\nCtrl-C: finishing this step, then a checkpoint at it (Ctrl-C again to stop at once)",
+                    f"\n{signal_words(signum)}: finishing this step, then a checkpoint at it ({again} to stop at once)",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -64,11 +80,16 @@ class StopOnInterrupt:
             raise KeyboardInterrupt
 
     def requested(self) -> bool:
-        """Whether every rank stops after this step: any rank's Ctrl-C, summed over the ranks (identity alone)."""
+        """Whether every rank stops after this step: any rank's signal, summed over the ranks (identity alone); the
+        ranks agree on SIGTERM when any of them got one, else SIGINT."""
         import torch
 
-        flag = torch.tensor([0.0 if self.first is None else 1.0], dtype=torch.float64)
-        return bool(self.dist.all_reduce_sum(flag).item() > 0)
+        got = self.first is not None
+        flags = torch.tensor([float(got), float(got and self.signum == signal.SIGTERM)], dtype=torch.float32)
+        total = self.dist.all_reduce_sum(flags)
+        if total[1].item() > 0:
+            self.signum = signal.SIGTERM
+        return bool(total[0].item() > 0)
 
     def checkpoint_and_stop(self, recipe: Any) -> NoReturn:
         """Save a checkpoint at the recipe's step (rank 0; one `ckpt_every` just wrote is kept), close its metric
@@ -80,10 +101,12 @@ class StopOnInterrupt:
         recipe.dist.barrier()  # no rank leaves before the checkpoint is written
         recipe.logger.close()
         uninstall()
-        raise TrainingInterrupted(step, ckpt)
+        last_signal[:] = [self.signum]
+        raise TrainingInterrupted(step, ckpt, self.signum)
 
 
 def uninstall() -> None:
-    """Give SIGINT back to the handler it had before `install` (a no-op when none is installed)."""
+    """Give SIGINT and SIGTERM back to the handlers they had before `install` (a no-op when none is installed)."""
     while _previous:
-        signal.signal(signal.SIGINT, _previous.pop())
+        sig, handler = _previous.pop()
+        signal.signal(sig, handler)

@@ -55,9 +55,10 @@ def resume_command(argv: Sequence[str], output_dir: str, *extra: str) -> str:
     return f"{_launcher('adapter_trainer')} {_quoted(args)}"
 
 
-def interrupted_line(argv: Sequence[str], output_dir: str, step: int) -> str:
-    """What a run stopped by Ctrl-C prints last."""
-    return f"interrupted at step {step}; resume with {resume_command(argv, output_dir)}"
+def interrupted_line(argv: Sequence[str], output_dir: str, step: int, by: str = "Ctrl-C") -> str:
+    """What a run stopped by Ctrl-C (or `by` another signal: "SIGTERM") prints last."""
+    how = "interrupted" if by == "Ctrl-C" else f"stopped by {by}"
+    return f"{how} at step {step}; resume with {resume_command(argv, output_dir)}"
 
 
 def next_steps(argv: Sequence[str], output_dir: str, step: int) -> list[str]:
