@@ -147,6 +147,25 @@ def test_an_unknown_key_is_refused_in_one_line_before_anything_is_read(
 
 
 @pytest.mark.parametrize(
+    "override, must_say",
+    [
+        ("+limt=5", "did you mean limit=5?"),  # Hydra: fetches every row, limit unchanged
+        ("worker=2", "did you mean workers=2?"),
+        ("+yt_dlp_params.sleep_interval=1", None),  # an open dict: any yt-dlp parameter passes
+    ],
+)
+def test_download_refuses_an_unknown_key_before_any_row_is_fetched(
+    tmp_path: Path, override: str, must_say: str | None
+) -> None:
+    # a CSV that does not exist: refused next when the key passes, so nothing is fetched in either case
+    r = _run(["-m", "tokenizer_pipeline.download", "out_dir=c", "csv=missing.csv", override], tmp_path)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert (must_say in err) if must_say else "missing.csv" in err, err
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
     "args, must_say",
     [
         # an empty folder: before, the codec loaded, 5,521 rows ran through the bar and 23 empty shards were written

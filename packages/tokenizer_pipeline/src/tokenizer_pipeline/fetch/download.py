@@ -41,6 +41,7 @@ from ..audio.ffmpeg_binary import find_ffmpeg
 from ..conf_dir import find_conf_dir
 from ..dir_lock import lock_dir
 from ..errors import USER_ERROR_EXIT, UserError
+from ..overrides import check_overrides
 from ..shards.manifest import write_text_atomic
 from ..sources.musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 from .clip import PARTIAL_DIR, SECTION_MIN_LEAD_IN_S, ClipResult, DownloadFailure, fetch_clip
@@ -163,8 +164,24 @@ def _fetch_rows(cfg: DownloadConfig, rows: list[ClipRow], out_dir: Path, progres
     return DownloadResult(counts, by_reason, failures, elapsed, flac_bytes, download_bytes, code, "\n".join(lines))
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: the overrides' keys are checked against DownloadConfig before Hydra composes (a typo such as
+    `+limt=5` would otherwise fetch every row), in one line naming the likely key, exit 2."""
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    try:
+        sys.argv[1:] = check_overrides(
+            sys.argv[1:], schema=DownloadConfig, conf_dir=find_conf_dir(), primary="download",
+            keys_hint="python -m tokenizer_pipeline.download out_dir=DIR --cfg job, docs/configuration.md",
+        )  # fmt: skip
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(USER_ERROR_EXIT) from None
+    _hydra_main()
+
+
 @hydra.main(config_path=str(find_conf_dir()), config_name="download", version_base="1.3")
-def main(dcfg: DictConfig) -> None:
+def _hydra_main(dcfg: DictConfig) -> None:
     try:
         cfg: DownloadConfig = OmegaConf.to_object(dcfg)  # typed from here on
     except MissingMandatoryValue as e:
