@@ -27,7 +27,7 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: help setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
+.PHONY: help setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow test-bench lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
 
 # make help: the main targets in one screen (README, "Commands"; every variable: docs/configuration.md)
 help:
@@ -40,6 +40,7 @@ help:
 	@echo 'make verify [OUT=build/shards]  check a shard set against the contract'
 	@echo 'make train ARGS="+experiment=cuda_1b '"'"'data.shards=[build/shards]'"'"'"   train (stage 2)'
 	@echo 'make test / make lint / make format   the tests (2 workers) / ruff check + format --check / apply ruff'
+	@echo 'make test-bench / make test-slow      the opt-in tests: benchmark smoke runs (CI runs them) / full-size checks'
 	@echo 'make bench                      speed and memory of both stages -> build/bench/results.md'
 	@echo 'make clean                      remove build/, outputs/, multirun/'
 	@echo 'python -m adapter_trainer --help, python -m tokenizer_pipeline --help: the commands themselves'
@@ -259,6 +260,12 @@ format: | setup
 # opt-in heavier checks (full-size demo run); never part of `make test`
 test-slow: | setup
 	$(PY) -m pytest tests -q --run-slow -m slow
+
+# the benchmark scripts' smoke runs that start several processes each (tests/conftest.py: bench_smoke); CI runs it
+test-bench: | setup
+	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist worksteal --run-bench-smoke -m bench_smoke \
+		$(if $(TORCH_THREADS),--torch-threads $(TORCH_THREADS)) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-bench: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # the benchmarks' own dependencies (benchmarks/requirements.txt, pinned by constraints.txt), e.g. torchaudio
 bench-setup: $(VENV)/.bench-installed

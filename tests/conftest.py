@@ -1,5 +1,9 @@
-"""Shared pytest options. Heavier checks are opt-in with --run-slow (`make test-slow`), never silently skipped:
-without the flag they are deselected and pytest reports them as deselected, not passed.
+"""Shared pytest options. Heavier checks are opt-in, never silently skipped: without their flag they are deselected,
+pytest reports them as deselected, not passed, and the summary names the command that runs them.
+- `slow` (--run-slow, `make test-slow`): full-size demo checks, the offline install.
+- `bench_smoke` (--run-bench-smoke, `make test-bench`, which CI runs after `make test`): the smoke runs of the
+  benchmark scripts that start several processes each (every case of bench_pipeline, bench_data, bench_startup, ...
+  in its own interpreter); the lighter scripts' smoke runs stay in `make test`.
 
 `--torch-threads N` (or TEST_TORCH_THREADS=N): torch's intra-op threads in every test process, and OMP_NUM_THREADS for
 the processes tests start unless a test sets its own. Default: 1 in a pytest-xdist worker (`make test` runs one worker
@@ -22,8 +26,20 @@ import pytest
 pytest_plugins = ("tests.time_budget",)
 
 
+# marker -> (its flag, what it holds, the command that runs it)
+OPT_IN = {
+    "slow": ("--run-slow", "heavier check: full-size demo checks, the offline install", "make test-slow"),
+    "bench_smoke": (
+        "--run-bench-smoke",
+        "smoke run of a benchmark script that starts several processes",
+        "make test-bench",
+    ),
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--run-slow", action="store_true", help="also run tests marked slow (full-size demo checks)")
+    for marker, (flag, what, _) in OPT_IN.items():
+        parser.addoption(flag, action="store_true", help=f"also run the tests marked {marker} ({what})")
     threads = os.environ.get("TEST_TORCH_THREADS")
     parser.addoption(
         "--torch-threads",
@@ -54,17 +70,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: heavier check, runs only with --run-slow (make test-slow)")
+    for marker, (flag, what, command) in OPT_IN.items():
+        config.addinivalue_line("markers", f"{marker}: {what}; runs only with {flag} ({command})")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--run-slow"):
-        return
-    keep = [i for i in items if "slow" not in i.keywords]
-    dropped = [i for i in items if "slow" in i.keywords]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+    off = [m for m, (flag, _, _) in OPT_IN.items() if not config.getoption(flag)]
+    dropped = {m: [i for i in items if m in i.keywords] for m in off}
+    out = {id(i) for group in dropped.values() for i in group}
+    if out:
+        config.hook.pytest_deselected(items=[i for i in items if id(i) in out])
+        items[:] = [i for i in items if id(i) not in out]
+    config.stash[_OPT_IN_LEFT] = {m: len(group) for m, group in dropped.items() if group}
+
+
+_OPT_IN_LEFT = pytest.StashKey[dict]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """One line per opt-in group left out of this run: how many, and the command that runs them."""
+    for marker, n in config.stash.get(_OPT_IN_LEFT, {}).items():
+        flag, _, command = OPT_IN[marker]
+        terminalreporter.write_line(f"{n} test(s) marked {marker} deselected: {command} (or {flag}) runs them")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,10 @@ interpreter would add is only the imports of torch, transformers and the package
 process has made already. The processes a script starts (each case of bench_data, bench_memory, bench_pipeline, ...,
 torchrun's ranks) are processes here as in `make bench`.
 
+The scripts that start several processes each (bench_pipeline, bench_data, bench_ddp, bench_memory, bench_download,
+bench_byo, bench_remote, bench_startup, demo_recipe: about 4.5 CPU minutes together) are marked `bench_smoke`:
+`make test-bench` runs them, and CI runs it after `make test`; the lighter scripts' smoke runs stay in `make test`.
+
 bench_gpu.py has its own smoke run (--smoke-cpu) in test_bench_gpu.py; caption_scaling.py (`make caption-scaling`)
 fits a codec, pretrains an LLM, encodes, trains and generates in a dozen stages (4-6 min even at its smallest), so its
 end-to-end run is marked slow (`make test-slow`); its logic is tested in test_caption_scaling.py.
@@ -169,6 +173,7 @@ def test_bench_train(tiny: dict, tmp_path: Path) -> None:
     assert_finite(row, ("seconds", "s_per_step", "tokens_per_s", "peak_rss_mb"))
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.budget(120, reason="the pipeline benchmark end to end: every stage variant over the tiny corpus")
 def test_bench_pipeline(codec: Path, corpus: Path, tmp_path: Path) -> None:
     got = run_bench("bench_pipeline.py", tmp_path / "pipeline.json", "--codec", str(codec), "--corpus", str(corpus),
@@ -177,6 +182,7 @@ def test_bench_pipeline(codec: Path, corpus: Path, tmp_path: Path) -> None:
                          "decode_workers_speedup_2v1", "pipeline_peak_rss_mb", "first_version_peak_rss_mb"))  # fmt: skip
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.budget(
     90, reason="bench_data twice into one folder (the rerun is the check), each with its child training runs"
 )
@@ -191,6 +197,7 @@ def test_bench_data_runs_twice_into_the_same_directory(tiny: dict, tmp_path: Pat
     assert {p.name for p in tmp_path.iterdir()} >= {"data_wait_run", "rss_1x", "rss_100x", "demo_shards_x3"}
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.budget(60, reason="torchrun with 2 gloo ranks of the tiny demo model")
 def test_bench_ddp(tiny: dict, tmp_path: Path) -> None:
     overrides = [o for o in trainer_overrides(tiny) if not o.startswith("trainer.batch_size")]
@@ -212,6 +219,7 @@ def test_bench_realsize_tiny(tmp_path: Path) -> None:
     assert_finite(got["rows"][0], ("peak_rss_gb", "s_per_step", "build_s"))
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.budget(60, reason="each memory case runs in its own process")
 def test_bench_memory_tiny(tmp_path: Path) -> None:
     """--dims tiny, the four fp32 cases of the checkpointing ratio (batch 1, 2 x checkpointing off, on at seq 256):
@@ -237,6 +245,7 @@ def test_bench_memory_tiny(tmp_path: Path) -> None:
                             "realsize_activation_bytes_per_position", "realsize_ckpt_memory_ratio"))  # fmt: skip
 
 
+@pytest.mark.bench_smoke
 def test_bench_download(tmp_path: Path) -> None:
     got = run_bench("bench_download.py", tmp_path / "download.json", "--clips", "2", "--workers", "1",
                     "--source-s", "30", "--bytes-source-s", "40")  # fmt: skip
@@ -277,12 +286,14 @@ def test_bench_mixture(tmp_path: Path) -> None:
     assert_summary(got, ("mixture_weight_error",))
 
 
+@pytest.mark.bench_smoke
 def test_bench_byo(codec: Path, tmp_path: Path) -> None:
     got = run_bench("bench_byo.py", tmp_path / "byo.json", "--codec", str(codec), "--tracks", "1",
                     "--track-seconds", "10", "--repeats", "1", "--threads", "1")  # fmt: skip
     assert_summary(got, ("byo_pipeline_vs_musiccaps", "byo_audio_s_per_s", "byo_musiccaps_audio_s_per_s"))
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.budget(
     120,
     reason="HTTP and S3 servers on loopback, each cache bound a training start whose first report also scores the "
@@ -308,6 +319,7 @@ def test_bench_remote(models: dict[str, Path], tmp_path: Path) -> None:
     assert got["rows"][1]["evictions"] > 0 and got["rows"][3]["evictions"] == 0
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.budget(90, reason="five trainer starts, each `python -m adapter_trainer` in its own interpreter")
 def test_bench_startup(models: dict[str, Path], tmp_path: Path) -> None:
     """The set at 1x and 2x, local and over loopback HTTP at a quarter-set bound, cold, then the 1-step demo run to its
@@ -351,6 +363,7 @@ def test_caption_scaling_smoke_run(tmp_path: Path) -> None:
         assert_finite(p, ("gain_first10", "gain_window", "ce_rel_pct"))  # probe_fraction: None at 8 clips
 
 
+@pytest.mark.bench_smoke
 def test_demo_recipe_smoke_run(tiny: dict, tmp_path: Path) -> None:
     """benchmarks/demo_recipe.py (docs/results.md, "The demo on the real recipe"): one variant, 2 steps, no probe. The
     `random` one: it also writes its own random-init MusicGen and overrides the preset's tables (the real recipe is the
