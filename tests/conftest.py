@@ -72,6 +72,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker, (flag, what, command) in OPT_IN.items():
         config.addinivalue_line("markers", f"{marker}: {what}; runs only with {flag} ({command})")
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_FromWorkers(config), "opt_in_from_workers")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -81,10 +83,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if out:
         config.hook.pytest_deselected(items=[i for i in items if id(i) in out])
         items[:] = [i for i in items if id(i) not in out]
-    config.stash[_OPT_IN_LEFT] = {m: len(group) for m, group in dropped.items() if group}
+    left = {m: len(group) for m, group in dropped.items() if group}
+    config.stash[_OPT_IN_LEFT] = left
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: its controller prints the summary
+        config.workeroutput["opt_in_left"] = left
 
 
 _OPT_IN_LEFT = pytest.StashKey[dict]()
+
+
+class _FromWorkers:
+    """pytest-xdist's controller collects nothing itself: it takes the groups left out from its workers (each worker
+    collects the whole suite, so any one of them has the counts)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node, error) -> None:
+        left = getattr(node, "workeroutput", {}).get("opt_in_left")
+        if left:
+            self.config.stash[_OPT_IN_LEFT] = left
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -128,7 +128,8 @@ RULES = {
             "codec": PIPELINE_BOTTOM,
             "sources": PIPELINE_BOTTOM,
             "run": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
-            "fetch": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
+            # download's command checks its keys as the cli does
+            "fetch": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock", "tokenizer_pipeline.overrides"},
             "demo": PIPELINE_BOTTOM,
             "remote": PIPELINE_BOTTOM,
         },

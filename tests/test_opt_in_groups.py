@@ -44,6 +44,12 @@ def test_a_group_left_out_is_deselected_and_named_with_its_command(tmp_path: Pat
     assert "1 test(s) marked bench_smoke deselected: make test-bench (or --run-bench-smoke) runs them" in out, out
 
 
+def test_the_summary_names_the_groups_under_xdist_too(tmp_path: Path) -> None:
+    """`make test` runs pytest-xdist workers: the controller, which collects nothing, still names what was left out."""
+    out = run_pytest(tmp_path, "-n", "2").stdout
+    assert "1 passed" in out and "1 test(s) marked bench_smoke deselected: make test-bench" in out, out
+
+
 def test_each_flag_runs_its_own_group(tmp_path: Path) -> None:
     bench = run_pytest(tmp_path, "--run-bench-smoke", "-m", "bench_smoke").stdout
     assert "1 passed, 2 deselected" in bench and "marked bench_smoke deselected" not in bench, bench
