@@ -30,7 +30,7 @@ from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 from adapter_trainer.config import DataConfig, ModelConfig, MoTSchema, TrainConfig, TrainerConfig
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.errors import UserError
-from adapter_trainer.model.builders import build_mot_model, load_musicgen_decoder_config
+from adapter_trainer.model.builders import build_mot_model, load_musicgen_decoder_config, source_kwargs
 from adapter_trainer.model.mot import MoTAdapterModel
 
 ADAPTER_FORMAT = "adapter_trainer-mot-adapter"
@@ -181,7 +181,7 @@ def check_towers(acfg: dict[str, Any], folder: Path, cfg: TrainConfig, *, check_
     with check_weights, towers whose weight files hash to other values. Reads configs and hashes files only."""
     layout, codec, where = acfg["token_layout"], acfg["codec"], folder / CONFIG_FILE
     try:
-        llm_cfg, _ = PreTrainedConfig.get_config_dict(cfg.model.llm)
+        llm_cfg, _ = PreTrainedConfig.get_config_dict(cfg.model.llm, **source_kwargs(cfg.model.llm))
         dec = load_musicgen_decoder_config(cfg.model.audio_lm)
     except (OSError, ValueError) as e:
         raise AdapterError(f"{where}: cannot read the base towers' configs: {' '.join(str(e).split())}") from e

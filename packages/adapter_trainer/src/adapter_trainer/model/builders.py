@@ -30,13 +30,14 @@ from transformers import (
 
 from adapter_trainer.config import ConfigError, TrainConfig, mot_fields
 from adapter_trainer.data.token_layout import AudioVocab
+from adapter_trainer.model.hub_source import ModelSourceError, cache_only
 from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
 from adapter_trainer.model.musicgen_rows import MusicgenRowsMoT
 
 OFFLINE_HINT = (
-    "Model weights cannot be downloaded in this environment. Pass a local directory that holds the "
-    "checkpoint (e.g. model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small) or use the "
-    "embedded random-init demo models (`make demo-models`, then +experiment=demo)."
+    "Pass a local directory that holds the checkpoint (e.g. model.llm=/path/to/Llama-3.2-1B "
+    "model.audio_lm=/path/to/musicgen-small), get the Hub's files with `hf download <id>` (docs/real-data.md), or "
+    "use the offline demo models (`make demo-models`, then +experiment=demo)."
 )
 
 # facebook/musicgen-small stores the decoder as `decoder.model.decoder.*` / `decoder.lm_heads.*` next to
@@ -205,6 +206,8 @@ def _looks_like_path(name_or_path: str | os.PathLike) -> bool:
 
 
 def _not_available(what: str, name_or_path: str | os.PathLike, err: Exception) -> OSError:
+    if isinstance(err, ModelSourceError):  # the Hub and the cache were asked first: the cause and fix are named
+        return OSError(f"{what}: {err}")
     local = Path(name_or_path).exists()
     where = "the local directory" if local else "the hub id"
     reason = " ".join(str(err).split())  # one line: the CLI prints the message as the whole refusal
@@ -217,11 +220,20 @@ def _check_source(what: str, name_or_path: str | os.PathLike) -> None:
         raise FileNotFoundError(f"{what} directory {str(name_or_path)!r} does not exist. {OFFLINE_HINT}")
 
 
+def source_kwargs(name_or_path: str | os.PathLike) -> dict[str, bool]:
+    """`from_pretrained` / `get_config_dict` keywords for where a model is read from: none for a local directory; for
+    a Hub id, `local_files_only` as `hub_source.cache_only` decides (offline mode, or the Hub unreachable with the
+    model cached). Raises hub_source.ModelSourceError (an OSError) naming the cause and fix."""
+    if Path(name_or_path).expanduser().is_dir() or _looks_like_path(name_or_path):
+        return {}
+    return {"local_files_only": cache_only(str(name_or_path))}
+
+
 def load_text_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
     """The LLM's tokenizer (`AutoTokenizer.from_pretrained`); a hub id or a local directory."""
     _check_source("text tokenizer", name_or_path)
     try:
-        return AutoTokenizer.from_pretrained(str(name_or_path))
+        return AutoTokenizer.from_pretrained(str(name_or_path), **source_kwargs(name_or_path))
     except OSError as e:
         raise _not_available("text tokenizer", name_or_path, e) from e
 
@@ -235,7 +247,7 @@ def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.f
     """
     _check_source("LLM", name_or_path)
     try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path))
+        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path), **source_kwargs(name_or_path))
     except OSError as e:
         raise _not_available("LLM", name_or_path, e) from e
     if config_dict.get("model_type") != "llama":
@@ -245,7 +257,7 @@ def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.f
         )
     try:
         return LlamaForCausalLM.from_pretrained(
-            str(name_or_path), dtype=_resolve_dtype(dtype), attn_implementation="sdpa"
+            str(name_or_path), dtype=_resolve_dtype(dtype), attn_implementation="sdpa", **source_kwargs(name_or_path)
         )
     except OSError as e:
         raise _not_available("LLM", name_or_path, e) from e
@@ -258,7 +270,7 @@ def load_musicgen_decoder_config(name_or_path: str | os.PathLike) -> MusicgenDec
     """
     _check_source("MusicGen", name_or_path)
     try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path))
+        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path), **source_kwargs(name_or_path))
     except OSError as e:
         raise _not_available("MusicGen config", name_or_path, e) from e
     model_type = config_dict.get("model_type")
@@ -301,6 +313,7 @@ def load_musicgen_decoder(
                 dtype=_resolve_dtype(dtype),
                 output_loading_info=True,
                 key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
+                **source_kwargs(name_or_path),
             )
     except OSError as e:
         raise _not_available("MusicGen decoder", name_or_path, e) from e

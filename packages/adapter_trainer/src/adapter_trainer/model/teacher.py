@@ -39,6 +39,7 @@ from adapter_trainer.model.builders import (
     _resolve_dtype,
     composite_part,
     load_musicgen_decoder,
+    source_kwargs,
 )
 
 TEXT_ENCODER_KEY_MAPPING = {r"^text_encoder\.": ""}  # composite key -> T5EncoderModel key
@@ -108,7 +109,7 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
     _check_source("MusicGen", name_or_path)
     src = str(name_or_path)
     try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(src)
+        config_dict, _ = PreTrainedConfig.get_config_dict(src, **source_kwargs(src))
     except OSError as e:
         raise _not_available("MusicGen config", name_or_path, e) from e
     if config_dict.get("model_type") != "musicgen" or "text_encoder" not in config_dict:
@@ -128,6 +129,7 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
                 dtype=torch.float32,
                 output_loading_info=True,
                 key_mapping=TEXT_ENCODER_KEY_MAPPING,
+                **source_kwargs(src),
             )
     except OSError as e:
         raise _not_available("MusicGen text encoder", name_or_path, e) from e
@@ -140,7 +142,7 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
     try:
         # config=: the tokenizer's class comes from tokenizer_config.json or T5's config, never from the composite
         # config.json, whose loading would import transformers' EnCodec modules into this codec-free process
-        tokenizer = AutoTokenizer.from_pretrained(src, config=T5Config(**t5))
+        tokenizer = AutoTokenizer.from_pretrained(src, config=T5Config(**t5), **source_kwargs(src))
     except (OSError, ValueError, TypeError) as e:  # no tokenizer files: transformers raises any of these
         reason = " ".join(str(e).split())
         raise TeacherUnavailable(

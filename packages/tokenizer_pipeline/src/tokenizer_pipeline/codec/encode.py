@@ -27,14 +27,15 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .hub_source import local_files_only
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda", "mps")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 OFFLINE_FIX = (
-    "Weights cannot be downloaded on this machine. Pass a local directory written by "
-    "`EncodecModel.save_pretrained` (codec.name_or_path=/path/to/encodec_32khz), or build the "
-    "offline demo codec with `make codec` (build/demo/codec)."
+    "Pass a local directory written by `EncodecModel.save_pretrained` (codec.name_or_path=/path/to/encodec_32khz), "
+    "get the Hub's files with `hf download facebook/encodec_32khz`, or build the offline demo codec with `make codec` "
+    "(build/demo/codec)."
 )
 
 
@@ -191,8 +192,14 @@ class CodecEncoder:
         self.pad_batches = pad_batches
         if _looks_like_path(self.name_or_path) and not Path(self.name_or_path).expanduser().is_dir():
             raise ConfigError(f"codec directory {self.name_or_path} does not exist. {OFFLINE_FIX}")
+        # a Hub id: asked once whether the Hub serves it, else read from the cache (codec/hub_source.py)
+        hub = (
+            {}
+            if Path(self.name_or_path).expanduser().is_dir()
+            else {"local_files_only": local_files_only(self.name_or_path)}
+        )
         try:
-            model = EncodecModel.from_pretrained(self.name_or_path)
+            model = EncodecModel.from_pretrained(self.name_or_path, **hub)
         except OSError as e:
             raise ConfigError(f"cannot load EnCodec weights {self.name_or_path!r}: {e}\n{OFFLINE_FIX}") from e
         cfg = model.config

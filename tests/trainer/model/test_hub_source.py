@@ -1,0 +1,101 @@
+"""A model named by a Hub id (model/hub_source.py): the real cause of a failed load in one line, at once, through the
+real huggingface_hub against a loopback stand-in of the Hub's auth-check answers: gated, not found, unreachable,
+offline mode; and a cached model read from the cache when the Hub cannot serve it, without transformers' retries."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants
+
+from adapter_trainer.model import hub_source
+from adapter_trainer.model.builders import load_musicgen_decoder_config
+from tests import REPO
+from tests.hub_stand_in import HubAnswers, put_in_cache, stand_in_hub
+
+REPO_ID = "facebook/musicgen-small"
+
+
+@pytest.fixture()
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """The stand-in Hub's URL as huggingface_hub's endpoint, an empty HF cache, a fresh decision per test."""
+    with stand_in_hub() as url:
+        monkeypatch.setattr(constants, "ENDPOINT", url)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(hub_source, "_decided", {})
+        yield url
+
+
+def test_a_gated_model_names_the_licence_and_the_login(hub: str) -> None:
+    HubAnswers.answers = {"meta-llama/Llama-3.2-1B": (403, "GatedRepo")}
+    with pytest.raises(hub_source.ModelSourceError) as e:
+        hub_source.cache_only("meta-llama/Llama-3.2-1B")
+    msg = str(e.value)
+    assert "is gated" in msg and f"{hub}/meta-llama/Llama-3.2-1B" in msg and "`hf auth login`" in msg, msg
+    assert "not in the Hugging Face cache" in msg and "\n" not in msg
+
+
+def test_an_unknown_id_says_it_is_not_on_the_hub(hub: str) -> None:
+    with pytest.raises(hub_source.ModelSourceError, match=r"facebook/musicgen-smal is not on the Hub .*check the id"):
+        hub_source.cache_only("facebook/musicgen-smal")
+
+
+def test_a_readable_model_is_left_to_transformers_and_asked_once(hub: str) -> None:
+    HubAnswers.answers = {REPO_ID: (200, None)}
+    assert hub_source.cache_only(REPO_ID) is False
+    HubAnswers.answers = {}  # a second load in the same process does not ask again
+    assert hub_source.cache_only(REPO_ID) is False
+
+
+def test_an_unreachable_hub_falls_back_to_the_cache_with_a_note(
+    hub: str, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: refused at once
+    with pytest.raises(hub_source.ModelSourceError, match=r"your machine cannot reach the Hub at http://127.0.0.1:9"):
+        hub_source.cache_only(REPO_ID)
+    put_in_cache(Path(constants.HF_HUB_CACHE), models["musicgen"], REPO_ID)
+    monkeypatch.setattr(hub_source, "_decided", {})
+    assert hub_source.cache_only(REPO_ID) is True
+    assert f"reading {REPO_ID} from the Hugging Face cache" in capsys.readouterr().err
+
+
+def test_offline_mode_never_asks_the_hub(hub: str, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    HubAnswers.answers = {REPO_ID: (200, None)}  # it would be served: offline mode must not ask
+    with pytest.raises(hub_source.ModelSourceError, match=r"offline mode \(HF_HUB_OFFLINE=1\).*`hf download "):
+        hub_source.cache_only(REPO_ID)
+    put_in_cache(Path(constants.HF_HUB_CACHE), models["musicgen"], REPO_ID)
+    monkeypatch.setattr(hub_source, "_decided", {})
+    assert hub_source.cache_only(REPO_ID) is True
+
+
+def test_the_loaders_ask_first_and_a_local_directory_is_never_looked_up(hub: str, models: dict[str, Path]) -> None:
+    with pytest.raises(OSError, match=r"MusicGen config: facebook/musicgen-smal is not on the Hub"):
+        load_musicgen_decoder_config("facebook/musicgen-smal")
+    assert load_musicgen_decoder_config(models["musicgen"]).num_codebooks == 4  # the stand-in Hub 404s every id
+
+
+def _load_in_a_process(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full, text=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.budget(60, reason="two interpreters that import transformers")
+def test_without_a_network_a_cached_model_loads_without_retries(models: dict[str, Path], tmp_path: Path) -> None:
+    """What a user sees on a machine without internet: the trainer's command fails in one line at once when the model
+    is not cached (before: five retries, ~23 s, each warning twice); a cached one loads from the cache."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "0"}
+    code = f"from adapter_trainer.model.builders import load_musicgen_decoder as f; f({REPO_ID!r})"
+    missing = _load_in_a_process(code, env)
+    assert missing.returncode != 0 and "cannot reach the Hub at http://127.0.0.1:9" in missing.stderr
+    assert "Retrying" not in missing.stderr, missing.stderr[-2000:]
+    put_in_cache(tmp_path / "cache", models["musicgen"], REPO_ID)
+    cached = _load_in_a_process(code, env)
+    assert cached.returncode == 0, cached.stderr[-3000:]
+    assert f"reading {REPO_ID} from the Hugging Face cache" in cached.stderr and "Retrying" not in cached.stderr
