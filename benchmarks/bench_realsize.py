@@ -5,8 +5,13 @@ The closest this machine gets to `mps_small`: the same parameter count and activ
 Needs ~10-15 GB RAM and about a minute of 2 idle CPU cores; it runs in `make bench` (group realsize). `make test` runs
 only `--tiny` (tests/benchmarks/test_bench_smoke.py).
 
-Usage: python benchmarks/bench_realsize.py --out FILE.json [--steps 2] [--seq 1024]
+Usage: python benchmarks/bench_realsize.py --out FILE.json [--steps 2] [--seq 1024] [--tower llm|musicgen]
 Writes {"summary": {"realsize_cpu_peak_rss_gb", "realsize_cpu_s_per_step"}, "rows": [...]}.
+
+`--compare-towers` (what `make bench` runs): both audio towers (`model.mot.audio_tower` llm, the preset's, and
+musicgen), each in a process of its own (peak RSS is a process's), one after the other in one invocation, so their
+ratio is taken under the same conditions: summary `realsize_musicgen_vs_llm_s_per_step`,
+`realsize_musicgen_vs_llm_peak_rss`, the musicgen tower's own figures, and the llm tower's as the keys above.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import argparse
 import contextlib
 import json
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,7 +56,12 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tiny", action="store_true", help="smoke-test this script with the tiny demo sizes")
+    ap.add_argument("--tower", choices=["llm", "musicgen"], default="llm", help="model.mot.audio_tower")
+    ap.add_argument("--compare-towers", action="store_true", help="both towers, each in its own process")
     args = ap.parse_args()
+    if args.compare_towers:
+        compare_towers(args)
+        return
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
         cfg = to_train_config(
@@ -61,6 +73,7 @@ def main() -> None:
                     "trainer.output_dir=unused",
                     "trainer.device=cpu",
                     f"data.max_seq_len={args.seq}",
+                    f"model.mot.audio_tower={args.tower}",
                 ],
             )
         )
@@ -119,6 +132,7 @@ def main() -> None:
     row = {
         "stage": "realsize",
         "experiment": "mps_small sizes (random weights)",
+        "audio_tower": args.tower,
         "device": "cpu",
         "precision": cfg.trainer.precision,
         "model_dtype": cfg.model.dtype,
@@ -143,6 +157,32 @@ def main() -> None:
     )
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": [row]}, indent=2))
     print(json.dumps(row, indent=2))
+
+
+def compare_towers(args: argparse.Namespace) -> None:
+    """Each tower's run in a child process (this script without --compare-towers), then their ratios."""
+    out = Path(args.out)
+    rows = []
+    for tower in ("llm", "musicgen"):
+        child = out.with_name(f"{out.stem}_{tower}.json")
+        cmd = [sys.executable, __file__, "--out", str(child), "--steps", str(args.steps), "--seq", str(args.seq),
+               "--tower", tower, *(["--tiny"] if args.tiny else [])]  # fmt: skip
+        subprocess.run(cmd, check=True)
+        rows += json.loads(child.read_text())["rows"]
+    llm, mg = rows
+    summary = {
+        "realsize_cpu_peak_rss_gb": llm["peak_rss_gb"],  # the preset's tower: the group's figures as before
+        "realsize_cpu_s_per_step": llm["s_per_step"],
+        "realsize_musicgen_vs_llm_s_per_step": mg["s_per_step"] / llm["s_per_step"],
+        "realsize_musicgen_vs_llm_peak_rss": mg["peak_rss_gb"] / llm["peak_rss_gb"],
+        "realsize_musicgen_cpu_s_per_step": mg["s_per_step"],
+        "realsize_musicgen_cpu_peak_rss_gb": mg["peak_rss_gb"],
+        "realsize_musicgen_trainable_params": mg["params_trainable"],
+    }
+    if args.tiny:
+        summary = {k: v for k, v in summary.items() if "_vs_" in k}  # ratios only: tiny figures are no real size
+    out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

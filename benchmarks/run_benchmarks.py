@@ -15,7 +15,8 @@ Groups:
   data      trainer_data_wait_fraction, trainer_rss_100x_vs_1x (bench_data.py),
             trainer_ddp_vs_one_eval_ce_rel (bench_ddp.py: 1 process x 8 vs 2 gloo ranks x 4)
   onthefly  shards_vs_onthefly_step_speedup (bench_onthefly.py; the codec exists only inside the benchmark)
-  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step (bench_realsize.py; ~10-15 GB RAM, minutes)
+  realsize  realsize_cpu_peak_rss_gb, realsize_cpu_s_per_step, realsize_musicgen_vs_llm_s_per_step / _peak_rss
+            (bench_realsize.py --compare-towers: both audio towers, each its own process; ~10-15 GB RAM, minutes)
   memory    opt-in (`make bench-memory`, about an hour on 2 cores): realsize_bytes_per_position, realsize_fixed_gb,
             realsize_activation_bytes_per_position, realsize_ckpt_memory_ratio and what fits in 24/48/80 GB per
             preset (bench_memory.py: 24 real-size cases, each its own process, up to ~12 GB)
@@ -152,7 +153,7 @@ def plan(args: argparse.Namespace) -> dict[str, list[tuple[str, str, list[str]]]
         ],
         "onthefly": [("bench_onthefly.py", "onthefly.json", [f"trainer.device={dev}"])],
         # CPU by design (the closest this machine gets to mps_small)
-        "realsize": [("bench_realsize.py", "realsize.json", [])],
+        "realsize": [("bench_realsize.py", "realsize.json", ["--compare-towers"])],  # both towers, one after the other
         "memory": [("bench_memory.py", "realsize_memory.json", [])],  # CPU by design; each case in its own process
         "download": [("bench_download.py", "download.json", [])],
         "resample": [("bench_resample.py", "resample.json", [])],

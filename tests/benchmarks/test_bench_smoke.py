@@ -11,7 +11,7 @@ process has made already. The processes a script starts (each case of bench_data
 torchrun's ranks) are processes here as in `make bench`.
 
 The scripts that start several processes each (bench_pipeline, bench_data, bench_ddp, bench_memory, bench_download,
-bench_byo, bench_remote, bench_startup, demo_recipe: about 4.5 CPU minutes together) are marked `bench_smoke`:
+bench_byo, bench_remote, bench_startup, demo_recipe, bench_realsize --compare-towers: about 4.5 CPU minutes together) are marked `bench_smoke`:
 `make test-bench` runs them, and CI runs it after `make test`; the lighter scripts' smoke runs stay in `make test`.
 
 bench_gpu.py has its own smoke run (--smoke-cpu) in test_bench_gpu.py; caption_scaling.py (`make caption-scaling`)
@@ -217,6 +217,16 @@ def test_bench_realsize_tiny(tmp_path: Path) -> None:
     got = run_bench("bench_realsize.py", tmp_path / "realsize.json", "--tiny", "--steps", "1", "--seq", "256")
     assert got["summary"] == {}
     assert_finite(got["rows"][0], ("peak_rss_gb", "s_per_step", "build_s"))
+
+
+@pytest.mark.bench_smoke
+def test_bench_realsize_compares_the_towers(tmp_path: Path) -> None:
+    """--compare-towers (what `make bench` runs): each tower in its own process, the musicgen/llm ratios finite."""
+    got = run_bench("bench_realsize.py", tmp_path / "realsize.json", "--tiny", "--steps", "1", "--seq", "256",
+                    "--compare-towers")  # fmt: skip
+    assert_summary(got, ("realsize_musicgen_vs_llm_s_per_step", "realsize_musicgen_vs_llm_peak_rss"))
+    assert [r["audio_tower"] for r in got["rows"]] == ["llm", "musicgen"]
+    assert got["rows"][1]["params_trainable"] < got["rows"][0]["params_trainable"]
 
 
 @pytest.mark.bench_smoke
