@@ -3,6 +3,7 @@ packages' model-source decisions (which repositories the Hub serves, which the c
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Iterator
@@ -14,20 +15,28 @@ REVISION = "0" * 40
 
 
 class HubAnswers(BaseHTTPRequestHandler):
-    """`GET /api/models/<id>/auth-check` as the Hub answers it, per id in `answers`: (status, X-Error-Code); an id
-    not listed is not found (404, RepoNotFound)."""
+    """The Hub's model-info and auth-check answers, per id in `answers`: (status, X-Error-Code). 200 = served; a
+    gated id without access (403, GatedRepo) has public info (200, `gated: manual`) and a 403 auth-check; an id not
+    listed is not found (404, RepoNotFound) on both."""
 
     answers: dict[str, tuple[int, str | None]] = {}
 
     def do_GET(self) -> None:
-        repo = self.path.removeprefix("/api/models/").removesuffix("/auth-check")
+        path = self.path.split("?")[0].removeprefix("/api/models/")
+        repo, auth = path.removesuffix("/auth-check"), path.endswith("/auth-check")
         status, code = self.answers.get(repo, (404, "RepoNotFound"))
+        body = b"{}"
+        if code == "GatedRepo" and not auth:
+            status, code, body = 200, None, json.dumps({"id": repo, "gated": "manual"}).encode()
+        elif status == 200 and not auth:
+            body = json.dumps({"id": repo, "gated": False}).encode()
         self.send_response(status)
         if code:
             self.send_header("X-Error-Code", code)
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(body)
 
     def log_message(self, *args) -> None:
         pass

@@ -5,9 +5,10 @@ warning printed twice) and then says only that it could not connect; a gated Lla
 slow way. Here, for a Hub id (a local directory is never looked up):
 - offline mode (`HF_HUB_OFFLINE=1` or `TRANSFORMERS_OFFLINE=1`): the local cache only, at once; a model missing there
   is one line naming `hf download` and the cache directory.
-- otherwise one request (`HfApi.auth_check`, not retried) tells whether the Hub serves the id to this account: then
-  transformers downloads or refreshes it as usual. Gated without access, not found, or the Hub unreachable fail in
-  one line naming the fix, unless the cache holds the model: then it is read from there, with a one-line note.
+- otherwise one request that is not retried (`HfApi.model_info`, which mirrors set by HF_ENDPOINT serve too, and
+  `auth_check` after it for a gated model) tells whether the Hub serves the id to this account: then transformers
+  downloads or refreshes it as usual. Gated without access, not found, or the Hub unreachable fail in one line naming
+  the fix, unless the cache holds the model: then it is read from there, with a one-line note.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from huggingface_hub import HfApi, constants, try_to_load_from_cache
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
 _decided: dict[str, bool] = {}  # hub id -> read from the cache only (one probe per id and process)
+PROBE_TIMEOUT_S = 10.0  # a firewall that drops packets: the question is answered within this, not the OS's minutes
 
 
 class ModelSourceError(OSError):
@@ -64,7 +66,9 @@ def _decide(repo_id: str) -> bool:
             f"downloading it: {get}"
         )
     try:
-        HfApi().auth_check(repo_id)
+        api = HfApi()
+        if api.model_info(repo_id, timeout=PROBE_TIMEOUT_S).gated:  # "auto" / "manual": does this account have access?
+            api.auth_check(repo_id)
         return False
     except GatedRepoError:  # a RepositoryNotFoundError too: first
         problem = (

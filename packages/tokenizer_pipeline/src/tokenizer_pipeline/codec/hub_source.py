@@ -3,7 +3,8 @@
 transformers alone, on a machine that cannot reach the Hub, retries each file's request five times (about 23 s,
 each warning printed twice) before it says it could not connect. Stage 1 asks first, once: in offline mode
 (`HF_HUB_OFFLINE=1`) it reads the local Hugging Face cache only; otherwise one request that is not retried
-(`HfApi.auth_check`) says whether the Hub serves the codec. When it cannot (unreachable, not found, gated) the
+(`HfApi.model_info`, which mirrors set by HF_ENDPOINT serve too; `auth_check` after it for a gated repository) says
+whether the Hub serves the codec. When it cannot (unreachable, not found, gated) the
 cached copy is read, with a note, or the run stops in one line naming the cause and `hf download`. The trainer makes
 the same decision for its towers (adapter_trainer/model/hub_source.py; the packages share no code).
 """
@@ -29,7 +30,9 @@ def _why_not_served(repo_id: str) -> str | None:
         except (ImportError, AttributeError):
             continue
     try:
-        HfApi().auth_check(repo_id)
+        api = HfApi()
+        if api.model_info(repo_id, timeout=10.0).gated:  # a gated repository: may this account read it?
+            api.auth_check(repo_id)
     except GatedRepoError:  # before its base class, RepositoryNotFoundError
         return f"{repo_id} is gated: accept its licence at {constants.ENDPOINT}/{repo_id}, then `hf auth login`"
     except RepositoryNotFoundError:
