@@ -171,7 +171,7 @@ def compare_towers(args: argparse.Namespace) -> None:
         rows += json.loads(child.read_text())["rows"]
     llm, mg = rows
     summary = {
-        "realsize_cpu_peak_rss_gb": llm["peak_rss_gb"],  # the preset's tower: the group's figures as before
+        "realsize_cpu_peak_rss_gb": llm["peak_rss_gb"],  # the llm tower: these keys as they always were
         "realsize_cpu_s_per_step": llm["s_per_step"],
         "realsize_musicgen_vs_llm_s_per_step": mg["s_per_step"] / llm["s_per_step"],
         "realsize_musicgen_vs_llm_peak_rss": mg["peak_rss_gb"] / llm["peak_rss_gb"],

@@ -157,3 +157,45 @@ def test_resume_keeps_this_devices_adamw_kernel(models, shards, mps_run: Path, c
     with EmulatedMPS():
         assert resumed_fused("mps", cpu_ckpt) is True
     assert not resumed_fused("cpu", mps_ckpt)
+
+
+@pytest.mark.budget(90, reason="two short trainings (emulated MPS, CPU) and two generations of the musicgen tower")
+def test_the_musicgen_tower_trains_and_generates_on_mps_as_on_the_cpu(models, shards, tmp_path: Path) -> None:
+    """mps_small's tower (audio rows on MusicGen's own layers, the caption through its cross-attention, the KV cache of
+    decode_step) under the emulated MPS rules: the same losses, eval CE and sampled codes as on the CPU."""
+    from hydra import compose, initialize_config_dir
+
+    from adapter_trainer.data.samples import load_split
+    from adapter_trainer.data.shards import read_manifest
+    from adapter_trainer.generation.generate import run_generate, to_generate_config
+    from adapter_trainer.training.recipe import recipe_main
+    from tests.trainer.helpers import tiny_demo_overrides
+
+    tower = "model.mot.audio_tower=musicgen"
+    runs = {d: tmp_path / d / "run" for d in ("mps", "cpu")}
+    with EmulatedMPS():
+        recipe_main(make_cfg(models, shards, runs["mps"], *MPS_RUN, tower, "trainer.max_steps=2"))
+    recipe_main(make_cfg(models, shards, runs["cpu"], *MPS_RUN[1:], tower, "trainer.max_steps=2"))
+    on_mps, on_cpu = ([r["train/loss"] for r in records(runs[d]) if "train/loss" in r] for d in ("mps", "cpu"))
+    assert on_mps[0] == on_cpu[0] and on_mps[1] == pytest.approx(on_cpu[1], rel=1e-5)
+    final = [json.loads((runs[d] / "final_metrics.json").read_text()) for d in ("mps", "cpu")]
+    assert final[0]["eval"]["ce"] == pytest.approx(final[1]["eval"]["ce"], rel=1e-5)
+
+    def generate(device: str) -> list:
+        args = tiny_demo_overrides(models, shards, runs["mps"], f"trainer.device={device}", tower)
+        args += [
+            "generate.n=2",
+            "generate.seconds=0.2",
+            "generate.batch_size=2",
+            f"generate.out_dir={tmp_path / f'gen-{device}'}",
+        ]
+        with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
+            run_generate(to_generate_config(compose("generate", overrides=args)))
+        return load_split([read_manifest(tmp_path / f"gen-{device}")], "generated")
+
+    with EmulatedMPS():
+        sampled_on_mps = generate("mps")
+    sampled_on_cpu = generate("cpu")
+    assert len(sampled_on_mps) == 2
+    for a, b in zip(sampled_on_mps, sampled_on_cpu):
+        np.testing.assert_array_equal(a.codes, b.codes)
