@@ -17,7 +17,8 @@ REVISION = "0" * 40
 class HubAnswers(BaseHTTPRequestHandler):
     """The Hub's model-info and auth-check answers, per id in `answers`: (status, X-Error-Code). 200 = served; a
     gated id without access (403, GatedRepo) has public info (200, `gated: manual`) and a 403 auth-check; an id not
-    listed is not found (404, RepoNotFound) on both."""
+    listed is not found (404, RepoNotFound) on both. Two stand-ins for what is not the Hub's answer: (401, "BadToken")
+    is the Hub refusing a token, (200, "HTML") a proxy's or captive portal's page."""
 
     answers: dict[str, tuple[int, str | None]] = {}
 
@@ -25,15 +26,19 @@ class HubAnswers(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].removeprefix("/api/models/")
         repo, auth = path.removesuffix("/auth-check"), path.endswith("/auth-check")
         status, code = self.answers.get(repo, (404, "RepoNotFound"))
-        body = b"{}"
+        body, kind = b"{}", "application/json"
         if code == "GatedRepo" and not auth:
             status, code, body = 200, None, json.dumps({"id": repo, "gated": "manual"}).encode()
+        elif code == "BadToken":
+            code, body = None, json.dumps({"error": "Invalid credentials in Authorization header"}).encode()
+        elif code == "HTML":
+            code, body, kind = None, b"<html><body>Sign in to the network</body></html>", "text/html"
         elif status == 200 and not auth:
             body = json.dumps({"id": repo, "gated": False}).encode()
         self.send_response(status)
         if code:
             self.send_header("X-Error-Code", code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

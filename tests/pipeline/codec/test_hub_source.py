@@ -32,8 +32,9 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     "answer, says",
     [
         ((403, "GatedRepo"), "is gated: accept its licence at {hub}/facebook/encodec_32khz, then `hf auth login`"),
-        ((404, "RepoNotFound"), "is not on the Hub ({hub}): check codec.name_or_path"),
-        ((503, None), "the Hub answered 503"),
+        ((404, "RepoNotFound"), "is not on the Hub ({hub}) for your account: check codec.name_or_path"),
+        ((401, "BadToken"), "refused your token: `hf auth login` again, or fix HF_TOKEN"),
+        ((200, "HTML"), "is not the Hub's (a proxy or captive portal page?)"),
     ],
 )
 def test_a_codec_the_hub_does_not_serve_is_one_line_naming_the_cause(hub: str, answer, says: str) -> None:
@@ -42,6 +43,15 @@ def test_a_codec_the_hub_does_not_serve_is_one_line_naming_the_cause(hub: str, a
         local_files_only(REPO_ID)
     msg = str(e.value)
     assert says.format(hub=hub) in msg and f"`hf download {REPO_ID}`" in msg and "\n" not in msg, msg
+
+
+def test_a_passing_hub_error_is_left_to_the_download_and_a_bad_name_is_one_line(
+    hub: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    HubAnswers.answers = {REPO_ID: (503, None)}
+    assert local_files_only(REPO_ID) is False and "answered 503" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"C:\\codecs\\x: neither an existing directory nor a Hub id"):
+        local_files_only("C:\\codecs\\x")
 
 
 def test_served_downloads_cached_reads_the_cache_offline_never_asks(
@@ -58,7 +68,7 @@ def test_served_downloads_cached_reads_the_cache_offline_never_asks(
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # offline mode must not even try this
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert local_files_only(REPO_ID) is True and capsys.readouterr().err == ""
-    with pytest.raises(ConfigError, match=r"offline mode \(HF_HUB_OFFLINE=1\) forbids downloading it"):
+    with pytest.raises(ConfigError, match=r"offline mode \(HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1\) forbids"):
         local_files_only("facebook/encodec_48khz")
 
 

@@ -5,6 +5,7 @@ offline mode; and a cached model read from the cache when the Hub cannot serve i
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,10 +66,39 @@ def test_an_unreachable_hub_falls_back_to_the_cache_with_a_note(
     assert f"reading {REPO_ID} from the Hugging Face cache" in capsys.readouterr().err
 
 
+def test_what_is_not_the_hubs_answer_names_its_cause(
+    hub: str, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused token and a proxy's page stop in one line (or read the cache); a 429 or 5xx with nothing cached is
+    left to transformers, whose downloads retry those; a config alone in the cache is no cached model."""
+    HubAnswers.answers = {"a/token": (401, "BadToken"), "a/portal": (200, "HTML"), REPO_ID: (429, None)}
+    with pytest.raises(hub_source.ModelSourceError, match=r"refused your token \(Invalid credentials.*hf auth login"):
+        hub_source.cache_only("a/token")
+    with pytest.raises(hub_source.ModelSourceError, match=r"is not the Hub's \(a proxy or captive portal page\?\)"):
+        hub_source.cache_only("a/portal")
+    assert hub_source.cache_only(REPO_ID) is False and "answered 429" in capsys.readouterr().err
+    config_only = Path(constants.HF_HUB_CACHE) / "config-only"
+    config_only.mkdir(parents=True)
+    shutil.copy(models["musicgen"] / "config.json", config_only)
+    put_in_cache(Path(constants.HF_HUB_CACHE), config_only, "a/portal")
+    monkeypatch.setattr(hub_source, "_decided", {})
+    with pytest.raises(hub_source.ModelSourceError, match="not in the Hugging Face cache"):
+        hub_source.cache_only("a/portal")
+
+
+@pytest.mark.parametrize("name", ["C:\\models\\Llama-3.2-1B", "org/name@main", "my model/x"])
+def test_a_name_that_is_neither_a_directory_nor_an_id_is_one_line(hub: str, name: str) -> None:
+    with pytest.raises(OSError, match=r"is neither an existing directory nor a Hub id") as e:
+        load_musicgen_decoder_config(name)
+    assert "\n" not in str(e.value)
+
+
 def test_offline_mode_never_asks_the_hub(hub: str, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     HubAnswers.answers = {REPO_ID: (200, None)}  # it would be served: offline mode must not ask
-    with pytest.raises(hub_source.ModelSourceError, match=r"offline mode \(HF_HUB_OFFLINE=1\).*`hf download "):
+    with pytest.raises(
+        hub_source.ModelSourceError, match=r"offline mode \(HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1\)"
+    ):
         hub_source.cache_only(REPO_ID)
     put_in_cache(Path(constants.HF_HUB_CACHE), models["musicgen"], REPO_ID)
     monkeypatch.setattr(hub_source, "_decided", {})

@@ -160,6 +160,40 @@ def test_a_ctrl_c_outside_training_ends_in_one_line(
     assert not (tmp_path / "run").exists()  # a run that never started leaves no run dir
 
 
+@pytest.mark.parametrize("when", ["setup", "final_eval"])
+def test_a_sigterm_outside_the_loop_ends_in_one_line_keeping_the_last_step(
+    when: str, models, shards, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A scheduler's SIGTERM while the models load or during the final eval (which takes minutes at real size):
+    one line, exit 143, the final step's checkpoint kept (it is written before the final eval); the caller's SIGTERM
+    handler is back afterwards."""
+    from adapter_trainer.training.recipe import MoTAdapterRecipe
+
+    hook = {"setup": "setup", "final_eval": "evaluate"}[when]
+    original = getattr(MoTAdapterRecipe, hook)
+
+    def signalled(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler runs between bytecodes: here, before the original starts
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MoTAdapterRecipe, hook, signalled)
+    out = tmp_path / "run"
+    before = signal.getsignal(signal.SIGTERM)
+    capfd.readouterr()
+    code = run_module_in_process("adapter_trainer", *tiny_demo_overrides(models, shards, out, "trainer.device=cpu",
+                                 "trainer.max_steps=3", "trainer.num_workers=0", "trainer.eval_bootstrap=50"))  # fmt: skip
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 143 and signal.getsignal(signal.SIGTERM) is before, err[-5:]
+    if when == "setup":
+        assert err[-1] == "adapter_trainer: stopped (SIGTERM); no checkpoint was written, nothing to resume", err[-5:]
+        assert not out.exists()  # a run that never started leaves no run dir
+    else:
+        assert err[-1].startswith("adapter_trainer: stopped (SIGTERM); the newest checkpoint is step-000003; resume "
+                                  "with python -m adapter_trainer "), err[-5:]  # fmt: skip
+        assert (out / "checkpoints" / "step-000003" / "adapter.safetensors").is_file()
+
+
 @pytest.mark.budget(90, reason="a 2-rank torchrun launch of the real entry point")
 def test_under_torchrun_a_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(models, shards, tmp_path: Path):
     out = tmp_path / "ddp"

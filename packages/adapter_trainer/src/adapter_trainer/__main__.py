@@ -24,7 +24,13 @@ from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import TrainConfig, to_train_config
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError, one_line
 from adapter_trainer.overrides import check_overrides
-from adapter_trainer.training.interrupt import TrainingInterrupted, exit_code, last_signal, signal_words
+from adapter_trainer.training.interrupt import (
+    TrainingInterrupted,
+    exit_code,
+    last_signal,
+    signal_words,
+    stop_at_once_on_sigterm,
+)
 
 KEYS_HINT = "python -m adapter_trainer +experiment=demo --cfg job, docs/configuration.md"
 HYDRA_FILES = {".hydra", "adapter_trainer.log"}  # what Hydra writes into a run dir before our code runs
@@ -38,6 +44,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     started = not set(os.listdir(run_dir)) <= HYDRA_FILES  # a run dir with more than Hydra's files: a run's own
     rank0 = int(os.environ.get("RANK", "0")) == 0
     shown_dir = os.path.relpath(run_dir) if run_dir.is_relative_to(Path.cwd()) else str(run_dir)
+    previous_sigterm = stop_at_once_on_sigterm()  # setup and the final eval: a scheduler's SIGTERM, one line, 143
     try:
         typed = to_train_config(cfg)
         # Hydra's run dir is trainer.output_dir; under --multirun it is <trainer.output_dir>/<job num>, so each
@@ -63,10 +70,14 @@ def _hydra_main(cfg: DictConfig) -> None:
 
             print(interrupted_line(_given, shown_dir, e.step, by=signal_words(e.signum)), file=sys.stderr)
         sys.exit(exit_code(e.signum))
-    if rank0:
-        from adapter_trainer.training.next_steps import next_steps
+    else:
+        if rank0:
+            from adapter_trainer.training.next_steps import next_steps
 
-        print("\n".join(next_steps(_given, shown_dir, int(final["step"]))))
+            print("\n".join(next_steps(_given, shown_dir, int(final["step"]))))
+    finally:
+        if previous_sigterm is not None:  # an in-process caller (a test, a notebook) gets its handler back
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def _last_checkpoint_hint(run_dir: Path, shown_dir: str) -> str:

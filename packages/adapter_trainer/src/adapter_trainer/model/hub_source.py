@@ -7,8 +7,12 @@ slow way. Here, for a Hub id (a local directory is never looked up):
   is one line naming `hf download` and the cache directory.
 - otherwise one request that is not retried (`HfApi.model_info`, which mirrors set by HF_ENDPOINT serve too, and
   `auth_check` after it for a gated model) tells whether the Hub serves the id to this account: then transformers
-  downloads or refreshes it as usual. Gated without access, not found, or the Hub unreachable fail in one line naming
-  the fix, unless the cache holds the model: then it is read from there, with a one-line note.
+  downloads or refreshes it as usual. Gated without access, not found, a refused token, a page that is not the Hub's
+  answer (a proxy's), or the Hub unreachable fail in one line naming the fix, unless the cache holds the model (its
+  config and weights): then it is read from there, with a one-line note. A 429 or 5xx with nothing cached is left to
+  transformers' downloads, which retry those. Every process asks for itself: one request per id and torchrun rank
+  (a few hundred ranks behind one address may meet the Hub's API rate limit: a 429, then left to transformers).
+A name that is neither an existing directory nor a valid id (a Windows path, `org/name@rev`) is refused first.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import sys
 
 import huggingface_hub
 from huggingface_hub import HfApi, constants, try_to_load_from_cache
-from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+from huggingface_hub.utils import validate_repo_id
 
 _decided: dict[str, bool] = {}  # hub id -> read from the cache only (one probe per id and process)
 PROBE_TIMEOUT_S = 10.0  # a firewall that drops packets: the question is answered within this, not the OS's minutes
@@ -39,9 +44,14 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
 def in_cache(repo_id: str) -> bool:
-    """Whether the local Hugging Face cache holds `repo_id`'s config.json (its files were downloaded before)."""
-    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    """Whether the local Hugging Face cache holds `repo_id`'s config.json and weights (downloaded before; a config
+    alone, which a start reads first, is not a model)."""
+    cached = [isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", *WEIGHT_FILES)]
+    return cached[0] and any(cached[1:])
 
 
 def cache_only(repo_id: str) -> bool:
@@ -54,6 +64,13 @@ def cache_only(repo_id: str) -> bool:
 
 def _decide(repo_id: str) -> bool:
     cache, endpoint = constants.HF_HUB_CACHE, constants.ENDPOINT
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:  # a Windows path, a space, `org/name@rev`: neither a directory here nor an id
+        raise ModelSourceError(
+            f"{repo_id!r} is neither an existing directory nor a Hub id ({' '.join(str(e).split())[:160]}): pass a "
+            f"directory that exists or an id such as facebook/musicgen-small"
+        ) from e
     get = (
         f"on a machine with internet run `hf download {repo_id}` and copy its Hugging Face cache to {cache} (or "
         f"point HF_HUB_CACHE at a copy), or pass a local directory that holds the checkpoint"
@@ -62,8 +79,8 @@ def _decide(repo_id: str) -> bool:
         if in_cache(repo_id):
             return True
         raise ModelSourceError(
-            f"{repo_id} is not in the Hugging Face cache ({cache}), and offline mode (HF_HUB_OFFLINE=1) forbids "
-            f"downloading it: {get}"
+            f"{repo_id} is not in the Hugging Face cache ({cache}), and offline mode (HF_HUB_OFFLINE=1 or "
+            f"TRANSFORMERS_OFFLINE=1) forbids downloading it: {get}"
         )
     try:
         api = HfApi()
@@ -75,18 +92,33 @@ def _decide(repo_id: str) -> bool:
             f"{repo_id} is gated and your Hugging Face account has no access to it: accept its licence at "
             f"{endpoint}/{repo_id}, then log in on your machine with `hf auth login` (or set HF_TOKEN)"
         )
-    except RepositoryNotFoundError:
+    except RepositoryNotFoundError as e:
         problem = (
-            f"{repo_id} is not on the Hub ({endpoint}): check the id; a private repository needs `hf auth login` "
-            f"(or HF_TOKEN)"
+            f"{repo_id} is not on the Hub ({endpoint}) for your account ({_status(e)}): check the id; a private "
+            f"repository needs `hf auth login` (or HF_TOKEN)"
         )
     except HfHubHTTPError as e:
-        status = e.response.status_code if e.response is not None else "an error"
-        problem = f"the Hub ({endpoint}) answered {status} for {repo_id}"
+        status = e.response.status_code if e.response is not None else 0
+        said = f" ({' '.join(str(e.server_message or '').split())[:160]})" if e.server_message else ""
+        if status in (401, 403):
+            problem = f"the Hub ({endpoint}) refused your token{said}: `hf auth login` again, or fix HF_TOKEN"
+        elif in_cache(repo_id):
+            problem = f"the Hub ({endpoint}) answered {status}{said} for {repo_id}"
+        else:  # 429, 5xx: a passing state; transformers' own downloads retry those
+            print(
+                f"note: the Hub ({endpoint}) answered {status}{said} for {repo_id}; downloading anyway", file=sys.stderr
+            )
+            return False
     except _network_errors() as e:
         reason = " ".join(str(e).split()) or type(e).__name__
         problem = f"your machine cannot reach the Hub at {endpoint} ({reason})"
+    except ValueError:  # a 200 that is no Hub answer: a proxy's login page, a captive portal, an HTML mirror
+        problem = f"the answer from {endpoint} for {repo_id} is not the Hub's (a proxy or captive portal page?)"
     if in_cache(repo_id):
         print(f"note: {problem}; reading {repo_id} from the Hugging Face cache ({cache})", file=sys.stderr)
         return True
     raise ModelSourceError(f"{problem}; {repo_id} is not in the Hugging Face cache ({cache}) either: {get}")
+
+
+def _status(e: HfHubHTTPError) -> str:
+    return f"HTTP {e.response.status_code}" if e.response is not None else "no answer"

@@ -28,6 +28,21 @@ _previous: list[tuple[int, Any]] = []  # (signal, its handler before `StopOnInte
 last_signal: list[int] = []  # the signal that stopped training, when one did (for the command's exit code and line)
 
 
+def stop_at_once_on_sigterm() -> Any:
+    """Outside the training loop (setup, the final eval), SIGTERM stops the process as Ctrl-C does, through
+    KeyboardInterrupt, so the command says how it ended and what to resume (the default action would kill it without
+    a word); the loop's `StopOnInterrupt` takes it over and gives it back. Main thread only. Returns the handler it
+    replaced (None off the main thread), for `signal.signal(signal.SIGTERM, ...)` when the command is done."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        last_signal[:] = [signum]
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
 def exit_code(signum: int) -> int:
     """128 + the signal number, as a shell reports a command a signal stopped: 130 for Ctrl-C, 143 for SIGTERM."""
     return 128 + int(signum)

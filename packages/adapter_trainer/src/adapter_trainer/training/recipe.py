@@ -414,16 +414,17 @@ class MoTAdapterRecipe:
 
     # ---------------------------------------------------------------------------------------------- cleanup
     def cleanup(self) -> dict[str, Any]:
-        """Final eval + checkpoint, loss curve, final_metrics.json, the learning-check block. Returns the metrics."""
+        """Final checkpoint + eval, loss curve, final_metrics.json, the learning-check block. Returns the metrics.
+        The checkpoint comes first: a run stopped during the final eval (a scheduler's SIGTERM) keeps its last step."""
         step = self.progress.step
-        if self.last_eval is None or self.last_eval.step != step:
-            self.last_eval = self.evaluate()
-            if step not in self.logged_eval_steps:  # a resumed finished run: its eval at this step is logged already
-                self.log_eval(self.last_eval, step)
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
         if self.dist.is_main and not ckpt.exists():
             ckpt = self.save_checkpoint()
         self.dist.barrier()
+        if self.last_eval is None or self.last_eval.step != step:
+            self.last_eval = self.evaluate()
+            if step not in self.logged_eval_steps:  # a resumed finished run: its eval at this step is logged already
+                self.log_eval(self.last_eval, step)
         self.logger.close()
         if self.prefetcher is not None:
             self.prefetcher.close()
