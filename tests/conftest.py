@@ -1,5 +1,6 @@
 """Shared pytest options. Heavier checks are opt-in, never silently skipped: without their flag they are deselected,
-pytest reports them as deselected, not passed, and the summary names the command that runs them.
+pytest reports them as deselected, not passed, and the summary names the command that runs them. A test named on
+the command line by its node id (`pytest path::test`) runs without the flag.
 - `slow` (--run-slow, `make test-slow`): full-size demo checks, the offline install.
 - `bench_smoke` (--run-bench-smoke, `make test-bench`, which CI runs after `make test`): the smoke runs of the
   benchmark scripts that start several processes each (every case of bench_pipeline, bench_data, bench_startup, ...
@@ -76,9 +77,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_FromWorkers(config), "opt_in_from_workers")
 
 
+def _named(item: pytest.Item, args: list[str]) -> bool:
+    """Whether the command line names this test itself (`path::test`, `path::test[param]`): then it runs."""
+    path, _, name = item.nodeid.partition("::")
+    for a in args:
+        a_path, sep, a_name = a.partition("::")
+        same_file = sep and a_name and Path(a_path).resolve() == (item.config.rootpath / path).resolve()
+        if same_file and (name == a_name or name.startswith((f"{a_name}[", f"{a_name}::"))):
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     off = [m for m, (flag, _, _) in OPT_IN.items() if not config.getoption(flag)]
-    dropped = {m: [i for i in items if m in i.keywords] for m in off}
+    dropped = {m: [i for i in items if m in i.keywords and not _named(i, config.args)] for m in off}
     out = {id(i) for group in dropped.values() for i in group}
     if out:
         config.hook.pytest_deselected(items=[i for i in items if id(i) in out])

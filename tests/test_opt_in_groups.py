@@ -50,6 +50,17 @@ def test_the_summary_names_the_groups_under_xdist_too(tmp_path: Path) -> None:
     assert "1 passed" in out and "1 test(s) marked bench_smoke deselected: make test-bench" in out, out
 
 
+def test_a_test_named_by_its_node_id_runs_without_the_flag(tmp_path: Path) -> None:
+    out = run_pytest(tmp_path, "-k", "bench_script or plain").stdout  # a -k selection alone does not name it
+    assert "1 passed" in out and "marked bench_smoke deselected" in out, out
+    (tmp_path / "test_generated.py").write_text(GENERATED, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+           "--rootdir", str(tmp_path), f"{tmp_path / 'test_generated.py'}::test_bench_script"]  # fmt: skip
+    named = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120).stdout
+    assert "1 passed" in named and "deselected" not in named, named
+
+
 def test_each_flag_runs_its_own_group(tmp_path: Path) -> None:
     bench = run_pytest(tmp_path, "--run-bench-smoke", "-m", "bench_smoke").stdout
     assert "1 passed, 2 deselected" in bench and "marked bench_smoke deselected" not in bench, bench

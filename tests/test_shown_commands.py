@@ -24,25 +24,44 @@ MAKE_TARGETS = {
 }
 
 
+SHELL_FENCES = {"", "bash", "sh", "zsh", "shell", "console"}
+
+
+def code_lines(text: str) -> list[str]:
+    """The lines of `text`'s fenced blocks whose info string is a shell's (or none), read line by line (``` or ~~~
+    fences, indented or not), continuation lines joined and a leading `$ ` prompt dropped."""
+    lines, fence, shell = [], None, False
+    for line in text.splitlines():
+        m = re.match(r"\s*(`{3,}|~{3,})\s*([\w+-]*)", line)
+        if m and fence is None:
+            fence, shell = m.group(1), m.group(2).lower() in SHELL_FENCES
+        elif m and line.strip().startswith(fence) and not m.group(2):
+            fence = None
+        elif fence is not None and shell:
+            lines.append(line)
+    joined = "\n".join(lines).replace("\\\n", " ")
+    return [re.sub(r"^\s*\$\s+", "", line) for line in joined.splitlines()]
+
+
 def shown_commands(text: str) -> list[tuple[str, list[str]]]:
-    """(module, its arguments) of every command of `MODULES` in `text`'s fenced code blocks: continuation lines
-    joined, comments dropped, split by shlex as bash splits them."""
+    """(module, its arguments) of every command of `MODULES` in `text`'s shell blocks, split by shlex as bash splits
+    them (comments dropped; `VAR=value` assignments before `make` skipped)."""
     found = []
-    for block in re.findall(r"```(?:bash|sh|zsh|console)?\n(.*?)```", text, flags=re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            make = re.match(r"\s*make (audio|shards|train)\b", line)
-            if not make and not any(f"-m {m}" in line for m in MODULES):
-                continue  # output shown in a block, other commands
-            words = shlex.split(line, comments=True)
-            if make:
-                module, variables = MAKE_TARGETS[make.group(1)]
-                given = dict(w.split("=", 1) for w in words[2:] if "=" in w)
-                args = [f"{key}={given[var]}" for var, key in variables.items() if var in given]
-                found.append((module, args + shlex.split(given.get("ARGS", ""))))
-            elif "-m" in words:
-                i = words.index("-m")
-                if i + 1 < len(words) and words[i + 1] in MODULES:
-                    found.append((words[i + 1], [w for w in words[i + 2 :] if w != "..."]))
+    for line in code_lines(text):
+        make = re.match(r"\s*(?:[A-Za-z_]\w*=\S*\s+)*make (audio|shards|train)\b", line)
+        if not make and not any(f"-m {m}" in line for m in MODULES):
+            continue  # output shown in a block, other commands
+        words = shlex.split(line, comments=True)
+        if make:
+            module, variables = MAKE_TARGETS[make.group(1)]
+            words = words[words.index("make") :]
+            given = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+            args = [f"{key}={given[var]}" for var, key in variables.items() if var in given]
+            found.append((module, args + shlex.split(given.get("ARGS", ""))))
+        elif "-m" in words:
+            i = words.index("-m")
+            if i + 1 < len(words) and words[i + 1] in MODULES:
+                found.append((words[i + 1], [w for w in words[i + 2 :] if w != "..."]))
     return found
 
 
@@ -105,3 +124,6 @@ def test_the_rule_sees_a_wrong_shown_command() -> None:
     assert shown_commands('```bash\nmake shards DATA=a OUT=b ARGS="limit=5 codec.device=auto"  # c\n```') == [
         ("tokenizer_pipeline", ["audio_dir=a", "out_dir=b", "limit=5", "codec.device=auto"])
     ]
+    # a text block before a shell block does not hide it; ~~~ and `shell` fences, a `$ ` prompt, VAR=... make
+    page = '```text\nnot a command\n```\n~~~shell\n$ CUDA_VISIBLE_DEVICES=0 make train ARGS="trainer.max_step=5"\n~~~\n'
+    assert shown_commands(page) == [("adapter_trainer", ["trainer.max_step=5"])]

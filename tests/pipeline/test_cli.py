@@ -151,7 +151,10 @@ def test_an_unknown_key_is_refused_in_one_line_before_anything_is_read(
     [
         ("+limt=5", "did you mean limit=5?"),  # Hydra: fetches every row, limit unchanged
         ("worker=2", "did you mean workers=2?"),
-        ("+yt_dlp_params.sleep_interval=1", None),  # an open dict: any yt-dlp parameter passes
+        ("+yt_dlp_params.sleep_interval=1", None),  # an open dict: any yt-dlp parameter passes, with its +
+        ("+yt_dlp_params={sleep_interval: 1}", None),
+        ("yt_dlp_params.sleep_interval=1", "add a +: +yt_dlp_params.sleep_interval=1"),  # Hydra: "not in struct"
+        ("preset=demo", "preset is not a config key"),  # stage 1's groups are not download's
     ],
 )
 def test_download_refuses_an_unknown_key_before_any_row_is_fetched(

@@ -49,6 +49,24 @@ def declared_keys(schema: type) -> tuple[set[str], set[str], set[str]]:
     return keys - sections, open_keys, sections
 
 
+def open_mappings(schema: type) -> set[str]:
+    """The dotted keys whose value is a dict (`yt_dlp_params`): Hydra adds a key to one only with a `+`."""
+    found: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, t = f"{prefix}{f.name}", hints[f.name]
+            inner = [a for a in typing.get_args(t) if a is not type(None)] or [t]
+            if dataclasses.is_dataclass(t):
+                walk(t, f"{key}.")
+            elif any(a is dict or typing.get_origin(a) is dict for a in (t, *inner)):
+                found.add(key)
+
+    walk(schema, "")
+    return found
+
+
 def config_groups(conf_dirs: Iterable[Path]) -> set[str]:
     """Hydra config groups (`experiment`, `model`, ...): the sub-folders of the config directories."""
     return {p.relative_to(d).as_posix() for d in conf_dirs if d.is_dir() for p in d.rglob("*") if p.is_dir()}
@@ -104,7 +122,14 @@ def _suggest(key: str, candidates: set[str]) -> str | None:
 
 
 def check_overrides(
-    argv: list[str], *, schema: type, conf_dir: Path, primary: str, keys_hint: str, list_keys: Iterable[str] = ()
+    argv: list[str],
+    *,
+    schema: type,
+    conf_dir: Path,
+    primary: str,
+    keys_hint: str,
+    list_keys: Iterable[str] = (),
+    groups_apply: bool = True,
 ) -> list[str]:
     """The command line `argv` (without the program), with each of `list_keys` given as one value or a comma list
     made a list; raises OverrideError for a key the schema does not declare (or a `+` on one it does, or a group
@@ -122,11 +147,12 @@ def check_overrides(
     except OverrideParseException:
         return argv  # Hydra parses the same overrides next and refuses them with its own message
     conf_dirs = [conf_dir, *([Path(args.config_dir)] if args.config_dir else [])]
-    groups = config_groups(conf_dirs)
+    groups = config_groups(conf_dirs) if groups_apply else set()  # download's config chooses no group
     name = f"{args.config_name or primary}.yaml"
     primary_file = next((d / name for d in conf_dirs if (d / name).is_file()), None)
     in_defaults = default_groups(primary_file) if primary_file is not None else set()
     keys, open_keys, sections = declared_keys(schema)
+    mappings = open_mappings(schema)
     multirun = args.multirun or any(o.input_line.replace(" ", "") == "hydra.mode=MULTIRUN" for o in parsed)
     rewritten = {}
     for o in parsed:
@@ -139,6 +165,11 @@ def check_overrides(
             if key in in_defaults and o.is_add():
                 fixed = o.input_line.removeprefix("+")
                 raise OverrideError(f"{o.input_line}: the config chooses a {key} already; drop the +: {fixed}")
+            continue
+        mapping = next((m for m in mappings if key == m or key.startswith(f"{m}.")), None)
+        if mapping is not None:  # every key of it is the user's: Hydra adds one only with a + (or ++)
+            if not (o.is_add() or o.is_force_add() or o.is_delete()):
+                raise OverrideError(f"{o.input_line}: {mapping} takes keys of your own; add a +: +{o.input_line}")
             continue
         if key in keys or key in sections:
             if o.is_add():

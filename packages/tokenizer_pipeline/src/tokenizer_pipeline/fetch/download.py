@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [sys.argv[0], *argv]
     try:
         sys.argv[1:] = check_overrides(
-            sys.argv[1:], schema=DownloadConfig, conf_dir=find_conf_dir(), primary="download",
+            sys.argv[1:], schema=DownloadConfig, conf_dir=find_conf_dir(), primary="download", groups_apply=False,
             keys_hint="python -m tokenizer_pipeline.download out_dir=DIR --cfg job, docs/configuration.md",
         )  # fmt: skip
     except UserError as e:
