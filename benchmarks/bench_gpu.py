@@ -24,10 +24,12 @@ Measured (each in its own try/except: a failure is recorded as its error text, t
              seeded random weights (gpu_encoder.py; --codec DIR: a saved codec instead) and 32 synthetic 10-s 32 kHz
              mono clips (seeded tones + noise): audio-seconds/s and clips/s in fp32 and bf16, the share of bf16 codes
              equal to fp32's (of an untrained codec: the JSON says what it means), the config the encoder reports.
-  generate   decoding positions/s: MoTAdapterModel.decode_step one position at a time against a preallocated
-             MoTKVCache (MoTKVCache.allocate, as generate), 8 captions + 8 CFG rows, under the preset's autocast; the
+  generate   decoding positions/s: the model's decode_step one position at a time against its preallocated
+             generation cache (as generate: MoTKVCache.allocate, or the musicgen tower's new_generation_cache),
+             prompts of text ending with AUDIO_START, 8 captions + 8 CFG rows, under the preset's autocast; the
              prefill is not timed and positions/s counts the 8 conditioned rows (generate's metric). The model's
              decode step, not the sampler's logic; inputs are random audio ids.
+The tower is cuda_1b's (`musicgen`); `--tower llm` measures the other one.
 
 Budget (--budget-s, time_budget.py): the encoder, the FLOP count, the kernel check and generation run first at one
 size each (they always run); then the training sweep in increasing batch size, checkpointing off and on at each, where
@@ -267,18 +269,21 @@ def kernel_cases(model, optimizer, cfg, vocab) -> dict:
 
     left = Batch(roll(full.tokens), roll(full.is_audio), roll(labels), roll(mask), full.keys)
 
-    def decode(batch: Batch) -> Callable[[], object]:
-        """Prefill S - 1 positions now (not profiled), return the one-query decoding step (what generation repeats)."""
+    def decode(short_row: bool) -> Callable[[], object]:
+        """Prefill a generation prompt of S - 1 positions now (text, AUDIO_START last; row 1's caption S / 2 shorter
+        and left-padded when short_row), not profiled; return the one-query decoding step at position S - 1 (what
+        generation repeats), for either audio tower (its own generation cache)."""
+        tokens, is_audio, mask = generation_prompts(vocab, model.n_slots, 2, S - 1, S, short=[cut] if short_row else [])
         model.eval()
+        new_cache = getattr(model, "new_generation_cache", MoTKVCache.allocate)  # audio_tower=musicgen: its own
         with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
-            _, cache = model.forward_step(
-                batch.tokens[:, : S - 1], batch.is_audio[:, : S - 1], batch.attention_mask[:, : S - 1],
-                MoTKVCache.allocate(S),
-            )  # fmt: skip
+            _, cache = model.forward_step(tokens, is_audio, mask[:, : S - 1], new_cache(S))
+        first_codes = vocab.audio_offset + vocab.codebook_size * torch.arange(model.n_slots, device=DEV)  # [J]
+        step_ids = first_codes.expand(2, 1, model.n_slots)  # [2, 1, J]: code 0 of each slot's codebook
 
         def step() -> None:
             with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
-                model.decode_step(batch.tokens[:, S - 1 :], batch.attention_mask, cache)
+                model.decode_step(step_ids, mask, cache)
 
         return step
 
@@ -286,8 +291,8 @@ def kernel_cases(model, optimizer, cfg, vocab) -> dict:
         "train_unpadded": lambda: train_step(model, optimizer, full, cfg),
         "train_right_padded": lambda: train_step(model, optimizer, right, cfg),
         "train_left_padded": lambda: train_step(model, optimizer, left, cfg),
-        "decode_unpadded_cache": lambda: decode(full),
-        "decode_left_padded_cache": lambda: decode(left),
+        "decode_unpadded_cache": lambda: decode(False),
+        "decode_left_padded_cache": lambda: decode(True),
     }
     from adapter_trainer.model.sdpa_kernels import H100, cuda_device
 
@@ -300,6 +305,22 @@ def kernel_cases(model, optimizer, cfg, vocab) -> dict:
     return out
 
 
+def generation_prompts(vocab, J: int, rows: int, prompt: int, total: int, short: list[int], seed: int = 0):
+    """Prompts as generate builds them, on DEV: `prompt` positions of random text ids ending with AUDIO_START (where
+    either tower's audio rows start). The last len(short) rows are shorter: row R - len(short) + i keeps only its
+    last short[i] positions, left-padded. Returns tokens [R, P, J], is_audio [R, P], mask [R, total] (False on the
+    left padding, True from each row's first token to `total`)."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    ids = torch.randint(0, min(100_000, vocab.text_vocab_size), (rows, prompt), device=DEV, generator=g)  # [R, P]
+    ids[:, -1] = vocab.audio_start
+    mask = torch.ones(rows, total, dtype=torch.bool, device=DEV)  # [R, total]
+    for r, n in zip(range(rows - len(short), rows), short):  # the last rows are the short ones
+        mask[r, : prompt - n] = False
+    is_audio = torch.zeros(rows, prompt, dtype=torch.bool, device=DEV)
+    is_audio[:, -1] = True  # AUDIO_START
+    return ids[..., None].expand(rows, prompt, J).contiguous(), is_audio, mask
+
+
 def generation_speed(model, cfg, vocab, captions: int = 8, prompt: int = 66, steps: int = 256) -> dict:
     """Decoding steps only, as generate runs them: `captions` conditioned rows + as many CFG rows (2-token prompts,
     left-padded), a prefill into MoTKVCache.allocate(prompt + steps) (not timed), then `steps` decode_step calls.
@@ -309,20 +330,19 @@ def generation_speed(model, cfg, vocab, captions: int = 8, prompt: int = 66, ste
 
     rows = 2 * captions
     J = model.n_slots
-    g = torch.Generator(device=DEV).manual_seed(0)
-    lo, hi = vocab.text_vocab_size, vocab.text_vocab_size + vocab.n_codes
-    mask = torch.ones(rows, prompt + steps, dtype=torch.bool, device=DEV)  # [R, P + steps]
-    mask[captions:, : prompt - 2] = False  # CFG rows: a 2-token prompt, left-padded
-    tokens = torch.randint(0, 100_000, (rows, prompt, J), device=DEV, generator=g)  # [R, P, J] text ids
-    is_audio = torch.zeros(rows, prompt, dtype=torch.bool, device=DEV)
-    new = torch.randint(lo, hi, (steps, rows, 1, J), device=DEV, generator=g)  # [steps, R, 1, J] audio ids
+    g = torch.Generator(device=DEV).manual_seed(1)
+    # CFG rows: a 2-token prompt (BOS-like text, AUDIO_START), left-padded
+    tokens, is_audio, mask = generation_prompts(vocab, J, rows, prompt, prompt + steps, short=[2] * captions)
+    codes = torch.randint(0, vocab.codebook_size, (steps, rows, 1, J), device=DEV, generator=g)  # [steps, R, 1, J]
+    new = vocab.audio_offset + codes + vocab.codebook_size * torch.arange(J, device=DEV)  # slot k: codebook k's ids
+    new_cache = getattr(model, "new_generation_cache", MoTKVCache.allocate)  # audio_tower=musicgen: its own
     model.eval()
 
-    def prefill() -> MoTKVCache:
+    def prefill():
         with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
-            return model.forward_step(tokens, is_audio, mask[:, :prompt], MoTKVCache.allocate(prompt + steps))[1]
+            return model.forward_step(tokens, is_audio, mask[:, :prompt], new_cache(prompt + steps))[1]
 
-    def decode(cache: MoTKVCache, n: int) -> None:
+    def decode(cache, n: int) -> None:
         with torch.no_grad(), autocast(cfg.trainer.precision, DEV):
             for i in range(n):
                 _, cache = model.decode_step(new[i], mask[:, : prompt + i + 1], cache)
@@ -390,6 +410,8 @@ def main() -> None:
     ap.add_argument("--encode-clips", type=int, default=None, help="synthetic clips (default 32; --smoke-cpu 2)")
     ap.add_argument("--clip-s", type=float, default=None, help="seconds per clip (default 10; --smoke-cpu 1)")
     ap.add_argument("--smoke-cpu", action="store_true", help="run every step on CPU at tiny dims (no figures)")
+    ap.add_argument("--tower", choices=["llm", "musicgen"], default=None,
+                    help="model.mot.audio_tower (default: cuda_1b's, musicgen)")  # fmt: skip
     args = ap.parse_args()
     global DEV
     if args.smoke_cpu:
@@ -418,9 +440,11 @@ def main() -> None:
         "dims": args.dims,
         "smoke_cpu": smoke,
     }
-    cfg = preset_config("cuda_1b", f"trainer.device={DEV.type}", *(["data.max_seq_len=256"] if smoke else []))
+    tower = [f"model.mot.audio_tower={args.tower}"] if args.tower else []
+    cfg = preset_config("cuda_1b", f"trainer.device={DEV.type}", *(["data.max_seq_len=256"] if smoke else []), *tower)
     res["settings"] = {
         "experiment": "cuda_1b",
+        "audio_tower": cfg.model.mot.audio_tower,
         "model_dtype": cfg.model.dtype,
         "precision": cfg.trainer.precision,
         "seq_len": cfg.data.max_seq_len,

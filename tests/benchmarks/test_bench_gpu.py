@@ -233,6 +233,7 @@ def test_smoke_run_writes_every_section_without_a_demo_build(smoke) -> None:
     assert set(row["kernels"]) == {"train_unpadded", "train_right_padded", "train_left_padded",
                                    "decode_unpadded_cache", "decode_left_padded_cache"}  # fmt: skip
     assert {"device", "torch", "cuda", "cudnn"} <= row.keys() and row["smoke_cpu"] is True
+    assert row["settings"]["audio_tower"] == "musicgen"  # cuda_1b's
     summary = got["summary"]
     assert summary["gpu_train_positions_per_s_ckpt_off"]["1"] == row["train"][0]["positions_per_s"]
     assert summary["gpu_encoder_audio_s_per_s_float32"] == row["encoder"]["audio_s_per_s_float32"] > 0
@@ -271,3 +272,19 @@ def test_smoke_run_encoder_is_the_encodec_32khz_architecture(smoke) -> None:
     assert "random weights" in enc["codec"] and "untrained" in enc["bf16_code_agreement_means"]
     assert 0 <= enc["bf16_code_agreement"] <= 1
     assert all(n > 1 for n in enc["distinct_codes_fp32"])  # not the all-zero codebooks of a random init
+
+
+@pytest.mark.bench_smoke
+@pytest.mark.budget(90, reason="the CPU smoke run of bench_gpu.py again, on the llm tower")
+def test_smoke_run_on_the_llm_tower(tmp_path: Path) -> None:
+    """cuda_1b trains the musicgen tower; `--tower llm` measures the other one: every section runs on it too."""
+    env = {**NO_GPU, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks/bench_gpu.py"), "--smoke-cpu", "--budget-s", "0", "--out", "gpu.json",
+         "--tower", "llm"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = json.loads((tmp_path / "gpu.json").read_text())["rows"][0]
+    assert row["settings"]["audio_tower"] == "llm"
+    for section in ("flops", "kernels", "generate", "encoder"):
+        assert "error" not in row[section], row[section]

@@ -182,7 +182,8 @@ def test_missing_weights_error_names_the_fix(tmp_path: Path) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "ERR LLM: meta-llama/Llama-3.2-1B is not in the Hugging Face cache" in out.stdout, out.stdout + out.stderr
-    assert "offline mode (HF_HUB_OFFLINE=1)" in out.stdout and "`hf download meta-llama/Llama-3.2-1B`" in out.stdout
+    assert "offline mode (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)" in out.stdout
+    assert "`hf download meta-llama/Llama-3.2-1B`" in out.stdout
 
 
 def test_tiny_musicgen_config_matches_brief() -> None:
