@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -15,6 +16,14 @@ from adapter_trainer.config import ConfigError, TrainConfig
 from adapter_trainer.data.shards import ShardSet
 from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.streaming import ExampleSpec, distinct_texts
+from adapter_trainer.evaluation.baseline_cache import (
+    BASELINES,
+    baseline_key,
+    eval_set_sha256,
+    files_sha256,
+    load_baselines,
+    save_baselines,
+)
 from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training.checkpoint import TrainingProgress
@@ -93,14 +102,53 @@ def _score_baselines(
     autocast: Callable[[], contextlib.AbstractContextManager],
 ) -> None:
     """The frozen music LM alone (a fresh load of model.audio_lm: the MoT keeps only parts of it), then with
-    trainer.eval_teacher MusicGen with its own text encoder; each scored on this rank's share and dropped."""
+    trainer.eval_teacher MusicGen with its own text encoder; each scored on this rank's share and dropped. Kept in
+    the run directory (evaluation.baseline_cache): a resumed run whose figures would be the same reads them (rank 0
+    reads, every rank gets them)."""
     from adapter_trainer.model.builders import load_musicgen_decoder  # transformers' MusicGen: only when used
 
+    identity = dist.broadcast_object(_baseline_identity(cfg, held_out, dist, device) if dist.is_main else None)
+    path = Path(cfg.trainer.output_dir) / "baselines" / f"{baseline_key(**identity)}.npz" if identity else None
+    kept = dist.broadcast_object(load_baselines(path) if dist.is_main and path else None)
+    if kept is not None:
+        for name in BASELINES:
+            setattr(held_out, name, kept[name])
+        held_out.teacher_status = kept["teacher_status"]
+        if dist.is_main:
+            log.info("baselines read from %s (scored by an earlier start of this run)", path)
+        return
     where = {"batch_size": cfg.trainer.batch_size, "device": device, "autocast": autocast, "rank": dist.rank}
     where |= {"world_size": dist.world_size, "all_gather": dist.all_gather_object}
     held_out.score_music_lm(load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype).to(device), **where)
     if cfg.trainer.eval_teacher:
         _score_teacher(cfg, held_out, device, where)
+    if dist.is_main and path is not None:
+        save_baselines(path, held_out, identity)
+
+
+def _baseline_identity(cfg: TrainConfig, held_out: HeldOutEval, dist: RankInfo, device: torch.device) -> dict | None:
+    """What the baselines' figures depend on (their cache key): the audio LM's files, the eval set, the windows and
+    derangements, and what changes their floats; None for an older set (not kept)."""
+    from adapter_trainer.model.adapter_io import local_model_dir
+
+    spec, eval_set = held_out.spec, eval_set_sha256(held_out.index)
+    if eval_set is None:
+        return None
+    return {
+        "audio_lm_files_sha256": files_sha256(local_model_dir(cfg.model.audio_lm)),
+        "eval_set_sha256": eval_set,
+        "window": [spec.pattern, spec.text, spec.max_seq_len, spec.max_caption_tokens, spec.vocab.n_codebooks],
+        "derangements": [len(held_out.perms), cfg.trainer.seed],
+        "teacher": cfg.trainer.eval_teacher,
+        "floats": [
+            cfg.model.dtype,
+            cfg.trainer.precision,
+            device.type,
+            cfg.trainer.batch_size,
+            dist.world_size,
+            torch.__version__,
+        ],  # fmt: skip
+    }
 
 
 def _score_teacher(cfg: TrainConfig, held_out: HeldOutEval, device: torch.device, where: dict) -> None:

@@ -1,0 +1,104 @@
+"""The learning check's frozen baselines (MusicGen alone, and the teacher with its own and deranged captions), kept in
+the run directory so that a resumed run reads them instead of scoring them again: at real size that is 2 + the
+derangements passes of MusicGen (and T5) over the eval set at every start, and a SLURM job restarted at each time
+limit starts many times.
+
+`<output_dir>/baselines/<key>.npz`, key = sha256 over what the figures depend on: the audio LM's files (every file of
+its directory or Hub snapshot: weights, config, the T5 tokenizer), the eval set (each clip's key and text digests, in
+order: format-5 sets; an older set's baselines are scored at every start), the window and derangement settings, and what changes their floats (dtype, precision, device type, batch
+size, ranks, torch's version). Any change is another key, so a stale figure is never read. Plain arrays (no pickle),
+written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapter_trainer.data.split_index import SplitIndex
+from adapter_trainer.evaluation.target_ce import TargetCE
+
+log = logging.getLogger(__name__)
+BASELINES = ("music_lm", "teacher_true", "teacher_shuf")  # HeldOutEval's attributes, each a TargetCE or None
+FIELDS = ("sum_per_codebook", "count_per_codebook", "sum_per_example", "count_per_example", "sum_per_frame",
+          "count_per_frame")  # fmt: skip
+
+
+def files_sha256(model_dir: Path) -> str:
+    """sha256 over every regular file of a model directory (names and contents, sorted; hidden files left out)."""
+    h = hashlib.sha256()
+    for p in sorted(q for q in model_dir.iterdir() if q.is_file() and not q.name.startswith(".")):
+        h.update(p.name.encode() + b"\0")
+        with p.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def eval_set_sha256(index: SplitIndex) -> str | None:
+    """sha256 over the eval clips in scoring order: each one's key and text digests (format-5 indexes); None for an
+    older set, whose index has no digests: its baselines are not kept (a key alone does not pin a clip's caption)."""
+    if index.caption_digest is None or index.aspects_digest is None:
+        return None
+    h = hashlib.sha256()
+    for i in range(len(index)):
+        h.update(index.key(i).encode() + b"\0")
+    h.update(np.ascontiguousarray(index.caption_digest).tobytes())
+    h.update(np.ascontiguousarray(index.aspects_digest).tobytes())
+    return h.hexdigest()
+
+
+def baseline_key(**identity: Any) -> str:
+    """The cache key of a set of baselines: sha256 of `identity` as canonical JSON."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def save_baselines(path: Path, held_out: Any, identity: dict[str, Any]) -> None:
+    """Write `held_out`'s baselines (BASELINES, each a TargetCE or None) and its teacher_status to `path`."""
+    arrays: dict[str, np.ndarray] = {
+        "identity": np.array(json.dumps(identity, sort_keys=True)),
+        "teacher_status": np.array(held_out.teacher_status),
+    }
+    for name in BASELINES:
+        ce = getattr(held_out, name)
+        if ce is None:
+            continue
+        for f in FIELDS:
+            if getattr(ce, f) is not None:
+                arrays[f"{name}.{f}"] = np.asarray(getattr(ce, f))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+
+
+def load_baselines(path: Path) -> dict[str, Any] | None:
+    """{name: TargetCE or None for BASELINES, "teacher_status": str} from `path`; None when there is no such file or
+    it cannot be read (then the baselines are scored again, and the file rewritten)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            got: dict[str, Any] = {"teacher_status": str(z["teacher_status"])}
+            for name in BASELINES:
+                if f"{name}.sum_per_codebook" not in z.files:
+                    got[name] = None
+                    continue
+                got[name] = TargetCE(**{f: z[f"{name}.{f}"] if f"{name}.{f}" in z.files else None for f in FIELDS})
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        zipfile.BadZipFile,
+    ) as e:  # a truncated or foreign file: scored again and rewritten
+        log.warning("%s cannot be read (%s); the baselines are scored again and the file rewritten", path, e)
+        return None
+    return got
