@@ -88,9 +88,8 @@ def test_resume_on_mps(models, shards, mps_run: Path, tmp_path: Path) -> None:
     assert final["step"] == 2
 
 
-def test_generation_on_mps_writes_what_the_cpu_writes(models, shards, mps_run: Path, tmp_path: Path) -> None:
-    """The emulation computes on the CPU, so the mps run's sampled codes must equal a CPU run's exactly: the mps
-    code paths (KV cache, sampler, attention) change where tensors live, never what is computed."""
+def generate(models, shards, run: Path, device: str, out: Path, *extra: str) -> list:
+    """`generate` of two short clips from `run`'s adapter on `device` into `out`: the clips it wrote."""
     from hydra import compose, initialize_config_dir
 
     from adapter_trainer.data.samples import load_split
@@ -98,22 +97,19 @@ def test_generation_on_mps_writes_what_the_cpu_writes(models, shards, mps_run: P
     from adapter_trainer.generation.generate import run_generate, to_generate_config
     from tests.trainer.helpers import tiny_demo_overrides
 
-    def generate(device: str) -> list:
-        args = tiny_demo_overrides(models, shards, mps_run, f"trainer.device={device}")
-        args += [
-            "generate.n=2",
-            "generate.seconds=0.2",
-            "generate.batch_size=2",
-            f"generate.out_dir={tmp_path / device}",
-        ]
-        with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
-            cfg = to_generate_config(compose("generate", overrides=args))
-        run_generate(cfg)
-        return load_split([read_manifest(tmp_path / device)], "generated")
+    args = tiny_demo_overrides(models, shards, run, f"trainer.device={device}", *extra)
+    args += ["generate.n=2", "generate.seconds=0.2", "generate.batch_size=2", f"generate.out_dir={out}"]
+    with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
+        run_generate(to_generate_config(compose("generate", overrides=args)))
+    return load_split([read_manifest(out)], "generated")
 
+
+def test_generation_on_mps_writes_what_the_cpu_writes(models, shards, mps_run: Path, tmp_path: Path) -> None:
+    """The emulation computes on the CPU, so the mps run's sampled codes must equal a CPU run's exactly: the mps
+    code paths (KV cache, sampler, attention) change where tensors live, never what is computed."""
     with EmulatedMPS():
-        on_mps = generate("mps")
-    on_cpu = generate("cpu")
+        on_mps = generate(models, shards, mps_run, "mps", tmp_path / "mps")
+    on_cpu = generate(models, shards, mps_run, "cpu", tmp_path / "cpu")
     assert len(on_mps) == 2 and [c.key for c in on_mps] == [c.key for c in on_cpu]
     for a, b in zip(on_mps, on_cpu):
         np.testing.assert_array_equal(a.codes, b.codes)
@@ -163,13 +159,7 @@ def test_resume_keeps_this_devices_adamw_kernel(models, shards, mps_run: Path, c
 def test_the_musicgen_tower_trains_and_generates_on_mps_as_on_the_cpu(models, shards, tmp_path: Path) -> None:
     """mps_small's tower (audio rows on MusicGen's own layers, the caption through its cross-attention, the KV cache of
     decode_step) under the emulated MPS rules: the same losses, eval CE and sampled codes as on the CPU."""
-    from hydra import compose, initialize_config_dir
-
-    from adapter_trainer.data.samples import load_split
-    from adapter_trainer.data.shards import read_manifest
-    from adapter_trainer.generation.generate import run_generate, to_generate_config
     from adapter_trainer.training.recipe import recipe_main
-    from tests.trainer.helpers import tiny_demo_overrides
 
     tower = "model.mot.audio_tower=musicgen"
     runs = {d: tmp_path / d / "run" for d in ("mps", "cpu")}
@@ -181,21 +171,9 @@ def test_the_musicgen_tower_trains_and_generates_on_mps_as_on_the_cpu(models, sh
     final = [json.loads((runs[d] / "final_metrics.json").read_text()) for d in ("mps", "cpu")]
     assert final[0]["eval"]["ce"] == pytest.approx(final[1]["eval"]["ce"], rel=1e-5)
 
-    def generate(device: str) -> list:
-        args = tiny_demo_overrides(models, shards, runs["mps"], f"trainer.device={device}", tower)
-        args += [
-            "generate.n=2",
-            "generate.seconds=0.2",
-            "generate.batch_size=2",
-            f"generate.out_dir={tmp_path / f'gen-{device}'}",
-        ]
-        with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):
-            run_generate(to_generate_config(compose("generate", overrides=args)))
-        return load_split([read_manifest(tmp_path / f"gen-{device}")], "generated")
-
     with EmulatedMPS():
-        sampled_on_mps = generate("mps")
-    sampled_on_cpu = generate("cpu")
+        sampled_on_mps = generate(models, shards, runs["mps"], "mps", tmp_path / "gen-mps", tower)
+    sampled_on_cpu = generate(models, shards, runs["mps"], "cpu", tmp_path / "gen-cpu", tower)
     assert len(sampled_on_mps) == 2
     for a, b in zip(sampled_on_mps, sampled_on_cpu):
         np.testing.assert_array_equal(a.codes, b.codes)

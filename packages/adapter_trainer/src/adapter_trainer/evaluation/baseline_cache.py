@@ -63,7 +63,7 @@ def baseline_key(**identity: Any) -> str:
 def save_baselines(path: Path, held_out: Any, identity: dict[str, Any]) -> None:
     """Write `held_out`'s baselines (BASELINES, each a TargetCE or None) and its teacher_status to `path`."""
     arrays: dict[str, np.ndarray] = {
-        "identity": np.array(json.dumps(identity, sort_keys=True)),
+        "identity": np.array(json.dumps(identity, sort_keys=True, allow_nan=False)),
         "teacher_status": np.array(held_out.teacher_status),
     }
     for name in BASELINES:
