@@ -88,3 +88,14 @@ def test_stage_1_without_a_network_stops_at_once_without_retries(tmp_path: Path)
     err = r.stderr.strip()
     assert r.returncode == 2 and "cannot reach the Hub at http://127.0.0.1:9" in err, err[-2000:]
     assert "Retrying" not in err and "Traceback" not in err and len(err.splitlines()) == 1, err[-2000:]
+
+
+def test_a_missing_codec_directory_under_an_existing_one_is_not_read_as_a_hub_id(
+    hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenizer_pipeline.codec.encode import CodecEncoder
+
+    (tmp_path / "build").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"codec directory build/codec does not exist"):
+        CodecEncoder("build/codec")

@@ -129,3 +129,13 @@ def test_without_a_network_a_cached_model_loads_without_retries(models: dict[str
     cached = _load_in_a_process(code, env)
     assert cached.returncode == 0, cached.stderr[-3000:]
     assert f"reading {REPO_ID} from the Hugging Face cache" in cached.stderr and "Retrying" not in cached.stderr
+
+
+def test_a_missing_directory_under_an_existing_one_is_not_read_as_a_hub_id(
+    hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`build/musicgen` before it is built: the directory is missing (one line), not a Hub repository named so."""
+    (tmp_path / "build").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError, match=r"MusicGen directory 'build/musicgen' does not exist"):
+        load_musicgen_decoder_config("build/musicgen")

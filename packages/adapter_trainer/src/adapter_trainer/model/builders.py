@@ -199,9 +199,16 @@ def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def _looks_like_path(name_or_path: str | os.PathLike) -> bool:
+    """A directory meant, not a Hub id: an absolute, relative or home path, more than one `/`, or `a/b` where `a` is a
+    directory here (`build/x` before it is built is a missing directory, not a Hub repository named `build/x`)."""
     s = str(name_or_path)
+    first = s.split("/", 1)[0]
     return (
-        isinstance(name_or_path, Path) or s.startswith(("/", "./", "../", "~")) or s.count("/") > 1 or os.sep * 2 in s
+        isinstance(name_or_path, Path)
+        or s.startswith(("/", "./", "../", "~"))
+        or s.count("/") > 1
+        or os.sep * 2 in s
+        or ("/" in s and bool(first) and Path(first).is_dir())
     )
 
 

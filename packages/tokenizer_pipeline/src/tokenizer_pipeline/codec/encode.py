@@ -140,7 +140,15 @@ def hash_weight_files(model_dir: Path) -> str:
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1 or Path(name).exists()
+    """A directory meant, not a Hub id (`build/x` where `build/` exists: a missing directory, not a repository)."""
+    first = name.split("/", 1)[0]
+    return (
+        name.startswith((".", "/", "~"))
+        or "\\" in name
+        or name.count("/") > 1
+        or Path(name).exists()
+        or ("/" in name and bool(first) and Path(first).is_dir())
+    )
 
 
 def _local_model_dir(name_or_path: str) -> Path:
