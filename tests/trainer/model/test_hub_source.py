@@ -139,3 +139,23 @@ def test_a_missing_directory_under_an_existing_one_is_not_read_as_a_hub_id(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(OSError, match=r"MusicGen directory 'build/musicgen' does not exist"):
         load_musicgen_decoder_config("build/musicgen")
+
+
+def test_rank_0s_answers_serve_every_rank_and_a_refusal_names_its_key(
+    hub: str, models: dict[str, Path], shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """training.recipe: rank 0 asks (check_model_sources), the other ranks adopt its answers and ask nothing."""
+    from adapter_trainer.config import ConfigError
+    from adapter_trainer.model.builders import check_model_sources
+    from tests.trainer.helpers import make_cfg
+
+    HubAnswers.answers = {REPO_ID: (200, None)}
+    check_model_sources(make_cfg(models, shards, tmp_path / "run", f"model.audio_lm={REPO_ID}"))
+    answers = hub_source.decisions()
+    assert answers == {REPO_ID: False}  # the local LLM directory is never asked about
+    monkeypatch.setattr(hub_source, "_decided", {})  # another rank
+    HubAnswers.answers = {}  # the Hub would now say "not found": the adopted answer is used, no request made
+    hub_source.adopt(answers)
+    assert hub_source.cache_only(REPO_ID) is False
+    with pytest.raises(ConfigError, match=r"^model\.audio_lm=facebook/musicgen-smal: facebook/musicgen-smal is not on"):
+        check_model_sources(make_cfg(models, shards, tmp_path / "run", "model.audio_lm=facebook/musicgen-smal"))

@@ -236,6 +236,16 @@ def source_kwargs(name_or_path: str | os.PathLike) -> dict[str, bool]:
     return {"local_files_only": cache_only(str(name_or_path))}
 
 
+def check_model_sources(cfg: TrainConfig) -> None:
+    """Ask once about each tower named by a Hub id (hub_source.cache_only) before anything is loaded; a model neither
+    the Hub nor the cache can give is a ConfigError naming its key."""
+    for key, name in (("model.llm", cfg.model.llm), ("model.audio_lm", cfg.model.audio_lm)):
+        try:
+            source_kwargs(name)
+        except ModelSourceError as e:
+            raise ConfigError(f"{key}={name}: {e}") from e
+
+
 def load_text_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
     """The LLM's tokenizer (`AutoTokenizer.from_pretrained`); a hub id or a local directory."""
     _check_source("text tokenizer", name_or_path)

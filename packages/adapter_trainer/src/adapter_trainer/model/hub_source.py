@@ -10,8 +10,8 @@ slow way. Here, for a Hub id (a local directory is never looked up):
   downloads or refreshes it as usual. Gated without access, not found, a refused token, a page that is not the Hub's
   answer (a proxy's), or the Hub unreachable fail in one line naming the fix, unless the cache holds the model (its
   config and weights): then it is read from there, with a one-line note. A 429 or 5xx with nothing cached is left to
-  transformers' downloads, which retry those. Every process asks for itself: one request per id and torchrun rank
-  (a few hundred ranks behind one address may meet the Hub's API rate limit: a 429, then left to transformers).
+  transformers' downloads, which retry those. Under torchrun rank 0 asks and sends its answers to every rank
+  (`decisions`, `adopt`; training.recipe): one request per id for the whole job.
 A name that is neither an existing directory nor a valid id (a Windows path, `org/name@rev`) is refused first.
 """
 
@@ -60,6 +60,16 @@ def cache_only(repo_id: str) -> bool:
     if repo_id not in _decided:
         _decided[repo_id] = _decide(repo_id)
     return _decided[repo_id]
+
+
+def decisions() -> dict[str, bool]:
+    """This process's answers so far (hub id -> cache only), for rank 0 to send to the other ranks."""
+    return dict(_decided)
+
+
+def adopt(answers: dict[str, bool]) -> None:
+    """Take rank 0's answers: the other ranks of a job do not ask the Hub again."""
+    _decided.update(answers)
 
 
 def _decide(repo_id: str) -> bool:

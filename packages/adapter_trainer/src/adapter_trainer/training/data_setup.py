@@ -29,6 +29,16 @@ def pinned_shard_paths(cfg: TrainConfig, dist: RankInfo) -> list[str]:
     return dist.broadcast_object(pin_all(paths, tries=cfg.data.cache.retries) if dist.is_main else None)
 
 
+def ask_about_model_sources(cfg: TrainConfig, dist: RankInfo) -> None:
+    """The towers named by Hub ids (model.hub_source): rank 0 asks the Hub once per id (check_model_sources, whose
+    refusal is raised on every rank) and every rank adopts its answers: one request per id for the whole job."""
+    from adapter_trainer.model import hub_source
+    from adapter_trainer.model.builders import check_model_sources
+
+    dist.run_on_main(lambda: check_model_sources(cfg))
+    hub_source.adopt(dist.broadcast_object(hub_source.decisions() if dist.is_main else None))
+
+
 def shard_cache(cfg: TrainConfig, paths: Sequence[str]) -> ShardCache | None:
     """The local cache for the remote sets among `paths` (data.cache.*); None when every set is a directory."""
     c = cfg.data.cache

@@ -51,6 +51,7 @@ from adapter_trainer.data.token_layout import Batch
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint, interrupt
 from adapter_trainer.training.data_setup import (
+    ask_about_model_sources,
     data_lines,
     example_spec,
     loader_workers,
@@ -152,6 +153,7 @@ class MoTAdapterRecipe:
         # Imported here, not at module top: builders/mot pull in transformers; config/shard errors come first.
         from adapter_trainer.model.builders import load_audio_lm_config
 
+        ask_about_model_sources(self.cfg, self.dist)  # towers named by Hub ids: rank 0 asks once, for every rank
         dec_cfg = load_audio_lm_config(self.cfg)
         self.shard_sets = open_sets(
             self.cfg, self.dist, n_codebooks=dec_cfg.num_codebooks, codebook_size=dec_cfg.vocab_size
@@ -414,8 +416,7 @@ class MoTAdapterRecipe:
 
     # ---------------------------------------------------------------------------------------------- cleanup
     def cleanup(self) -> dict[str, Any]:
-        """Final checkpoint + eval, loss curve, final_metrics.json, the learning-check block. Returns the metrics.
-        The checkpoint comes first: a run stopped during the final eval (a scheduler's SIGTERM) keeps its last step."""
+        """Final checkpoint (first: a stop in the final eval keeps it), eval, loss curve, final_metrics.json, report."""
         step = self.progress.step
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
         if self.dist.is_main and not ckpt.exists():
