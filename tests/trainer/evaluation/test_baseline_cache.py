@@ -4,6 +4,7 @@ depend on is another key (scored again); an older set's baselines are not kept."
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -75,7 +76,11 @@ def test_a_kept_file_round_trips_and_a_broken_one_is_scored_again(models, indexe
     got = baseline_cache.load_baselines(path)
     assert got is not None and got["teacher_true"] is not None and got["music_lm"].sum_per_frame is not None
     with np.load(path) as z:  # the file names what its key was made of
-        assert baseline_cache.baseline_key(**json.loads(str(z["identity"]))) == path.stem
+        identity = json.loads(str(z["identity"]))
+    assert baseline_cache.baseline_key(**identity) == path.stem
+    # the codes scored: a set encoded again (other codes under the same keys and captions) is another key
+    manifest = hashlib.sha256((indexed_set / "manifest.json").read_bytes()).hexdigest()
+    assert identity["shard_manifests_sha256"] == [manifest]
     path.write_bytes(path.read_bytes()[:100])  # truncated
     assert baseline_cache.load_baselines(path) is None
 

@@ -207,3 +207,19 @@ def test_under_torchrun_a_ctrl_c_on_one_rank_stops_every_rank_after_the_same_ste
     assert proc.stderr.count("interrupted at step 3; resume with torchrun --nproc_per_node=2 -m adapter_trainer") == 1
     assert _train_steps(out) == [1, 2, 3]  # rank 0 was never signalled, and stopped with rank 1
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000003"]
+
+
+def test_a_forked_child_leaves_the_signal_to_its_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DataLoader worker forked before its init set SIG_IGN inherits the handlers: in it they do nothing (SLURM's
+    SIGTERM reaches every process of the job; the worker must not raise in its bootstrap)."""
+    previous = interrupt.stop_at_once_on_sigterm()  # as the command installs it, then the loop its own
+    stop = interrupt.StopOnInterrupt(SimpleNamespace(is_main=True, all_reduce_sum=lambda t: t)).install()
+    try:
+        monkeypatch.setattr(interrupt.os, "getpid", lambda: -1)  # as seen from a child
+        stop._on_signal(signal.SIGTERM, None)
+        assert stop.first is None
+        interrupt.uninstall()  # back to the outer handler: the one outside the loop
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # no KeyboardInterrupt in the child
+    finally:
+        interrupt.uninstall()
+        signal.signal(signal.SIGTERM, previous)

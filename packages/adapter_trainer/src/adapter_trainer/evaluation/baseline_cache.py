@@ -5,9 +5,11 @@ limit starts many times.
 
 `<output_dir>/baselines/<key>.npz`, key = sha256 over what the figures depend on: the audio LM's files (every file of
 its directory or Hub snapshot: weights, config, the T5 tokenizer), the eval set (each clip's key and text digests, in
-order: format-5 sets; an older set's baselines are scored at every start), the window and derangement settings, and what changes their floats (dtype, precision, device type, batch
-size, ranks, torch's version). Any change is another key, so a stale figure is never read. Plain arrays (no pickle),
-written under a temporary name and renamed.
+order: format-5 sets; an older set's baselines are scored at every start) and the shard sets' manifests (a set
+encoded again, other codes under the same keys, is another key), the window and derangement settings, and what
+changes their floats (dtype, precision, device type, batch size, ranks, torch's and transformers' versions). Any
+change is another key, so a stale figure is never read. Plain arrays (no pickle), written under a temporary name and
+renamed.
 """
 
 from __future__ import annotations

@@ -200,6 +200,14 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path
     diffs = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
     if not diffs:
         return
+    tower = "model.mot.audio_tower"
+    if tower in diffs:  # the other tower is another model: every other difference follows from it
+        was = saved.get(tower) or "llm"  # checkpoints record the tower only when it is not llm
+        raise ResumeError(
+            f"cannot resume from {ckpt}: it trained model.mot.audio_tower={was}, this run model.mot.audio_tower="
+            f"{current.get(tower) or 'llm'} (mps_small and cuda_1b train musicgen since 2026-11-28); add "
+            f"model.mot.audio_tower={was} to resume it, or start a fresh run with a new trainer.output_dir"
+        )
     parts = [_differs(k, saved.get(k), current.get(k)) for k in diffs]
     if "data.manifest_sha256" in diffs:
         parts.append(

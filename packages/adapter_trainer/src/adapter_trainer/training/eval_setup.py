@@ -90,7 +90,8 @@ def build_held_out(
     if cfg.trainer.eval_music_lm and cfg.data.pattern == "delay":
         # Scored at the first report, not here: loading MusicGen (and its T5) and scoring every eval clip is no part of
         # what a run needs before its first step (held_out_report runs it once, on every rank together).
-        held_out.pending_baselines = lambda: _score_baselines(cfg, held_out, dist, device, autocast)
+        manifests = [s.manifest_sha256 for s in shard_sets]  # the codes scored: a set re-encoded is another key
+        held_out.pending_baselines = lambda: _score_baselines(cfg, held_out, dist, device, autocast, manifests)
     return held_out
 
 
@@ -100,6 +101,7 @@ def _score_baselines(
     dist: RankInfo,
     device: torch.device,
     autocast: Callable[[], contextlib.AbstractContextManager],
+    manifests: list[str],
 ) -> None:
     """The frozen music LM alone (a fresh load of model.audio_lm: the MoT keeps only parts of it), then with
     trainer.eval_teacher MusicGen with its own text encoder; each scored on this rank's share and dropped. Kept in
@@ -107,7 +109,9 @@ def _score_baselines(
     reads, every rank gets them)."""
     from adapter_trainer.model.builders import load_musicgen_decoder  # transformers' MusicGen: only when used
 
-    identity = dist.broadcast_object(_baseline_identity(cfg, held_out, dist, device) if dist.is_main else None)
+    identity = dist.broadcast_object(
+        _baseline_identity(cfg, held_out, dist, device, manifests) if dist.is_main else None
+    )
     path = Path(cfg.trainer.output_dir) / "baselines" / f"{baseline_key(**identity)}.npz" if identity else None
     kept = dist.broadcast_object(load_baselines(path) if dist.is_main and path else None)
     if kept is not None:
@@ -115,7 +119,7 @@ def _score_baselines(
             setattr(held_out, name, kept[name])
         held_out.teacher_status = kept["teacher_status"]
         if dist.is_main:
-            log.info("baselines read from %s (scored by an earlier start of this run)", path)
+            log.info("baselines read from %s (scored by an earlier start in this run directory)", path)
         return
     where = {"batch_size": cfg.trainer.batch_size, "device": device, "autocast": autocast, "rank": dist.rank}
     where |= {"world_size": dist.world_size, "all_gather": dist.all_gather_object}
@@ -126,9 +130,13 @@ def _score_baselines(
         save_baselines(path, held_out, identity)
 
 
-def _baseline_identity(cfg: TrainConfig, held_out: HeldOutEval, dist: RankInfo, device: torch.device) -> dict | None:
+def _baseline_identity(
+    cfg: TrainConfig, held_out: HeldOutEval, dist: RankInfo, device: torch.device, manifests: list[str]
+) -> dict | None:
     """What the baselines' figures depend on (their cache key): the audio LM's files, the eval set, the windows and
     derangements, and what changes their floats; None for an older set (not kept)."""
+    import transformers
+
     from adapter_trainer.model.adapter_io import local_model_dir
 
     spec, eval_set = held_out.spec, eval_set_sha256(held_out.index)
@@ -137,6 +145,7 @@ def _baseline_identity(cfg: TrainConfig, held_out: HeldOutEval, dist: RankInfo, 
     return {
         "audio_lm_files_sha256": files_sha256(local_model_dir(cfg.model.audio_lm)),
         "eval_set_sha256": eval_set,
+        "shard_manifests_sha256": manifests,
         "window": [spec.pattern, spec.text, spec.max_seq_len, spec.max_caption_tokens, spec.vocab.n_codebooks],
         "derangements": [len(held_out.perms), cfg.trainer.seed],
         "teacher": cfg.trainer.eval_teacher,
@@ -147,7 +156,8 @@ def _baseline_identity(cfg: TrainConfig, held_out: HeldOutEval, dist: RankInfo, 
             cfg.trainer.batch_size,
             dist.world_size,
             torch.__version__,
-        ],  # fmt: skip
+            transformers.__version__,
+        ],
     }
 
 

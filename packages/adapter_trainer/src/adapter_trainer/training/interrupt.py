@@ -12,6 +12,7 @@ torchrun kills its workers 30 s after forwarding, so a step must end within that
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -35,8 +36,11 @@ def stop_at_once_on_sigterm() -> Any:
     replaced (None off the main thread), for `signal.signal(signal.SIGTERM, ...)` when the command is done."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    owner = os.getpid()
 
     def stop(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked child (a DataLoader worker before its init ran): the parent decides
+            return
         last_signal[:] = [signum]
         raise KeyboardInterrupt
 
@@ -67,6 +71,7 @@ class StopOnInterrupt:
 
     def __init__(self, dist: RankInfo) -> None:
         self.dist = dist
+        self.owner = os.getpid()  # a forked child inherits the handler: only this process acts on a signal
         self.first: float | None = None  # time.monotonic() of the first SIGINT / SIGTERM
         self.signum: int = signal.SIGINT  # the signal the ranks stop on (SIGTERM when any rank got one)
 
@@ -79,6 +84,8 @@ class StopOnInterrupt:
         return self
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.owner:  # a DataLoader worker forked before its init ignored the signals
+            return
         now = time.monotonic()
         last_signal[:] = [signum]
         if self.first is None:
