@@ -66,3 +66,9 @@ def put_in_cache(cache: Path, model_dir: Path, repo_id: str) -> None:
     shutil.copytree(model_dir, root / "snapshots" / REVISION)
     (root / "refs").mkdir(parents=True)
     (root / "refs" / "main").write_text(REVISION)
+
+
+def in_a_folder_with_build(tmp_path: Path, monkeypatch) -> None:
+    """Work from `tmp_path`, which holds an empty `build/`: `build/x` names a directory not built yet, not a Hub id."""
+    (tmp_path / "build").mkdir()
+    monkeypatch.chdir(tmp_path)

@@ -89,15 +89,21 @@ def test_a_second_push_uploads_nothing(shard_set: Path, tmp_path: Path, capsys) 
     assert "0 file(s) uploaded" in out[-1]
 
 
-def test_the_manifest_is_renamed_into_place_last(shard_set: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def renames_into(dest: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files a push renames into place under `dest`, in order (the list fills as it runs)."""
     order: list[str] = []
     real = destinations.os.replace
 
     def replace(src, dst) -> None:
-        order.append(Path(dst).relative_to(tmp_path / "copy").as_posix())
+        order.append(Path(dst).relative_to(dest).as_posix())
         real(src, dst)
 
     monkeypatch.setattr(destinations.os, "replace", replace)
+    return order
+
+
+def test_the_manifest_is_renamed_into_place_last(shard_set: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    order = renames_into(tmp_path / "copy", monkeypatch)
     assert run(capsys, push_main, str(shard_set), str(tmp_path / "copy"), "--jobs", "3")[0] == 0
     assert order[-1] == "manifest.json" and set(order[:4]) == set(TARS)
 
@@ -106,14 +112,7 @@ def test_the_index_sidecars_go_before_the_manifest(tmp_path: Path, capsys, monke
     """Format 5: each split's index.safetensors is part of the set, sent before the manifest that lists it."""
     root = write_synthetic_set(tmp_path / "set", n_train=6, n_eval=2, samples_per_shard=2, frames=(4, 6),
                                n_codebooks=K, codebook_size=C, index=True, format_version=5)  # fmt: skip
-    order: list[str] = []
-    real = destinations.os.replace
-
-    def replace(src, dst) -> None:
-        order.append(Path(dst).relative_to(tmp_path / "copy").as_posix())
-        real(src, dst)
-
-    monkeypatch.setattr(destinations.os, "replace", replace)
+    order = renames_into(tmp_path / "copy", monkeypatch)
     assert run(capsys, push_main, str(root), str(tmp_path / "copy"))[0] == 0
     assert order[-1] == "manifest.json"
     assert {"train/index.safetensors", "eval/index.safetensors"} <= set(order[:-1])

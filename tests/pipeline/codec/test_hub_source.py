@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from tests.hub_stand_in import HubAnswers, put_in_cache, stand_in_hub
+from tests.hub_stand_in import HubAnswers, in_a_folder_with_build, put_in_cache, stand_in_hub
 from tokenizer_pipeline.codec.hub_source import local_files_only
 from tokenizer_pipeline.errors import ConfigError
 
@@ -95,7 +95,6 @@ def test_a_missing_codec_directory_under_an_existing_one_is_not_read_as_a_hub_id
 ) -> None:
     from tokenizer_pipeline.codec.encode import CodecEncoder
 
-    (tmp_path / "build").mkdir()
-    monkeypatch.chdir(tmp_path)
+    in_a_folder_with_build(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"codec directory build/codec does not exist"):
         CodecEncoder("build/codec")

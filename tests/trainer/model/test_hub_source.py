@@ -17,7 +17,7 @@ from huggingface_hub import constants
 from adapter_trainer.model import hub_source
 from adapter_trainer.model.builders import load_musicgen_decoder_config
 from tests import REPO
-from tests.hub_stand_in import HubAnswers, put_in_cache, stand_in_hub
+from tests.hub_stand_in import HubAnswers, in_a_folder_with_build, put_in_cache, stand_in_hub
 
 REPO_ID = "facebook/musicgen-small"
 
@@ -135,8 +135,7 @@ def test_a_missing_directory_under_an_existing_one_is_not_read_as_a_hub_id(
     hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`build/musicgen` before it is built: the directory is missing (one line), not a Hub repository named so."""
-    (tmp_path / "build").mkdir()
-    monkeypatch.chdir(tmp_path)
+    in_a_folder_with_build(tmp_path, monkeypatch)
     with pytest.raises(OSError, match=r"MusicGen directory 'build/musicgen' does not exist"):
         load_musicgen_decoder_config("build/musicgen")
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from adapter_trainer.data.shards import sha256_file
 from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.evaluation.target_ce import TargetCE
 
@@ -34,14 +35,10 @@ FIELDS = ("sum_per_codebook", "count_per_codebook", "sum_per_example", "count_pe
 
 
 def files_sha256(model_dir: Path) -> str:
-    """sha256 over every regular file of a model directory (names and contents, sorted; hidden files left out)."""
-    h = hashlib.sha256()
-    for p in sorted(q for q in model_dir.iterdir() if q.is_file() and not q.name.startswith(".")):
-        h.update(p.name.encode() + b"\0")
-        with p.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+    """sha256 over every regular file of a model directory: each name and its content's sha256, sorted (hidden files
+    left out)."""
+    files = sorted(q for q in model_dir.iterdir() if q.is_file() and not q.name.startswith("."))
+    return hashlib.sha256("".join(f"{p.name}\0{sha256_file(p)}\n" for p in files).encode()).hexdigest()
 
 
 def eval_set_sha256(index: SplitIndex) -> str | None:

@@ -123,7 +123,6 @@ class StopOnInterrupt:
         recipe.dist.barrier()  # no rank leaves before the checkpoint is written
         recipe.logger.close()
         uninstall()
-        last_signal[:] = [self.signum]
         raise TrainingInterrupted(step, ckpt, self.signum)
 
 
