@@ -7,7 +7,7 @@ into the training processes' environment) as s3://bench-shards/demo, then `+expe
 
   local  data.shards=[<--shards>] (no cache)
   order  data.shards=[s3://bench-shards/demo], data.cache.max_bytes = a quarter of the set's train + eval bytes (the
-         manifest's sum), data.cache.policy=order (evict the shard whose next use in the example order is farthest)
+         manifest's sum) plus the cache's own files (BOOKKEEPING_BYTES), data.cache.policy=order (evict the shard whose next use in the example order is farthest)
   lru    the same with data.cache.policy=lru
   whole  policy=order with a bound of the whole set: nothing is evicted, so what remains is the cost of reading
          through the cache (a download per tar, its sha256, the locks), apart from re-downloads
@@ -46,6 +46,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # run as a script or imported: its sibling bench_data.py
 from bench_data import QUIET_RUN  # noqa: E402
+
+from adapter_trainer.data.remote.cache import BOOKKEEPING_BYTES  # noqa: E402
 
 BUCKET, PREFIX = "bench-shards", "demo"
 CASES = ("local", "order", "lru", "whole")
@@ -127,7 +129,7 @@ def child(args: argparse.Namespace) -> None:
         )
         if cache is not None and cache.max_bytes:
             largest = max(r.bytes for r in recipe.train_index.shard_remote if r is not None)
-            out["sim_capacity_shards"] = cache.max_bytes // largest
+            out["sim_capacity_shards"] = (cache.max_bytes - BOOKKEEPING_BYTES) // largest
             out["sim"] = simulated_downloads(seq, out["sim_capacity_shards"])
     finally:
         teardown_distributed()
@@ -282,7 +284,7 @@ def main() -> None:
 
     shards = Path(args.shards)
     total, n_train = set_bytes(shards)
-    bound = total // 4
+    bound = total // 4 + BOOKKEEPING_BYTES
     rows: list[dict] = []
     with S3Server() as s3:
         url = f"{s3.make_bucket(BUCKET)}/{PREFIX}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from adapter_trainer.data.remote import urls
-from adapter_trainer.data.remote.cache import RemoteShard, ShardCache, ShardCacheError
+from adapter_trainer.data.remote.cache import BOOKKEEPING_BYTES, RemoteShard, ShardCache, ShardCacheError
 from adapter_trainer.data.remote.retry import retry_after_s
 from adapter_trainer.errors import UserError, one_line
 from tests.remote.servers import FaultyHTTPServer
@@ -127,7 +127,7 @@ def test_a_download_left_by_a_killed_process_is_reclaimed_by_a_running_one(tmp_p
     data = os.urandom(10_240)
     (root / "s.tar").write_bytes(data)
     with FaultyHTTPServer(root) as srv:
-        cache = ShardCache(tmp_path / "c", max_bytes=10_240, wait_s=5)
+        cache = ShardCache(tmp_path / "c", max_bytes=10_240 + BOOKKEEPING_BYTES, wait_s=5)  # room for one tar
         cache._ready()  # this process opened the cache before the other one died
         (tmp_path / "c" / f"{'d' * 64}-10240.99999.0.part").write_bytes(b"x")  # its download, lock free: dead
         cache.fetch(RemoteShard(srv.url_of("s.tar"), hashlib.sha256(data).hexdigest(), 10_240), what="s")

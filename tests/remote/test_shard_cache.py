@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from adapter_trainer.data.remote.cache import RemoteShard, ShardCache, ShardCacheError
+from adapter_trainer.data.remote.cache import BOOKKEEPING_BYTES, RemoteShard, ShardCache, ShardCacheError
 from adapter_trainer.data.remote.retry import RemoteReadError, with_retries
+from tests.remote.disk import du_bytes
 from tests.remote.servers import FaultyHTTPServer
 
 SIZE = 40_000
@@ -89,7 +90,7 @@ def test_permanent_errors_are_not_retried_and_the_last_status_is_named(served, t
 
 def test_the_bound_holds_and_a_shard_being_read_is_never_evicted(served, tmp_path):
     srv, shards = served
-    cache = ShardCache(tmp_path / "c", max_bytes=int(2.5 * SIZE))
+    cache = ShardCache(tmp_path / "c", max_bytes=int(2.5 * SIZE) + BOOKKEEPING_BYTES)
     held = cache.open(shards[0], what="s0")  # a reader holds s0
     for s in shards[1:]:
         cache.fetch(s, what=s.url)
@@ -105,9 +106,9 @@ def test_the_bound_holds_and_a_shard_being_read_is_never_evicted(served, tmp_pat
 def test_order_policy_evicts_the_farthest_next_use_and_lru_the_oldest(served, tmp_path):
     srv, shards = served
     a, b, c = shards[:3]
-    order = ShardCache(tmp_path / "o", max_bytes=2 * SIZE)
+    order = ShardCache(tmp_path / "o", max_bytes=2 * SIZE + BOOKKEEPING_BYTES)
     order.next_use = {a.sha256: 1.0, b.sha256: 50.0, c.sha256: 2.0}.get
-    lru = ShardCache(tmp_path / "l", max_bytes=2 * SIZE, policy="lru")
+    lru = ShardCache(tmp_path / "l", max_bytes=2 * SIZE + BOOKKEEPING_BYTES, policy="lru")
     for cache in (order, lru):
         cache.fetch(a, what="a")
         cache.fetch(b, what="b")
@@ -132,7 +133,7 @@ def test_a_dead_download_is_cleaned_and_a_live_one_kept(served, tmp_path):
     with cache._shard_lock(shards[1].sha256):  # a download in flight holds its shard lock
         ShardCache(tmp_path / "c")._ready()
         assert not dead.exists() and live.exists()
-    assert cache.used_bytes() == SIZE  # a reservation counts its full size
+    assert cache.used_bytes() == du_bytes(tmp_path / "c") - 100 + SIZE  # a reservation counts its full size
 
 
 def _fetch_all(root: str, shards: list[RemoteShard]) -> None:
@@ -169,9 +170,9 @@ def test_a_forked_workers_fetch_does_not_stall_the_parents_next_download(served,
     at a bound of one tar, as in a tight torchrun run: the parent, then a forked worker, then the parent again."""
     srv, shards = served
     root = tmp_path / "c"
-    cache = ShardCache(root, max_bytes=SIZE)
+    cache = ShardCache(root, max_bytes=SIZE + BOOKKEEPING_BYTES)  # room for one tar
     cache.open(shards[0], what="s0").close()  # the parent's connection stays open in fsspec's pool
-    worker = mp.get_context("fork").Process(target=_forked_worker_fetch, args=(str(root), SIZE, shards[1]))
+    worker = mp.get_context("fork").Process(target=_forked_worker_fetch, args=(str(root), cache.max_bytes, shards[1]))
     worker.start()
     worker.join(60)
     assert worker.exitcode == 0
@@ -188,7 +189,7 @@ def test_a_forked_workers_fetch_does_not_stall_the_parents_next_download(served,
     reader.start()
     reader.join(20)
     assert done == ["ok"], done or "the parent's download after a forked worker's fetch stalled (no answer in 20 s)"
-    assert cache.present(shards[2].sha256) and cache.used_bytes() <= SIZE
+    assert cache.present(shards[2].sha256) and cache.used_bytes() <= cache.max_bytes
     assert srv.count("*s2.tar", method=None) >= 1
 
 

@@ -19,6 +19,7 @@ from adapter_trainer.config import TrainConfig, to_train_config
 from adapter_trainer.training.metric_logging import read_jsonl
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
+from tests.run_end import run_to_end
 from tests.trainer.helpers import run_recipe_recording_keys, tiny_demo_overrides
 
 STEPS, GLOBAL_BATCH = 4, 4
@@ -47,30 +48,17 @@ def compose(ov: list[str]) -> TrainConfig:
         return to_train_config(hydra_compose("config", overrides=ov))
 
 
-def run_two_ranks(ov: list[str], out: Path, *, timeout_s: float = 900) -> subprocess.CompletedProcess:
+def run_two_ranks(ov: list[str], out: Path, *, limit_s: float = 900) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node=2` of the real entry point, observed from outside the recipe
-    (tests/trainer/observed_train.py writes out/dump.json and .rank1). A run still going after `timeout_s` (15 minutes
-    unless a test budgets less) fails as stalled, with its output so far; torchrun is stopped with SIGTERM, which stops
-    its ranks (each in its own session) and their workers."""
+    (tests/trainer/observed_train.py writes out/dump.json and .rank1), run to its end by tests/run_end.py: it fails as
+    stalled when its processes spend no CPU for a minute or it runs past `limit_s` (15 minutes unless a test says
+    less), and when any process of the job (a rank, a DataLoader worker) outlives it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "tests.trainer.observed_train", str(out / "dump.json"), *ov]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            stdout, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate(timeout=30)
-        pytest.fail(
-            f"torchrun stalled: the 2-rank run had not exited after {timeout_s:g} s (stopped)\n"
-            + stdout[-3000:] + stderr[-5000:]
-        )  # fmt: skip
-    assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    ended = run_to_end(cmd, env=env, cwd=REPO, limit_s=limit_s)
+    assert ended.returncode == 0, ended.stdout[-3000:] + ended.stderr[-5000:]
+    return subprocess.CompletedProcess(cmd, ended.returncode, ended.stdout, ended.stderr)
 
 
 def losses(out: Path) -> dict[int, float]:

@@ -23,6 +23,7 @@ from adapter_trainer.training import interrupt
 from adapter_trainer.training.distributed import RankInfo
 from adapter_trainer.training.metric_logging import read_jsonl
 from tests import REPO
+from tests.run_end import run_to_end
 from tests.trainer.helpers import run_module_in_process, tiny_demo_overrides
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -35,25 +36,13 @@ def _train_steps(out: Path) -> list[int]:
 
 def _signal_a_run(models, shards, out: Path, sig: int) -> tuple[int, str, str]:
     """A real training process (with a DataLoader worker) sent `sig` after its third step, as a terminal's Ctrl-C or
-    a job scheduler's SIGTERM reaches every process of the job: (exit code, stdout, stderr)."""
+    a job scheduler's SIGTERM reaches every process of the job: (exit code, stdout, stderr). It must end, and leave
+    no process behind (tests/run_end.py)."""
     args = tiny_demo_overrides(models, shards, out, "trainer.device=cpu", "trainer.max_steps=100000")
     args += ["trainer.num_workers=1", "trainer.eval_bootstrap=200", "trainer.eval_caption_shuffles=1"]
-    # its own process group, as a terminal's foreground job: the signal reaches the DataLoader worker too
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "adapter_trainer", *args], cwd=REPO, env=ENV, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 90
-        while len(_train_steps(out)) < 3 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        os.killpg(proc.pid, sig)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, stdout, stderr
+    ended = run_to_end([sys.executable, "-m", "adapter_trainer", *args], env=ENV, cwd=REPO,
+                       signal_when=(lambda: len(_train_steps(out)) >= 3, sig))  # fmt: skip
+    return ended.returncode, ended.stdout, ended.stderr
 
 
 def _checkpointed_step(out: Path, stdout: str, stderr: str, pattern: str) -> tuple[int, str]:
@@ -201,7 +190,7 @@ def test_under_torchrun_a_ctrl_c_on_one_rank_stops_every_rank_after_the_same_ste
     ov += ["trainer.num_workers=0", "trainer.eval_bootstrap=200", "trainer.eval_caption_shuffles=1"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "tests.trainer.interrupted_train", "3", "1", *ov]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, env=ENV, text=True, capture_output=True, timeout=300)
+    proc = run_to_end(cmd, env=ENV, cwd=REPO)  # every rank and torchrun end; nothing left behind
     assert proc.returncode != 0, proc.stdout[-2000:]  # torchrun reports the ranks' 130 as a failure
     assert "KeyboardInterrupt" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.count("interrupted at step 3; resume with torchrun --nproc_per_node=2 -m adapter_trainer") == 1

@@ -131,7 +131,6 @@ def _scan_entry(entry: ShardEntry) -> dict[str, np.ndarray]:
 def default_index_cache() -> Path | None:
     """Where per-shard header scans are cached: $ADAPTER_TRAINER_INDEX_CACHE ("" = off), else
     $XDG_CACHE_HOME/adapter_trainer/shard-index (~/.cache/... by default)."""
-    import os
 
     env = os.environ.get("ADAPTER_TRAINER_INDEX_CACHE")
     if env is not None:
@@ -159,7 +158,6 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
                 f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''"
             ) from e
     scan = _scan_entry(entry)
-    import os
 
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / f".{f.name}.{os.getpid()}.tmp.npz"
@@ -307,10 +305,10 @@ def read_index_bytes(s: ShardSet, entry: dict) -> bytes:
 
 
 def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
-    """A remote set's sidecar: kept under the shard cache's `indexes/` by its sha256 (outside data.cache.max_bytes,
-    which bounds the tars: an index of a million clips is larger than a shard), else fetched (retried) and checked.
-    Fetched once per node: the ranks sharing the cache take the shard lock of the sidecar's sha256, as for a tar,
-    and the ones that waited read the node's copy."""
+    """A remote set's sidecar: read from the shard cache's `indexes/` by its sha256, else fetched (retried), checked
+    and kept there while data.cache.max_bytes has room (it counts against the bound like a tar). Fetched once per
+    node: the ranks sharing the cache take the download lock of the sidecar's sha256, as for a tar, and the ones that
+    waited read the node's copy (or fetch it themselves when there was no room to keep it)."""
     from adapter_trainer.data.remote.retry import with_retries
     from adapter_trainer.data.remote.urls import filesystem
 
@@ -330,7 +328,7 @@ def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
 
     if cache is None:
         return fetch()
-    keep = cache.root / "indexes" / f"{sha}.safetensors"
+    keep = cache.index_path(sha)
 
     def kept() -> bytes | None:
         data = keep.read_bytes() if keep.is_file() else None
@@ -343,10 +341,7 @@ def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
         data = kept()
         if data is None:
             data = fetch()
-            keep.parent.mkdir(parents=True, exist_ok=True)
-            tmp = keep.with_name(f".{keep.name}.part")  # the lock's holder alone writes it
-            tmp.write_bytes(data)
-            os.replace(tmp, keep)
+            cache.keep_index(sha, data)
     return data
 
 

@@ -17,6 +17,7 @@ length; positions, crops, rank slices and resume stay exactly as above.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import signal
@@ -33,6 +34,7 @@ from adapter_trainer.data.clip_reader import ClipReader
 from adapter_trainer.data.samples import Clip
 from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.token_layout import AudioVocab, Batch, Example, collate, encode_example
+from adapter_trainer.data.worker_lifetime import end_with_parent
 
 
 @dataclass(frozen=True)
@@ -256,13 +258,14 @@ def default_num_workers(local_world_size: int = 1) -> int:
     return max(1, min(8, cpus // max(1, local_world_size) // 2))
 
 
-def _worker_init(_: int) -> None:
+def _worker_init(_: int, parent_pid: int) -> None:
     torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
     # a terminal's Ctrl-C reaches the workers too, and a job scheduler's SIGTERM every process of the job: the
     # training process decides (it finishes its step and checkpoints, training.interrupt), so a worker that died of
-    # it does not break that last step. A worker still ends with its parent (DataLoader's watchdog) or its queue.
+    # it does not break that last step. The worker ends with its parent instead (data.worker_lifetime).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    end_with_parent(parent_pid)
 
 
 def train_loader(
@@ -276,7 +279,8 @@ def train_loader(
     on_position: Callable[[int], None] | None = None,
 ) -> DataLoader:
     """Micro-batches starting at global positions start, start + G, ... (G = global batch), in order.
-    on_position(start) is called as the loader hands each micro-batch to a worker (a remote set's prefetcher)."""
+    on_position(start) is called as the loader hands each micro-batch to a worker (a remote set's prefetcher).
+    Iterate it with data.worker_lifetime (`closing_workers(start_workers(loader))`): its workers ignore SIGTERM."""
     positions = range(start, start + n_micro_batches * dataset.global_batch, dataset.global_batch)
     return DataLoader(
         dataset,
@@ -284,7 +288,7 @@ def train_loader(
         sampler=positions if on_position is None else AnnouncedPositions(positions, on_position),
         num_workers=num_workers,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
-        worker_init_fn=_worker_init if num_workers > 0 else None,
+        worker_init_fn=functools.partial(_worker_init, parent_pid=os.getpid()) if num_workers > 0 else None,
         pin_memory=pin_memory,
         persistent_workers=False,
     )

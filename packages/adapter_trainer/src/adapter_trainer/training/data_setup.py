@@ -9,13 +9,14 @@ from pathlib import Path
 
 from adapter_trainer.config import ConfigError, DataConfig, TrainConfig, shard_paths, shard_weights
 from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spans
-from adapter_trainer.data.remote.cache import ShardCache, cache_for
+from adapter_trainer.data.remote.cache import BOOKKEEPING_BYTES, ShardCache, cache_for
 from adapter_trainer.data.remote.planner import Prefetcher, ShardPlanner
 from adapter_trainer.data.remote.urls import is_url, pin_all
 from adapter_trainer.data.shards import ShardSet, codec_notes, open_shard_sets
 from adapter_trainer.data.split_index import SplitIndex, build_index
 from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, default_num_workers, train_loader
 from adapter_trainer.data.token_layout import AudioVocab, Batch
+from adapter_trainer.data.worker_lifetime import start_workers
 from adapter_trainer.training.checkpoint import TrainingProgress
 from adapter_trainer.training.distributed import RankInfo
 
@@ -66,27 +67,30 @@ def loader_workers(cfg: TrainConfig, dist: RankInfo) -> int:
 
 
 def check_cache_bound(cfg: TrainConfig, shard_sets: Sequence[ShardSet], dist: RankInfo) -> str | None:
-    """Before any tar is fetched: refuse a data.cache.max_bytes smaller than the largest remote shard (ConfigError),
-    and return a one-line note when it holds fewer shards than the node reads at once. Each reading process (a
-    rank's workers, or the rank itself) holds one tar while reading a clip or reserves one download, and each rank's
-    prefetcher one more: below (ranks x (workers + 1)) x the largest shard, downloads wait for readers."""
+    """Before any tar is fetched: refuse a data.cache.max_bytes that cannot hold the largest remote shard beside the
+    cache's own files (BOOKKEEPING_BYTES; ConfigError), and return a one-line note when it holds fewer shards than
+    the node reads at once. Each reading process (a rank's workers, or the rank itself) holds one tar while reading a
+    clip or reserves one download, and each rank's prefetcher one more: below (ranks x (workers + 1)) x the largest
+    shard, downloads wait for readers."""
     bound = cfg.data.cache.max_bytes
     sizes = [e.bytes for s in shard_sets if s.is_remote for entries in s.splits.values() for e in entries]
     if not bound or not sizes:
         return None
     largest = max(sizes)
-    if bound < largest:
+    if bound < largest + BOOKKEEPING_BYTES:
         raise ConfigError(
-            f"data.cache.max_bytes={bound} is smaller than the largest remote shard ({largest} bytes); set it to at "
-            f"least {largest}, better several shards"
+            f"data.cache.max_bytes={bound} cannot hold the largest remote shard ({largest} bytes) and the cache's own "
+            f"files (up to {BOOKKEEPING_BYTES} bytes); set it to at least {largest + BOOKKEEPING_BYTES}, better "
+            f"several shards"
         )
     workers = loader_workers(cfg, dist)
     readers = dist.local_world_size * (max(workers, 1) + 1)
-    if bound < readers * largest:
+    if bound < readers * largest + BOOKKEEPING_BYTES:
         return (
-            f"note: data.cache.max_bytes={bound} holds {bound // largest} shard(s) of up to {largest} bytes, but this "
-            f"node reads up to {readers} at once ({dist.local_world_size} rank(s) x ({max(workers, 1)} reader(s) + 1 "
-            f"prefetch)): downloads will wait for readers; {readers * largest} or more avoids it"
+            f"note: data.cache.max_bytes={bound} holds {(bound - BOOKKEEPING_BYTES) // largest} shard(s) of up to "
+            f"{largest} bytes, but this node reads up to {readers} at once ({dist.local_world_size} rank(s) x "
+            f"({max(workers, 1)} reader(s) + 1 prefetch)): downloads will wait for readers; "
+            f"{readers * largest + BOOKKEEPING_BYTES} or more avoids it"
         )
     return None
 
@@ -239,7 +243,8 @@ def resumed_batches(
     on_position: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
     """This rank's next n_micro_batches micro-batches from the saved data position, built ahead by DataLoader workers
-    (in page-locked memory with pin_memory: for CUDA, whose copies from there are asynchronous).
+    (in page-locked memory with pin_memory: for CUDA, whose copies from there are asynchronous). The caller ends
+    the workers with data.worker_lifetime.closing_workers (an exit hook ends those of an iterator left alive).
 
     The position is the global example number n = epoch * E + index (E: all train clips, or a weighted mixture's
     epoch size; adapter_trainer/data/streaming.py): the same on
@@ -248,7 +253,7 @@ def resumed_batches(
     start = progress.epoch * train_data.epoch_size + progress.index
     if train_data.planner is not None:  # a remote set: no shard is needed, nor prefetched, past the last micro-batch
         train_data.planner.stop_at(start + n_micro_batches * train_data.global_batch)
-    return iter(
+    return start_workers(
         train_loader(
             train_data,
             start=start,

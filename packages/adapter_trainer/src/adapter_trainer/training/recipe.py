@@ -48,6 +48,7 @@ from tqdm import tqdm
 from adapter_trainer.config import ConfigError, TrainConfig, config_to_yaml
 from adapter_trainer.data.streaming import TrainBatches
 from adapter_trainer.data.token_layout import Batch
+from adapter_trainer.data.worker_lifetime import closing_workers
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint, interrupt
 from adapter_trainer.training.data_setup import (
@@ -287,89 +288,87 @@ class MoTAdapterRecipe:
         cfg = self.cfg.trainer
         model, optimizer, scheduler, scaler = self.model, self.optimizer, self.scheduler, self.scaler
         K = self.vocab.n_codebooks
+        show = cfg.progress_bar and self.dist.is_main
         pbar = tqdm(
-            total=self.max_steps,
-            initial=self.progress.step,
-            disable=not (cfg.progress_bar and self.dist.is_main),
-            desc="train",
-            dynamic_ncols=True,
+            total=self.max_steps, initial=self.progress.step, disable=not show, desc="train", dynamic_ncols=True
         )
-        batches = self.train_batches()  # this rank's share of each global micro-batch, prefetched by workers
-        t_log, tokens_log, step_s = time.perf_counter(), 0, 0.0
-        stop = interrupt.StopOnInterrupt(self.dist).install()  # Ctrl-C: finish the step, checkpoint it, exit 130
-        while self.progress.step < self.max_steps:
-            t_step = time.perf_counter()
-            model.train()  # trainable modules only: the frozen towers stay in eval() (MoTAdapterModel.train)
-            optimizer.zero_grad(set_to_none=True)
-            # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
-            # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
-            window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
-            n_window = window_targets(self.step_targets, self.dist)  # all ranks' targets in the window
-            self.step_targets = 0
-            window = backward_window(
-                model,
-                window_batches,
-                autocast=self.autocast,
-                scaler=scaler,
-                n_window=n_window,
-                step=self.progress.step + 1,
-            )
-            self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
-            # logged figures over all ranks (one small all-reduce per step): loss, tokens, windows, [K] CE sums
-            loss_acc, n_tok_step, windows, end_windows, ce_k, n_k = sum_step_figures(
-                window, self.step_windows, self.step_end_windows, self.dist
-            )
-            self.step_windows, self.step_end_windows = 0, 0
-            tokens_log += n_tok_step
-            self.progress.tokens_seen += n_tok_step
-            self.progress.train_windows += windows
-            self.progress.train_end_targets += end_windows
-            if scaler is not None:
-                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            max_norm = self.cfg.optimizer.grad_clip if self.cfg.optimizer.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            scheduler.step()
-            self.progress.step += 1
-            step = self.progress.step
+        # this rank's share of each global micro-batch, built ahead by workers that end however the loop is left
+        with closing_workers(self.train_batches()) as batches:
+            t_log, tokens_log, step_s = time.perf_counter(), 0, 0.0
+            stop = interrupt.StopOnInterrupt(self.dist).install()  # Ctrl-C: finish the step, checkpoint it, exit 130
+            while self.progress.step < self.max_steps:
+                t_step = time.perf_counter()
+                model.train()  # trainable modules only: the frozen towers stay in eval() (MoTAdapterModel.train)
+                optimizer.zero_grad(set_to_none=True)
+                # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
+                # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
+                window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
+                n_window = window_targets(self.step_targets, self.dist)  # all ranks' targets in the window
+                self.step_targets = 0
+                window = backward_window(
+                    model,
+                    window_batches,
+                    autocast=self.autocast,
+                    scaler=scaler,
+                    n_window=n_window,
+                    step=self.progress.step + 1,
+                )
+                self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
+                # logged figures over all ranks (one small all-reduce per step): loss, tokens, windows, [K] CE sums
+                loss_acc, n_tok_step, windows, end_windows, ce_k, n_k = sum_step_figures(
+                    window, self.step_windows, self.step_end_windows, self.dist
+                )
+                self.step_windows, self.step_end_windows = 0, 0
+                tokens_log += n_tok_step
+                self.progress.tokens_seen += n_tok_step
+                self.progress.train_windows += windows
+                self.progress.train_end_targets += end_windows
+                if scaler is not None:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                max_norm = self.cfg.optimizer.grad_clip if self.cfg.optimizer.grad_clip > 0 else float("inf")
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                scheduler.step()
+                self.progress.step += 1
+                step = self.progress.step
 
-            dt = time.perf_counter() - t_log
-            step_s += time.perf_counter() - t_step  # training time only (no eval / checkpoint)
-            pbar.update(1)
-            pbar.set_postfix(loss=f"{loss_acc:.3f}", tok_s=f"{tokens_log / max(dt, 1e-9):.0f}")
-            if step % cfg.log_every == 0 or step == self.max_steps:
-                payload = {
-                    "train/loss": loss_acc,
-                    "train/lr": scheduler.get_last_lr()[0],
-                    "train/grad_norm": float(grad_norm),
-                    "train/tokens_per_s": tokens_log / max(dt, 1e-9),
-                    "train/tokens_seen": self.progress.tokens_seen,
-                    "train/epoch": self.progress.epoch,
-                    # rank 0's wait for its next batch / its step time, over the steps since the last log
-                    "train/data_wait_s": self.data_wait_s,
-                    "train/step_s": step_s,
-                    "train/data_wait_frac": self.data_wait_s / max(step_s, 1e-9),
-                    **{f"train/ce_cb{k}": float(ce_k[k] / max(int(n_k[k]), 1)) for k in range(K)},
-                    **{f"train/{k}": v for k, v in device_memory_gb(self.device).items()},  # cuda / mps only
-                    **{f"train/{k}": v for k, v in model_figures(model).items()},  # e.g. caption_scale (musicgen)
-                }
-                self.logger.log_dict(payload, step)
-                t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0
-            if cfg.eval_every and step % cfg.eval_every == 0:
-                self.last_eval = self.evaluate()  # every rank scores its share; all get the gathered report
-                self.log_eval(self.last_eval, step, announce=True)
-            if cfg.ckpt_every and step % cfg.ckpt_every == 0:
-                if self.dist.is_main:
-                    path = self.save_checkpoint()
-                    tqdm.write(f"step {step}: checkpoint {path}")
-                self.dist.barrier()  # no rank runs ahead of a checkpoint being written
-            if stop.requested():  # a Ctrl-C on any rank: every rank stops after this same step
-                pbar.close()
-                stop.checkpoint_and_stop(self)  # raises interrupt.TrainingInterrupted
+                dt = time.perf_counter() - t_log
+                step_s += time.perf_counter() - t_step  # training time only (no eval / checkpoint)
+                pbar.update(1)
+                pbar.set_postfix(loss=f"{loss_acc:.3f}", tok_s=f"{tokens_log / max(dt, 1e-9):.0f}")
+                if step % cfg.log_every == 0 or step == self.max_steps:
+                    payload = {
+                        "train/loss": loss_acc,
+                        "train/lr": scheduler.get_last_lr()[0],
+                        "train/grad_norm": float(grad_norm),
+                        "train/tokens_per_s": tokens_log / max(dt, 1e-9),
+                        "train/tokens_seen": self.progress.tokens_seen,
+                        "train/epoch": self.progress.epoch,
+                        # rank 0's wait for its next batch / its step time, over the steps since the last log
+                        "train/data_wait_s": self.data_wait_s,
+                        "train/step_s": step_s,
+                        "train/data_wait_frac": self.data_wait_s / max(step_s, 1e-9),
+                        **{f"train/ce_cb{k}": float(ce_k[k] / max(int(n_k[k]), 1)) for k in range(K)},
+                        **{f"train/{k}": v for k, v in device_memory_gb(self.device).items()},  # cuda / mps only
+                        **{f"train/{k}": v for k, v in model_figures(model).items()},  # e.g. caption_scale (musicgen)
+                    }
+                    self.logger.log_dict(payload, step)
+                    t_log, tokens_log, step_s, self.data_wait_s = time.perf_counter(), 0, 0.0, 0.0
+                if cfg.eval_every and step % cfg.eval_every == 0:
+                    self.last_eval = self.evaluate()  # every rank scores its share; all get the gathered report
+                    self.log_eval(self.last_eval, step, announce=True)
+                if cfg.ckpt_every and step % cfg.ckpt_every == 0:
+                    if self.dist.is_main:
+                        path = self.save_checkpoint()
+                        tqdm.write(f"step {step}: checkpoint {path}")
+                    self.dist.barrier()  # no rank runs ahead of a checkpoint being written
+                if stop.requested():  # a Ctrl-C on any rank: every rank stops after this same step
+                    pbar.close()
+                    stop.checkpoint_and_stop(self)  # raises interrupt.TrainingInterrupted
         interrupt.uninstall()
         pbar.close()
         if self.train_data.planner is not None:  # a remote set: no train shard is needed any more

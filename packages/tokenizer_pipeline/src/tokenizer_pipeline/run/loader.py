@@ -95,7 +95,8 @@ def _one_thread() -> Iterator[None]:
 
 
 def decoded_clips(rows: list[PlanItem], cfg: PipelineConfig, sampling_rate: int, workers: int) -> Iterator[DecodedClip]:
-    """DecodedClips in `rows` order. workers > 0: that many processes, at most `prefetch` clips ahead each."""
+    """DecodedClips in `rows` order. workers > 0: that many processes, at most `prefetch` clips ahead each, ended when
+    the generator is closed or exhausted."""
     source = ClipSource(rows, cfg, sampling_rate)
     if workers == 0:
         for i in range(len(source)):
@@ -107,4 +108,13 @@ def decoded_clips(rows: list[PlanItem], cfg: PipelineConfig, sampling_rate: int,
         source, batch_size=None, shuffle=False, num_workers=workers, prefetch_factor=cfg.prefetch,
         collate_fn=_as_is, worker_init_fn=_worker_init,  # yields in index order (in_order defaults to True)
     )  # fmt: skip
-    yield from loader
+    clips = iter(loader)
+    try:
+        yield from clips
+    finally:
+        # closed (contextlib.closing in the caller) on every way out of the encoding loop, an error or Ctrl-C too: the
+        # workers end now, not at the interpreter's exit. DataLoader has no public close; `_shutdown_workers` is what
+        # its iterator's __del__ calls (each worker told to leave and joined, then terminated).
+        shutdown = getattr(clips, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

@@ -19,6 +19,7 @@ a clip's shard and its batch companions depend only on the plan, never on timing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import asdict, replace
@@ -287,11 +288,13 @@ def _encode_shards(
     t0 = time.monotonic()
     audio_s = 0.0
     todo_rows = [r for p in todo for r in p.rows]
-    clips = decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)
     desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.is_distributed else "encode"
-    with tqdm(
-        total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True
-    ) as bar:
+    with (
+        contextlib.closing(decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)) as clips,
+        tqdm(
+            total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True
+        ) as bar,
+    ):  # the decode workers end with this block, whichever way it is left
         for plan in todo:
             rec = encode_shard(plan, clips, encoder, cfg, store.out_dir)
             store.save(plan, rec)

@@ -3,19 +3,25 @@
 Layout of `data.cache.dir` (shared by every rank and DataLoader worker of a node, and by runs on other sets):
 
     <sha256>.tar                         a verified shard, named by its content (the manifest's sha256)
-    <sha256>-<bytes>.<pid>.<n>.part      a download in flight; counts as <bytes> against the bound
+    <sha256>-<bytes>.<pid>.<n>.part      a download in flight (a tar, or an index sidecar); counts as <bytes>
+    indexes/<sha256>.safetensors         a remote set's index sidecar, kept for the next start while there is room
     .locks/<sha256>.lock                 held while one process downloads that shard (the others wait for it)
     .lock                                held while a process counts the cache, evicts, reserves or renames
     .stats.json                          downloads, bytes downloaded, evictions, peak bytes (for the benchmark)
 
 Correct first: a tar appears only by atomic rename after its size and sha256 equal the manifest's; a mismatch is
 fetched once more, then the run stops naming the shard and the URL. A leftover .part whose shard lock nobody holds is
-deleted (by each process when it opens the cache, and whenever room is made). Readers hold a shared flock on the tar they read (`open`), and eviction takes that file's exclusive flock
-without waiting, so a shard being read is never removed (filelock has no shared mode: fcntl.flock directly).
+deleted (by each process when it opens the cache, and whenever room is made). Readers hold a shared flock on the tar
+they read (`open`), and eviction takes that file's exclusive flock without waiting, so a shard being read is never
+removed (filelock has no shared mode: fcntl.flock directly).
 
-Bounded: before a download, the process holding `.lock` counts verified tars plus reservations, and evicts until the
-new shard fits: the shard whose next use in the example order is farthest away (a `planner` says; LRU by mtime for
-ties or without one), or the least recently used with policy "lru". max_bytes = 0 is no bound.
+Bounded: the directory never holds more than max_bytes, as `du -sb` counts it: every file and directory under it,
+the cache's own (locks, counters, the directories themselves) included, a download in flight at its full size. Before
+a download, the process holding `.lock` counts all of it, keeps `HEADROOM_BYTES` free for the bookkeeping that may
+appear before the next count (a new lock file, a directory growing by a block), and evicts until the new shard fits:
+an index copy first (it is read once, at a start), then the shard whose next use in the example order is farthest
+away (a `planner` says; LRU by mtime for ties or without one), or the least recently used with policy "lru". A bound
+holds (max_bytes - BOOKKEEPING_BYTES) // shard size shards. max_bytes = 0 is no bound.
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ from adapter_trainer.data.remote.urls import filesystem, protocol
 from adapter_trainer.errors import UserError
 
 POLICIES = ("order", "lru")
+HEADROOM_BYTES = 16 * 1024  # kept free at each count for what appears before the next one
+# the cache's own files on a filesystem with 4 KiB directory blocks (three directories, empty locks, the counters)
+# plus the headroom: what a bound needs beyond its shards
+BOOKKEEPING_BYTES = 32 * 1024
+INDEXES = "indexes"
 _BLOCK = 1 << 20
 _COUNTER = itertools.count()
 
@@ -108,11 +119,15 @@ class ShardCache:
         self._ready()
         return self._shard_lock(sha256)
 
+    def index_path(self, sha256: str) -> Path:
+        return self.root / INDEXES / f"{sha256}.safetensors"
+
     def _ready(self) -> None:
-        """Create the directory and delete leftovers of dead downloads, once per process."""
+        """Create the directories and delete leftovers of dead downloads, once per process."""
         if self._ready_pid == os.getpid():
             return
         (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+        (self.root / INDEXES).mkdir(exist_ok=True)
         self._reap_dead_parts()
         self._ready_pid = os.getpid()
 
@@ -127,16 +142,27 @@ class ShardCache:
                 pass  # a live download of that shard
 
     def used_bytes(self) -> int:
-        """Verified tars plus reserved downloads, in bytes (what the bound counts)."""
-        total = 0
-        for p in self.root.iterdir():
+        """What the bound counts: the directory's footprint as `du -sb` gives it (the apparent size of every file and
+        directory under the root, the root too), each download in flight at its full reserved size."""
+        total, dirs = 0, [self.root]
+        while dirs:
+            d = dirs.pop()
             try:
-                if p.name.endswith(".tar"):
-                    total += p.stat().st_size
-                elif p.name.endswith(".part"):
-                    total += int(p.name.split(".", 1)[0].rsplit("-", 1)[1])
-            except (FileNotFoundError, ValueError, IndexError):
+                total += d.stat().st_size
+                entries = list(os.scandir(d))
+            except FileNotFoundError:
                 continue
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        dirs.append(Path(e.path))
+                        continue
+                    size = e.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    continue
+                if e.name.endswith(".part"):
+                    size = max(size, _reserved(e.name))
+                total += size
         return total
 
     def stats(self) -> dict[str, int]:
@@ -167,21 +193,22 @@ class ShardCache:
         if not self.max_bytes:
             return True
         self._reap_dead_parts()
-        used = self.used_bytes()
+        used = self.used_bytes() + HEADROOM_BYTES
         if used + need <= self.max_bytes:
             return True
         if admit_within is not None and self.policy == "lru":
             return False  # LRU knows no next use: a prefetch only fills free room, never evicts
         candidates = []
-        for p in self.root.glob("*.tar"):
-            other = p.name[: -len(".tar")]
+        for p in [*self.root.glob("*.tar"), *(self.root / INDEXES).glob("*.safetensors")]:
+            other = p.name.split(".", 1)[0]
             if other == sha:
                 continue
             try:
                 mtime = p.stat().st_mtime
             except FileNotFoundError:
                 continue
-            candidates.append((-self._distance(other), mtime, p))
+            distance = self._distance(other) if p.suffix == ".tar" else math.inf  # an index: read at a start only
+            candidates.append((-distance, mtime, p))
         candidates.sort(key=lambda c: (c[0], c[1]))  # farthest next use first, then least recently used
         for neg_dist, _, p in candidates:
             if admit_within is not None and -neg_dist <= admit_within:
@@ -219,10 +246,11 @@ class ShardCache:
         self._ready()
         if self.present(shard.sha256):
             return True
-        if self.max_bytes and shard.bytes > self.max_bytes:
+        if self.max_bytes and shard.bytes + BOOKKEEPING_BYTES > self.max_bytes:
             raise ShardCacheError(
-                f"{what} ({shard.url}) is {shard.bytes} bytes but data.cache.max_bytes={self.max_bytes}; raise "
-                f"data.cache.max_bytes to at least a few shards (the largest is >= {shard.bytes})"
+                f"{what} ({shard.url}) is {shard.bytes} bytes, and the cache's own files take up to "
+                f"{BOOKKEEPING_BYTES}, but data.cache.max_bytes={self.max_bytes}; raise data.cache.max_bytes to at "
+                f"least a few shards (the largest is >= {shard.bytes})"
             )
         with self._shard_lock(shard.sha256):  # one download per shard per node; the others wait here
             if self.present(shard.sha256):
@@ -258,6 +286,25 @@ class ShardCache:
                     f"(ranks on this node x (DataLoader workers + 1)) x the largest shard"
                 )
             time.sleep(0.05)
+
+    def keep_index(self, sha256: str, data: bytes) -> bool:
+        """Keep an index sidecar's verified bytes as `index_path(sha256)`, within the bound (evicting as for a
+        download, never waiting for readers). The caller holds `download_lock(sha256)`. False when there is no room
+        now: the run reads the bytes it holds, and the next start fetches the sidecar again."""
+        self._ready()
+        with self._lock():
+            if not self._make_room(len(data), sha256, admit_within=None):
+                return False
+            part = self.root / f"{sha256}-{len(data)}.{os.getpid()}.{next(_COUNTER)}.part"
+            part.touch()
+            self._bump(peak_bytes=self.used_bytes())
+        try:
+            part.write_bytes(data)
+            with self._lock():
+                os.replace(part, self.index_path(sha256))
+        finally:
+            part.unlink(missing_ok=True)
+        return True
 
     def _download_verified(self, shard: RemoteShard, part: Path, *, what: str) -> None:
         """Download into `part` and check size + sha256; a mismatch is fetched once more, then refused."""
@@ -326,6 +373,14 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 os.utime(p)  # recency, for LRU
             return f
+
+
+def _reserved(part_name: str) -> int:
+    """The bytes a `<sha256>-<bytes>.<pid>.<n>.part` file reserves (0 for another name)."""
+    try:
+        return int(part_name.split(".", 1)[0].rsplit("-", 1)[1])
+    except (ValueError, IndexError):
+        return 0
 
 
 def cache_for(

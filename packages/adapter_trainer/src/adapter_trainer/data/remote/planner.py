@@ -191,7 +191,10 @@ class Prefetcher:
                     self.failures += 1
                     print(f"adapter_trainer: prefetch of {what} failed, its reader will fetch it: {e}", file=sys.stderr)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread: it starts no new download. One still running after `timeout_s` is left to finish in the
+        daemon thread, so that a run that stopped is not held up by it (a process that exits first leaves a .part
+        file, which the cache reclaims)."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=timeout_s)

@@ -1,0 +1,108 @@
+"""DataLoader workers end with the loop that started them, on every way out of it.
+
+A training batch worker ignores SIGINT and SIGTERM: a terminal's Ctrl-C and a job scheduler's SIGTERM reach every
+process of the job, and the training process decides (it finishes its step and checkpoints: training.interrupt).
+So the usual ways of ending a child do not end it: at exit, multiprocessing sends SIGTERM to its daemonic children
+and then waits for them, for ever. What ends them instead:
+
+- `closing_workers(batches)`: the loop's iterator is shut down when the loop is left. At its end, torch's own
+  shutdown (each worker is told to leave and joined), then SIGKILL for a worker still alive (one blocked in a read
+  or a download); left by an error or an interrupt, SIGKILL at once (torch's shutdown waits 5 s for each stuck
+  worker in turn). Nothing a worker holds outlives it: its locks are released with it and the shard cache reclaims
+  a dead process's partial download.
+- an exit hook that runs before multiprocessing's: every iterator still alive is ended the same way, at once;
+- `end_with_parent()` in each worker: on Linux the kernel sends it SIGKILL when its parent dies (a parent killed by
+  the OOM killer or by torchrun's SIGKILL runs no exit hook); elsewhere DataLoader's own watchdog ends an idle worker
+  within seconds of its parent.
+
+DataLoader has no public close: this module uses its iterator's `_workers` and `_shutdown_workers` (what the
+iterator's `__del__` calls), and stops torch's SIGCHLD watch of workers it kills (`_remove_worker_pids`: torch would
+otherwise raise in this process for a worker killed by a signal).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import multiprocessing.util  # noqa: F401 (its exit hook is registered first, so the one below runs before it)
+import os
+import signal
+import sys
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+JOIN_S = 5.0  # how long a killed worker is waited for (it is gone at once; a zombie is reaped by the join)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_live: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators with workers, not yet shut down
+
+
+def start_workers(loader: Iterable[T]) -> Iterator[T]:
+    """`iter(loader)`, remembered until `shut_down` so that the exit hook can end its workers."""
+    batches = iter(loader)
+    if getattr(batches, "_workers", None):
+        _live.add(batches)
+    return batches
+
+
+def shut_down(batches: Iterator[Any], *, at_once: bool = False) -> None:
+    """End an iterator's workers now: torch's shutdown (it also stops the pin-memory thread and closes the queues),
+    then SIGKILL for those still alive, whose SIGTERM torch sent is ignored. at_once: SIGKILL first, without asking
+    them to leave. A no-op for an iterator without workers, or one shut down already."""
+    _live.discard(batches)
+    workers = list(getattr(batches, "_workers", ()))
+    if not workers or getattr(batches, "_shutdown", False):
+        return
+    if at_once:
+        _unwatch(batches)
+        _kill(workers)
+    batches._shutdown_workers()  # type: ignore[attr-defined]
+    _kill(workers)
+
+
+def _unwatch(batches: Iterator[Any]) -> None:
+    """Stop torch's SIGCHLD watch of this iterator's workers, which raises in this process for one killed by a signal."""
+    from torch.utils.data._utils import signal_handling
+
+    if getattr(batches, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(batches))
+        batches._worker_pids_set = False  # type: ignore[attr-defined]
+
+
+def _kill(workers: list[Any]) -> None:
+    for w in workers:
+        if w.is_alive():
+            w.kill()
+    for w in workers:
+        w.join(timeout=JOIN_S)
+
+
+@contextlib.contextmanager
+def closing_workers(batches: Iterator[T]) -> Iterator[Iterator[T]]:
+    """`with closing_workers(start_workers(loader)) as batches:` the workers end when the block is left (at once when
+    it is left by an exception: an error, an interrupt)."""
+    try:
+        yield batches
+    except BaseException:
+        shut_down(batches, at_once=True)
+        raise
+    shut_down(batches)
+
+
+def _shut_down_live() -> None:
+    for batches in list(_live):
+        shut_down(batches, at_once=True)
+
+
+atexit.register(_shut_down_live)
+
+
+def end_with_parent(parent_pid: int) -> None:
+    """In a worker whose parent is the process that made the loader (fork or spawn; not a forkserver's child): on
+    Linux, ask for SIGKILL when that parent dies (PR_SET_PDEATHSIG). Elsewhere, or when refused, DataLoader's
+    watchdog remains: it ends an idle worker within seconds of its parent."""
+    if not sys.platform.startswith("linux") or os.getppid() != parent_pid:
+        return
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
