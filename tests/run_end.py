@@ -12,7 +12,8 @@ Stalls are judged by what the run does, not by wall time alone:
 - a run still going after `LIMIT_S` is stalled, whatever it does (torchrun's agent polls its ranks: a job whose
   ranks hang still spends CPU).
 
-Linux only (/proc).
+A process that drops the token from its environment (one started with an `env=` of its own), or whose environment
+cannot be read, is not seen: the runs tested here start none. Linux only (/proc).
 """
 
 from __future__ import annotations

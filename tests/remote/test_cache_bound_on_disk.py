@@ -80,7 +80,7 @@ def test_a_run_at_a_tight_bound_never_holds_more_than_it_on_disk(store, v5_set, 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     ended = run_to_end([sys.executable, "-m", "adapter_trainer", *ov], env=env, cwd=REPO, end_line=r"^  resume: ")
     peak = footprint.stop()
-    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert ended.returncode == 0 and ended.exit_after_end_line_s is not None, ended.stderr[-3000:]
     stats = ShardCache(cache_dir).stats()
     assert stats["evictions"] > 0 and footprint.polls > 20, (stats, footprint.polls)  # the bound really bit
     assert peak <= bound, f"du -sb peaked at {peak:,} bytes over the bound of {bound:,} ({stats})"

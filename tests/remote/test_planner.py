@@ -62,11 +62,11 @@ def test_upcoming_lists_a_ranks_shards_in_order_of_first_use() -> None:
 
 
 def test_an_lru_prefetch_only_fills_free_room(tmp_path) -> None:
-    cache = ShardCache(tmp_path / "c", max_bytes=2 * 20_000 + BOOKKEEPING_BYTES, policy="lru")  # two tars' room
+    cache = ShardCache(tmp_path / "c", max_bytes=2 * 60_000 + BOOKKEEPING_BYTES, policy="lru")  # two tars' room
     cache._ready()
     for name in ("a", "b"):
-        (tmp_path / "c" / f"{name * 64}.tar").write_bytes(b"x" * 20_000)
-    shard = RemoteShard("http://127.0.0.1:9/never", "c" * 64, 20_000)  # never fetched: no room without evicting
+        (tmp_path / "c" / f"{name * 64}.tar").write_bytes(b"x" * 60_000)
+    shard = RemoteShard("http://127.0.0.1:9/never", "c" * 64, 60_000)  # never fetched: no room without evicting
     assert not cache.fetch(shard, what="prefetch", admit_within=5.0)
     assert cache.present("a" * 64) and cache.present("b" * 64)
 

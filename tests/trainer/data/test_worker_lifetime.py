@@ -5,7 +5,6 @@ outright (tests/trainer/training/test_every_run_ends.py runs the real trainer th
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import textwrap
@@ -34,9 +33,7 @@ class StuckAfterFirst(torch.utils.data.Dataset):
 
 
 def loader(dataset: torch.utils.data.Dataset) -> torch.utils.data.DataLoader:
-    return torch.utils.data.DataLoader(
-        dataset, batch_size=None, num_workers=2, worker_init_fn=functools.partial(_worker_init, parent_pid=os.getpid())
-    )
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=_worker_init)
 
 
 @pytest.mark.budget(60, reason="torch's shutdown waits 5 s for each worker stuck in its read before it is killed")

@@ -23,6 +23,7 @@ from tests.run_end import run_to_end
 from tests.trainer.helpers import run_recipe_recording_keys, tiny_demo_overrides
 
 STEPS, GLOBAL_BATCH = 4, 4
+pytestmark = pytest.mark.budget(60, reason="the module's setup: a one-process run, then a torchrun job of 2 ranks")
 
 
 def overrides(models: dict[str, Path], shards: Path, out: Path, batch_size: int, *extra: str) -> list[str]:
@@ -52,12 +53,14 @@ def run_two_ranks(ov: list[str], out: Path, *, limit_s: float = 900) -> subproce
     """`torchrun --nproc_per_node=2` of the real entry point, observed from outside the recipe
     (tests/trainer/observed_train.py writes out/dump.json and .rank1), run to its end by tests/run_end.py: it fails as
     stalled when its processes spend no CPU for a minute or it runs past `limit_s` (15 minutes unless a test says
-    less), and when any process of the job (a rank, a DataLoader worker) outlives it."""
+    less) or is still running a minute after its last line, and when any process of the job (a rank, a DataLoader
+    worker) outlives it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "tests.trainer.observed_train", str(out / "dump.json"), *ov]  # fmt: skip
-    ended = run_to_end(cmd, env=env, cwd=REPO, limit_s=limit_s)
+    ended = run_to_end(cmd, env=env, cwd=REPO, end_line=r"^  resume: ", limit_s=limit_s)  # next_steps' last line
     assert ended.returncode == 0, ended.stdout[-3000:] + ended.stderr[-5000:]
+    assert ended.exit_after_end_line_s is not None, ended.stdout[-3000:]
     return subprocess.CompletedProcess(cmd, ended.returncode, ended.stdout, ended.stderr)
 
 

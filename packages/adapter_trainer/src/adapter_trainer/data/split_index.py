@@ -331,8 +331,11 @@ def _remote_index_bytes(s: ShardSet, entry: dict, where: str) -> bytes:
     keep = cache.index_path(sha)
 
     def kept() -> bytes | None:
-        data = keep.read_bytes() if keep.is_file() else None
-        return data if data is not None and len(data) == size and hashlib.sha256(data).hexdigest() == sha else None
+        try:
+            data = keep.read_bytes()
+        except FileNotFoundError:  # never kept, or evicted by another process of the node
+            return None
+        return data if len(data) == size and hashlib.sha256(data).hexdigest() == sha else None
 
     data = kept()
     if data is not None:

@@ -17,7 +17,6 @@ length; positions, crops, rank slices and resume stay exactly as above.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import signal
@@ -258,14 +257,14 @@ def default_num_workers(local_world_size: int = 1) -> int:
     return max(1, min(8, cpus // max(1, local_world_size) // 2))
 
 
-def _worker_init(_: int, parent_pid: int) -> None:
+def _worker_init(_: int) -> None:
     torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
     # a terminal's Ctrl-C reaches the workers too, and a job scheduler's SIGTERM every process of the job: the
     # training process decides (it finishes its step and checkpoints, training.interrupt), so a worker that died of
     # it does not break that last step. The worker ends with its parent instead (data.worker_lifetime).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    end_with_parent(parent_pid)
+    end_with_parent()
 
 
 def train_loader(
@@ -288,7 +287,7 @@ def train_loader(
         sampler=positions if on_position is None else AnnouncedPositions(positions, on_position),
         num_workers=num_workers,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
-        worker_init_fn=functools.partial(_worker_init, parent_pid=os.getpid()) if num_workers > 0 else None,
+        worker_init_fn=_worker_init if num_workers > 0 else None,
         pin_memory=pin_memory,
         persistent_workers=False,
     )

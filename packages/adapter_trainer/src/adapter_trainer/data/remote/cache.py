@@ -5,7 +5,7 @@ Layout of `data.cache.dir` (shared by every rank and DataLoader worker of a node
     <sha256>.tar                         a verified shard, named by its content (the manifest's sha256)
     <sha256>-<bytes>.<pid>.<n>.part      a download in flight (a tar, or an index sidecar); counts as <bytes>
     indexes/<sha256>.safetensors         a remote set's index sidecar, kept for the next start while there is room
-    .locks/<sha256>.lock                 held while one process downloads that shard (the others wait for it)
+    .locks/<xx>.lock                     held while one process downloads a shard whose sha256 starts with xx
     .lock                                held while a process counts the cache, evicts, reserves or renames
     .stats.json                          downloads, bytes downloaded, evictions, peak bytes (for the benchmark)
 
@@ -16,12 +16,13 @@ they read (`open`), and eviction takes that file's exclusive flock without waiti
 removed (filelock has no shared mode: fcntl.flock directly).
 
 Bounded: the directory never holds more than max_bytes, as `du -sb` counts it: every file and directory under it,
-the cache's own (locks, counters, the directories themselves) included, a download in flight at its full size. Before
-a download, the process holding `.lock` counts all of it, keeps `HEADROOM_BYTES` free for the bookkeeping that may
-appear before the next count (a new lock file, a directory growing by a block), and evicts until the new shard fits:
-an index copy first (it is read once, at a start), then the shard whose next use in the example order is farthest
-away (a `planner` says; LRU by mtime for ties or without one), or the least recently used with policy "lru". A bound
-holds (max_bytes - BOOKKEEPING_BYTES) // shard size shards. max_bytes = 0 is no bound.
+the cache's own (at most 256 lock files, the counters, the directories themselves) included, a download in flight at
+its full size. Before a download, the process holding `.lock` counts all of it, keeps `HEADROOM_BYTES` free for the
+bookkeeping that may appear before the next count (a lock file, a directory growing by a block), and evicts until the
+new shard fits: kept index copies first (a start reads them once; one is kept only in free room), then the shard
+whose next use in the example order is farthest away (a `planner` says; LRU by mtime for ties or without one), or
+the least recently used with policy "lru". A bound holds about (max_bytes - BOOKKEEPING_BYTES) // shard size shards
+(each directory entry takes some 80 bytes more). max_bytes = 0 is no bound.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ from adapter_trainer.errors import UserError
 
 POLICIES = ("order", "lru")
 HEADROOM_BYTES = 16 * 1024  # kept free at each count for what appears before the next one
-# the cache's own files on a filesystem with 4 KiB directory blocks (three directories, empty locks, the counters)
-# plus the headroom: what a bound needs beyond its shards
-BOOKKEEPING_BYTES = 32 * 1024
+# what a bound needs beyond its shards: the cache's own files on a filesystem with 4 KiB directory blocks (three
+# directories, up to 256 empty lock files, the counters) plus the headroom
+BOOKKEEPING_BYTES = 64 * 1024
 INDEXES = "indexes"
 _BLOCK = 1 << 20
 _COUNTER = itertools.count()
@@ -111,7 +112,10 @@ class ShardCache:
         return FileLock(str(self.root / ".lock"))
 
     def _shard_lock(self, sha256: str) -> FileLock:
-        return FileLock(str(self.root / ".locks" / f"{sha256}.lock"))
+        # one lock per first byte of the sha256: at most 256 lock files, so the bookkeeping stays bounded (filelock
+        # leaves its files; one per shard ever fetched would grow .locks/ without end). Two shards that share one
+        # wait for each other's download, no more.
+        return FileLock(str(self.root / ".locks" / f"{sha256[:2]}.lock"))
 
     def download_lock(self, sha256: str) -> FileLock:
         """The node-wide lock of one download by content (a tar's, or an index sidecar's sha256): its holder alone
@@ -187,41 +191,44 @@ class ShardCache:
             return math.inf
         return self.next_use(sha)
 
-    def _make_room(self, need: int, sha: str, admit_within: float | None) -> bool:
-        """Under self._lock(): evict until `need` more bytes fit. With admit_within (a prefetch), only shards used
-        later than that are evicted. False when it cannot fit now."""
+    def _make_room(self, need: int, sha: str, admit_within: float | None, *, evict_tars: bool = True) -> bool:
+        """Under self._lock(): evict until `need` more bytes fit, kept index copies first (a start reads them once),
+        then tars. With admit_within (a prefetch), only tars used later than that are evicted; without evict_tars
+        (an index copy to keep), none. False when it cannot fit now."""
         if not self.max_bytes:
             return True
         self._reap_dead_parts()
+        for tmp in self.root.glob(".stats.*.tmp"):  # written under this lock: a leftover of a killed process
+            tmp.unlink(missing_ok=True)
         used = self.used_bytes() + HEADROOM_BYTES
         if used + need <= self.max_bytes:
             return True
-        if admit_within is not None and self.policy == "lru":
-            return False  # LRU knows no next use: a prefetch only fills free room, never evicts
-        candidates = []
-        for p in [*self.root.glob("*.tar"), *(self.root / INDEXES).glob("*.safetensors")]:
-            other = p.name.split(".", 1)[0]
-            if other == sha:
-                continue
-            try:
-                mtime = p.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            distance = self._distance(other) if p.suffix == ".tar" else math.inf  # an index: read at a start only
-            candidates.append((-distance, mtime, p))
-        candidates.sort(key=lambda c: (c[0], c[1]))  # farthest next use first, then least recently used
+        candidates = [(-math.inf, -math.inf, p) for p in self._by_mtime((self.root / INDEXES).glob("*.safetensors"))]
+        if evict_tars and not (admit_within is not None and self.policy == "lru"):  # LRU prefetch: free room only
+            tars = [(p, p.name[: -len(".tar")]) for p in self._by_mtime(self.root.glob("*.tar"))]
+            ranked = [(-self._distance(other), i, p) for i, (p, other) in enumerate(tars) if other != sha]
+            candidates += sorted(ranked)  # farthest next use first, then least recently used
         for neg_dist, _, p in candidates:
-            if admit_within is not None and -neg_dist <= admit_within:
-                return False  # everything left is needed no later than the shard we would prefetch
-            size = self._evict(p)
+            if p.suffix == ".tar" and admit_within is not None and -neg_dist <= admit_within:
+                return False  # every tar left is needed no later than the shard we would prefetch
+            size = self._evict(p, counted=p.suffix == ".tar")
             if size:
                 used -= size
                 if used + need <= self.max_bytes:
                     return True
         return False
 
-    def _evict(self, p: Path) -> int:
-        """Remove `p` unless a reader holds it; its size, or 0."""
+    @staticmethod
+    def _by_mtime(paths) -> list[Path]:
+        """`paths` oldest first (a file gone meanwhile is left out)."""
+        dated = []
+        for p in paths:
+            with contextlib.suppress(FileNotFoundError):
+                dated.append((p.stat().st_mtime, p))
+        return [p for _, p in sorted(dated)]
+
+    def _evict(self, p: Path, *, counted: bool = True) -> int:
+        """Remove `p` unless a reader holds it; its size, or 0. counted: an eviction in .stats.json (a tar's)."""
         try:
             f = open(p, "rb")  # noqa: SIM115 (closed below, after the unlink)
         except FileNotFoundError:
@@ -234,7 +241,8 @@ class ShardCache:
         try:
             size = os.fstat(f.fileno()).st_size
             p.unlink()
-            self._bump(evictions=1)
+            if counted:
+                self._bump(evictions=1)
             return size
         finally:
             f.close()
@@ -293,7 +301,7 @@ class ShardCache:
         now: the run reads the bytes it holds, and the next start fetches the sidecar again."""
         self._ready()
         with self._lock():
-            if not self._make_room(len(data), sha256, admit_within=None):
+            if not self._make_room(len(data), sha256, admit_within=None, evict_tars=False):
                 return False
             part = self.root / f"{sha256}-{len(data)}.{os.getpid()}.{next(_COUNTER)}.part"
             part.touch()
