@@ -126,7 +126,7 @@ def run_to_end(
     last_cpu, last_change = -1.0, start
     problem = None
     while proc.poll() is None:
-        time.sleep(0.2)
+        time.sleep(0.5)
         now = time.monotonic()
         if signal_when is not None and signal_when[0]():
             (os.killpg if signal_group else os.kill)(proc.pid, signal_when[1])

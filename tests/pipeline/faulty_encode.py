@@ -1,5 +1,5 @@
-"""`python -m tests.pipeline.faulty_encode <stage 1 overrides>` (torchrun -m works too): the real
-`python -m tokenizer_pipeline` entry point, with a bug planted in the encoder's loop: each process's second shard
+"""`python -m tests.pipeline.faulty_encode <stage 1 overrides>` (torchrun -m works too, each rank raising): the real
+`python -m tokenizer_pipeline` entry point, with a bug planted in the encoder's loop: the process's second shard
 raises `RuntimeError(FAULT)`, after its decode workers started and its first shard was saved."""
 
 from __future__ import annotations

@@ -39,7 +39,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 JOIN_S = 5.0  # how long a killed worker, or the pin-memory thread, is waited for
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_live: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators with workers, not yet shut down
+# iterators with workers, not yet shut down -> the pid of the process that started them (a forked child inherits
+# this table: its exit hook must not kill its parent's workers)
+_live: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def start_workers(loader: Iterable[T]) -> Iterator[T]:
@@ -52,7 +54,7 @@ def start_workers(loader: Iterable[T]) -> Iterator[T]:
         _kill([p for p in multiprocessing.active_children() if p not in before])
         raise
     if getattr(batches, "_workers", None):
-        _live.add(batches)
+        _live[batches] = os.getpid()
     return batches
 
 
@@ -74,7 +76,7 @@ def shut_down(batches: Iterator[Any], *, at_once: bool = False) -> None:
     finally:
         _unwatch(batches)
         _kill(workers)
-        _live.discard(batches)
+        _live.pop(batches, None)
 
 
 def _unwatch(batches: Iterator[Any]) -> None:
@@ -122,8 +124,9 @@ def closing_workers(batches: Iterator[T]) -> Iterator[Iterator[T]]:
 
 
 def _shut_down_live() -> None:
-    for batches in list(_live):
-        shut_down(batches, at_once=True)
+    for batches, owner in list(_live.items()):
+        if owner == os.getpid():
+            shut_down(batches, at_once=True)
 
 
 atexit.register(_shut_down_live)
