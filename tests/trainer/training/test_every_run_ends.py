@@ -51,10 +51,8 @@ def clean_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def http() -> Iterator[FaultyHTTPServer]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as root, FaultyHTTPServer(Path(root)) as server:
+def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultyHTTPServer]:
+    with FaultyHTTPServer(tmp_path_factory.mktemp("http_root")) as server:
         yield server
 
 

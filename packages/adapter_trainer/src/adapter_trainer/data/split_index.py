@@ -131,7 +131,6 @@ def _scan_entry(entry: ShardEntry) -> dict[str, np.ndarray]:
 def default_index_cache() -> Path | None:
     """Where per-shard header scans are cached: $ADAPTER_TRAINER_INDEX_CACHE ("" = off), else
     $XDG_CACHE_HOME/adapter_trainer/shard-index (~/.cache/... by default)."""
-
     env = os.environ.get("ADAPTER_TRAINER_INDEX_CACHE")
     if env is not None:
         return Path(env).expanduser() if env else None
@@ -158,7 +157,6 @@ def _scan_cached(entry: ShardEntry, cache: Path | None) -> dict[str, np.ndarray]
                 f"file (it is rebuilt from the tar headers) or set ADAPTER_TRAINER_INDEX_CACHE=''"
             ) from e
     scan = _scan_entry(entry)
-
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / f".{f.name}.{os.getpid()}.tmp.npz"
     np.savez(tmp, **scan)

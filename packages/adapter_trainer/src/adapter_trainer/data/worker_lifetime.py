@@ -67,15 +67,13 @@ def shut_down(batches: Iterator[Any], *, at_once: bool = False) -> None:
     if not workers:
         return
     try:
-        if at_once:
-            _unwatch(batches)
-            _kill(workers)
-            _close_own_side(batches)
-        else:
+        if not at_once:
             batches._shutdown_workers()  # type: ignore[attr-defined]  # a no-op once torch shut it down itself
     finally:
         _unwatch(batches)
         _kill(workers)
+        if at_once:
+            _close_own_side(batches)
         _live.pop(batches, None)
 
 

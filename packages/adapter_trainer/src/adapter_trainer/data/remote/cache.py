@@ -281,10 +281,7 @@ class ShardCache:
         while True:
             with self._lock():
                 if self._make_room(shard.bytes, shard.sha256, admit_within):
-                    part = self.root / f"{shard.sha256}-{shard.bytes}.{os.getpid()}.{next(_COUNTER)}.part"
-                    part.touch()
-                    self._bump(peak_bytes=self.used_bytes())
-                    return part
+                    return self._new_part(shard.sha256, shard.bytes)
             if admit_within is not None:
                 return None
             if time.monotonic() > deadline:
@@ -295,6 +292,13 @@ class ShardCache:
                 )
             time.sleep(0.05)
 
+    def _new_part(self, sha256: str, nbytes: int) -> Path:
+        """Under self._lock(), after `_make_room`: an empty .part file that reserves `nbytes` (its name says how many)."""
+        part = self.root / f"{sha256}-{nbytes}.{os.getpid()}.{next(_COUNTER)}.part"
+        part.touch()
+        self._bump(peak_bytes=self.used_bytes())
+        return part
+
     def keep_index(self, sha256: str, data: bytes) -> bool:
         """Keep an index sidecar's verified bytes as `index_path(sha256)`, within the bound (evicting as for a
         download, never waiting for readers). The caller holds `download_lock(sha256)`. False when there is no room
@@ -303,9 +307,7 @@ class ShardCache:
         with self._lock():
             if not self._make_room(len(data), sha256, admit_within=None, evict_tars=False):
                 return False
-            part = self.root / f"{sha256}-{len(data)}.{os.getpid()}.{next(_COUNTER)}.part"
-            part.touch()
-            self._bump(peak_bytes=self.used_bytes())
+            part = self._new_part(sha256, len(data))
         try:
             part.write_bytes(data)
             with self._lock():
