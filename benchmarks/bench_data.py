@@ -99,8 +99,8 @@ def child(args: argparse.Namespace) -> None:
     """Run the recipe with the given overrides in THIS process and print its peak RSS (self and workers) as JSON."""
     from hydra import compose, initialize_config_dir
 
-    from adapter_trainer.conf_dir import find_conf_dir
     from adapter_trainer.config import to_train_config
+    from adapter_trainer.hydra_cli import find_conf_dir
     from adapter_trainer.training.recipe import recipe_main
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):

@@ -37,17 +37,17 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.data.token_layout import AudioVocab, decode_audio_tokens, n_slots
 from adapter_trainer.generation.generate import to_generate_config
 from adapter_trainer.generation.sampling import GenerationResult, SamplingConfig, generate_codes, left_pad
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.model.kv_cache import MoTKVCache
 
 # ----------------------------------------------------------------------------------------------------------------
 # The replaced sampler, copied as it was (only `ConcatCache()` instead of `None` on the prefill call: the model's
 # forward_step now takes a cache object, and this one grows by torch.cat exactly as the old MoTLayer did). The cache
-# carries what the model's trunk reads and writes on any cache besides keys and values (`summaries`: CaptionCond's
-# running caption sums; `has_pads`: whether a pad is cached), as MoTKVCache does; every step still goes through
+# carries what the model's trunk reads and writes on any cache besides keys and values (`has_pads`: whether a pad is
+# cached), as MoTKVCache does; every step still goes through
 # `forward_step`, so none of decode_step's savings reach this baseline.
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -59,10 +59,7 @@ class ConcatCache:
         self.keys: list[torch.Tensor] = []  # per layer [B, KV, S_total, hd]
         self.values: list[torch.Tensor] = []
         self.seq_len = 0
-        # MoTKVCache's other fields, read and written by MoTAdapterModel._trunk: layer -> (sum [B, D], count [B, 1])
-        # of the normed caption rows (caption_cond_rank > 0), and whether a pad is among the cached positions
-        self.summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.has_pads = False
+        self.has_pads = False  # MoTKVCache's: whether a pad is among the cached positions
 
     def layer(self, index: int) -> _ConcatLayer:
         return _ConcatLayer(self, index)
@@ -238,9 +235,9 @@ def main() -> None:
         )
     device = resolve_device(cfg.trainer.device)
     torch.manual_seed(0)
-    dec_cfg = load_audio_lm_config(cfg)
+    dec_cfg = load_audio_lm_config(cfg.model.audio_lm)
     shard_sets = open_shard_sets(
-        shard_paths(cfg),
+        shard_paths(cfg.data.shards),
         model_n_codebooks=dec_cfg.num_codebooks,
         model_codebook_size=dec_cfg.vocab_size,
         audio_lm=cfg.model.audio_lm,
@@ -250,7 +247,7 @@ def main() -> None:
             raise SystemExit("--compare-towers times fresh models of both towers; drop --checkpoint")
         compare_towers(args, cfg, device, shard_sets)
         return
-    built = build_mot_model(cfg, device, fp32_trainable=True)  # as generate.py
+    built = build_mot_model(cfg.model, cfg.data.pattern, device, fp32_trainable=True)  # as generate.py
     model = built.model.eval()
     if args.checkpoint:
         model.load_trainable_state_dict(load_checkpoint(Path(args.checkpoint)).adapter)
@@ -346,7 +343,7 @@ def compare_towers(args: argparse.Namespace, cfg, device: torch.device, shard_se
         tcfg = copy.deepcopy(cfg)
         tcfg.model.mot.audio_tower = tower
         torch.manual_seed(0)
-        built[tower] = build_mot_model(tcfg, device, fp32_trainable=True)
+        built[tower] = build_mot_model(tcfg.model, tcfg.data.pattern, device, fp32_trainable=True)
         built[tower].model.eval()
     captions = eval_captions(cfg, shard_sets, built["llm"].tokenizer, args.batch)
     max_frames = max(1, int(round(args.seconds * shard_sets[0].frame_rate)))

@@ -29,9 +29,11 @@ def stand_in_index(n: int) -> SplitIndex:
     """An index of n clips that is never read (TrainBatches opens a tar only when a clip is read)."""
     zeros = np.zeros(n, dtype=np.int64)
     keys = np.array([f"k{i}".encode() for i in range(n)], dtype=np.bytes_)
+    digests = zeros.astype(np.uint64)
     return SplitIndex(
-        ("unused.tar",), zeros.astype(np.int32), zeros, zeros.astype(np.int32), zeros, zeros, keys, 4, 2048
-    )
+        ("unused.tar",), zeros.astype(np.int32), zeros, zeros.astype(np.int32), zeros, zeros.astype(np.int32), keys,
+        np.ones(n), digests, digests, 4, 2048,
+    )  # fmt: skip
 
 
 def observed_shares(sizes: list[int], draws: int, seed: int) -> list[float]:

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import to_train_config
 from adapter_trainer.data.token_layout import collate, encode_example
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.training.recipe import MoTAdapterRecipe
-from adapter_trainer.training.step import backward_window
+from adapter_trainer.training.step import backward_accum_group
 
 
 def main() -> None:
@@ -109,7 +109,7 @@ def main() -> None:
         for step in range(args.steps + 1):  # the first step warms the codec up, not timed
             t = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            backward_window(model, [onthefly_batch(step * B)], autocast=recipe.autocast)
+            backward_accum_group(model, [onthefly_batch(step * B)], autocast=recipe.autocast)
             torch.nn.utils.clip_grad_norm_(recipe.trainable, cfg.optimizer.grad_clip)
             opt.step()
             times.append(time.perf_counter() - t)

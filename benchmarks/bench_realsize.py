@@ -30,9 +30,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import mot_fields, to_train_config
+from adapter_trainer.config import to_train_config
 from adapter_trainer.data.token_layout import AudioVocab, collate, encode_example
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.model.builders import (
     llama3_2_1b_config,
     mot_model,
@@ -41,9 +41,8 @@ from adapter_trainer.model.builders import (
     tiny_musicgen_decoder_config,
     upcast_trainable_to_fp32,
 )
-from adapter_trainer.model.mot import MoTConfig
 from adapter_trainer.training.optim import param_groups
-from adapter_trainer.training.step import backward_window
+from adapter_trainer.training.step import backward_accum_group
 
 
 def peak_rss_gb() -> float:
@@ -88,7 +87,7 @@ def main() -> None:
     audio_lm = MusicgenForCausalLM(audio_cfg)
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-    model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, cfg.model.mot)
     upcast_trainable_to_fp32(model)
     build_s = time.perf_counter() - t0
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -123,7 +122,7 @@ def main() -> None:
     for _ in range(args.steps):
         t = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        backward_window(model, [batch], autocast=contextlib.nullcontext)
+        backward_accum_group(model, [batch], autocast=contextlib.nullcontext)
         torch.nn.utils.clip_grad_norm_(trainable, o.grad_clip)
         optimizer.step()
         step_s.append(time.perf_counter() - t)

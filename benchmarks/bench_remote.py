@@ -14,10 +14,9 @@ into the training processes' environment) as s3://bench-shards/demo, then `+expe
          is the cost of reading through the cache (a download per tar, its sha256, the locks), apart from re-downloads
 
 No periodic eval or checkpoint; the closing eval is cut to 16 clips x 1 derangement (as bench_data.py). Every run has
-its own output, cache and shard-index cache directories (ADAPTER_TRAINER_INDEX_CACHE), emptied first: the startup's
-header scan reads every shard in every run, and a second invocation measures again. Each run is a fresh interpreter
+its own output and cache directories, emptied first, and a second invocation measures again. Each run is a fresh interpreter
 (this script's --child: the recipe's setup, train and cleanup, as recipe_main) that reads the cache's .stats.json
-three times: after setup (the startup downloads: header scan, caption count, unigram baseline, eval captions), after
+three times: after setup (the startup downloads: caption count, unigram baseline, eval captions), after
 the training loop with the prefetch thread stopped (the training downloads) and after the closing eval.
 
 Per run: data-wait fraction of step time (bench_data.py's definition: sum of train/data_wait_s / sum of train/step_s
@@ -87,9 +86,9 @@ def child(args: argparse.Namespace) -> None:
     import numpy as np
     from hydra import compose, initialize_config_dir
 
-    from adapter_trainer.conf_dir import find_conf_dir
     from adapter_trainer.config import to_train_config
     from adapter_trainer.data.remote.planner import epoch_clips
+    from adapter_trainer.hydra_cli import find_conf_dir
     from adapter_trainer.training.distributed import teardown_distributed
     from adapter_trainer.training.recipe import MoTAdapterRecipe
 
@@ -181,7 +180,7 @@ def run_case(case: str, pass_no: int, args: argparse.Namespace, env: dict[str, s
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--child", "--out", "-", *overrides],
-        env={**env, "ADAPTER_TRAINER_INDEX_CACHE": str(base / "index_cache")},
+        env=env,
         capture_output=True,
         text=True,
         check=False,

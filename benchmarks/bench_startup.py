@@ -223,7 +223,7 @@ def run_case(
     # the script's own settings last: they win over the same keys among the extra overrides
     overrides = ["+experiment=demo", *QUIET, *args.overrides, "trainer.max_steps=1", f"trainer.output_dir={run_dir}",
                  *where]  # fmt: skip
-    env = {**os.environ, "ADAPTER_TRAINER_INDEX_CACHE": str(base / "index_cache")}
+    env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached as in any install: the warm-up start writes it
     if args.threads > 0:
         env["OMP_NUM_THREADS"] = str(args.threads)

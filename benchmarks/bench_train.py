@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import to_train_config
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.training.recipe import MoTAdapterRecipe
 
 

@@ -297,7 +297,7 @@ def figures(out: Path, n: int, seed: int, schedule: str, args) -> dict:
         "gain_window": lc["caption_gain"], "gain_window_ci95": lc["caption_gain_ci95"],
         "ce_rel_pct": lc["rel_to_unigram_pct"], "ce_rel_pct_ci95": None, "eval_ce": lc["eval_ce"],
     }  # fmt: skip
-    for key in ("n_train_clips", "n_train_captions", "train_windows", "train_end_targets"):
+    for key in ("n_train_clips", "n_train_captions", "train_sequences", "train_end_targets"):
         if key in lc:
             fig[key] = lc[key]
     report = run_dir / "generation_report.json"

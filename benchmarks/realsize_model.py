@@ -1,6 +1,6 @@
 """Shared by bench_memory.py and bench_gpu.py: a preset's config, the MoT model at real (or tiny) sizes with random
 weights (built locally, nothing downloaded), a batch of full-length sequences, and one training step as the recipe
-runs it (zero_grad, backward_window under the preset's autocast, clip, AdamW step).
+runs it (zero_grad, backward_accum_group under the preset's autocast, clip, AdamW step).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import TrainConfig, mot_fields, to_train_config
+from adapter_trainer.config import TrainConfig, to_train_config
 from adapter_trainer.data.token_layout import AudioVocab, Batch, collate, encode_example
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.model.builders import (
     llama3_2_1b_config,
     mot_model,
@@ -24,10 +24,10 @@ from adapter_trainer.model.builders import (
     tiny_musicgen_decoder_config,
     upcast_trainable_to_fp32,
 )
-from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+from adapter_trainer.model.mot import MoTAdapterModel
 from adapter_trainer.training.device import autocast
 from adapter_trainer.training.optim import build_optimizer
-from adapter_trainer.training.step import backward_window
+from adapter_trainer.training.step import backward_accum_group
 
 BOS, PAD = 128_000, 128_001  # Llama 3.2's <|begin_of_text|>, <|end_of_text|>
 
@@ -75,7 +75,7 @@ def build_model(cfg: TrainConfig, dims: str, device: torch.device | str) -> tupl
         audio_lm = MusicgenForCausalLM(audio_cfg)
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
-    model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
+    model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, cfg.model.mot)
     upcast_trainable_to_fp32(model)
     model.activation_checkpointing = cfg.trainer.activation_checkpointing
     return model.to(device), vocab
@@ -125,7 +125,7 @@ def train_step(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     with around_backward or contextlib.nullcontext():
-        stats = backward_window(model, [batch], autocast=lambda: autocast(cfg.trainer.precision, device))
+        stats = backward_accum_group(model, [batch], autocast=lambda: autocast(cfg.trainer.precision, device))
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.optimizer.grad_clip)
     optimizer.step()
     return stats.loss

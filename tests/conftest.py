@@ -12,7 +12,7 @@ per core), torch's own otherwise. The suite passes with 1 and with 2 (`make test
 float figure must not depend on the thread count. The `one_thread` fixture (tiny matmuls) follows an explicit
 `--torch-threads`.
 
-Every test has a time budget (tests/time_budget.py).
+Every test has a CPU budget and a stall watchdog (tests/time_budget.py).
 
 `models`: the tiny demo models (real Llama/MusicGen classes, `adapter_trainer.demo.models`), built once per session
 for the trainer and generation tests; tests only read them."""

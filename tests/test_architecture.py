@@ -4,8 +4,9 @@ Both packages:
 - they never import each other (the shard format is their only interface);
 - each is cut into rooms (subpackages) that import one way (`RULES[pkg].allowed`); the bottom of the top level
   (errors, config, ...) imports no room, and a room imports only that bottom of the top level;
-- the top-level command modules (`python -m <pkg>.<command>`) only forward to the room that holds the code, and
-  keep its exit status (`raise SystemExit(main())`; `main()` only where main returns None);
+- a top-level command module (`python -m <pkg>.<command>`) holds its command's parsing and `main` (or imports `main`
+  from a room), does no work at import time, and ends with a guard that keeps main's exit status
+  (`raise SystemExit(main())`; `main()` only where main returns None);
 - the top level holds nothing else but the bottom and the package's entry (`__init__`, `__main__`, `cli`);
 - no module is over `MAX_MODULE_LINES` lines (one concern per module); adapter_trainer's training recipe is held to
   `MAX_RECIPE_LINES`;
@@ -20,8 +21,7 @@ but the library modules it shares with the recipe (device, checkpoint), nor does
 by no other room.
 
 tokenizer_pipeline: shards/ (the contract) imports no room, audio/ (reading files) only shards/; sources/ never imports the
-encoder (codec/); run/ is the only room that imports codec/ and sources/ together; demo/ is imported by nothing but
-its command modules.
+encoder (codec/); demo/ is imported by nothing but its command modules.
 
 Every rule is a function returning its violations, so the tests below also run it on mutated copies of the source
 (`test_a_rule_broken_in_a_copy_is_caught`): a rule that cannot fail would pass vacuously.
@@ -54,12 +54,12 @@ class Rules:
     allowed: dict[str, set[str]]  # room -> rooms it may import from (besides itself and the top level)
     bottom: dict[str, set[str]]  # bottom top-level module -> top-level modules of the package it may import
     top_allowed: dict[str, set[str]]  # room -> top-level modules it may import (never __main__ or a command)
-    commands: tuple[str, ...]  # top-level command modules: one `from <pkg>.<room>.<module> import main`, no code
+    commands: tuple[str, ...]  # top-level command modules: a command's parsing and `main`, no work at import time
     entry: tuple[str, ...]  # the other top-level modules (package, `python -m <pkg>`, its Hydra parsing)
     demo_users: set[str] = field(default_factory=set)  # the only modules outside demo/ that may import it
 
 
-PIPELINE_BOTTOM = {"tokenizer_pipeline.errors", "tokenizer_pipeline.conf_dir", "tokenizer_pipeline.config"}
+PIPELINE_BOTTOM = {"tokenizer_pipeline.errors", "tokenizer_pipeline.hydra_cli", "tokenizer_pipeline.config"}
 RULES = {
     "adapter_trainer": Rules(
         rooms=("model", "data", "training", "generation", "evaluation", "demo", "sharing"),
@@ -75,10 +75,9 @@ RULES = {
         },
         bottom={
             "adapter_trainer.errors": set(),
-            "adapter_trainer.conf_dir": set(),
+            "adapter_trainer.hydra_cli": set(),
             "adapter_trainer.config": {"adapter_trainer.errors"},
             "adapter_trainer.file_modes": set(),
-            "adapter_trainer.overrides": {"adapter_trainer.errors"},
         },
         top_allowed={
             "data": {"adapter_trainer.errors"},
@@ -89,8 +88,7 @@ RULES = {
             "generation": {
                 "adapter_trainer.config",
                 "adapter_trainer.errors",
-                "adapter_trainer.conf_dir",
-                "adapter_trainer.overrides",
+                "adapter_trainer.hydra_cli",
             },
             "sharing": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.file_modes"},
         },
@@ -117,10 +115,9 @@ RULES = {
         },
         bottom={
             "tokenizer_pipeline.errors": set(),
-            "tokenizer_pipeline.conf_dir": set(),
+            "tokenizer_pipeline.hydra_cli": set(),
             "tokenizer_pipeline.config": set(),
             "tokenizer_pipeline.dir_lock": {"tokenizer_pipeline.errors"},
-            "tokenizer_pipeline.overrides": {"tokenizer_pipeline.errors"},
         },
         top_allowed={
             "shards": PIPELINE_BOTTOM,
@@ -128,13 +125,12 @@ RULES = {
             "codec": PIPELINE_BOTTOM,
             "sources": PIPELINE_BOTTOM,
             "run": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
-            # download's command checks its keys as the cli does
-            "fetch": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock", "tokenizer_pipeline.overrides"},
+            "fetch": PIPELINE_BOTTOM | {"tokenizer_pipeline.dir_lock"},
             "demo": PIPELINE_BOTTOM,
             "remote": PIPELINE_BOTTOM,
         },
         commands=("download", "decode", "verify", "push", "codec_embeddings", "standin_corpus", "demo_codec"),
-        entry=("__init__", "__main__", "cli"),
+        entry=("__init__", "__main__"),
         demo_users={"tokenizer_pipeline.standin_corpus", "tokenizer_pipeline.demo_codec"},
     ),
 }
@@ -253,34 +249,30 @@ def demo_importers(pkg: str, mods: dict[str, set[str]]) -> list[str]:
 
 
 def command_problems(pkg: str, command: str, root: Path | None = None) -> list[str]:
-    """A command module holds one `from <pkg>.<room>.<module> import main` and no code of its own."""
+    """A command module holds its command (`main`, its own or imported from a room) and does no work at import time:
+    module level holds imports, definitions, constants (no call) and, last, the guard that keeps main's status."""
     path = (root or SRC[pkg]) / f"{command}.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    problems = []
-    ok_import = (
-        len(imports) == 1
-        and isinstance(imports[0], ast.ImportFrom)
-        and imports[0].level == 0
-        and room_of(imports[0].module or "") in RULES[pkg].rooms
-        and [a.name for a in imports[0].names] == ["main"]
-    )
-    if not ok_import:
-        problems.append(f"{path.name}: not a single `from {pkg}.<room>.<module> import main`")
-    if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body):
-        problems.append(f"{path.name} should hold no code of its own")
     body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
-    rest = [n for n in body if n not in imports]
-    if len(rest) != 1 or not _is_main_guard(rest[0]):
-        problems.append(f'{path.name}: besides the import, only `if __name__ == "__main__":` at module level')
-    elif ok_import:
-        call = ast.unparse(rest[0].body[0]) if len(rest[0].body) == 1 else ""
-        returns_none = _main_returns_none(root or SRC[pkg], pkg, imports[0].module or "")
-        if not (call == "raise SystemExit(main())" or (call == "main()" and returns_none)):
-            problems.append(
-                f"{path.name}: the guard must be `raise SystemExit(main())` (or `main()` where main returns None), "
-                f"so `python -m` exits with main's status; found {call or 'no single statement'!r}"
-            )
+    problems = []
+    for node in body:
+        is_constant = isinstance(node, (ast.Assign, ast.AnnAssign)) and not any(
+            isinstance(n, ast.Call) for n in ast.walk(node)
+        )
+        kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+        if not (isinstance(node, kinds) or is_constant or _is_main_guard(node)):
+            problems.append(f"{path.name}: work at import time: {ast.unparse(node)[:60]!r}")
+    if not body or not _is_main_guard(body[-1]) or sum(map(_is_main_guard, body)) != 1:
+        problems.append(f'{path.name}: must end with its one `if __name__ == "__main__":`')
+        return problems
+    call = ast.unparse(body[-1].body[0]) if len(body[-1].body) == 1 else ""
+    if not (
+        call == "raise SystemExit(main())" or (call == "main()" and _main_returns_none(root or SRC[pkg], pkg, command))
+    ):
+        problems.append(
+            f"{path.name}: the guard must be `raise SystemExit(main())` (or `main()` where main returns None), "
+            f"so `python -m` exits with main's status; found {call or 'no single statement'!r}"
+        )
     return problems
 
 
@@ -288,14 +280,26 @@ def _is_main_guard(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and not node.orelse and ast.unparse(node.test) == "__name__ == '__main__'"
 
 
-def _main_returns_none(root: Path, pkg: str, module: str) -> bool:
-    """Whether `<module>.main` is annotated `-> None` (a Hydra main: it raises SystemExit itself for a status)."""
-    path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
-    if not path.is_file():
-        return False
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.FunctionDef) and node.name == "main":
-            return isinstance(node.returns, ast.Constant) and node.returns.value is None
+def _main_returns_none(root: Path, pkg: str, command: str) -> bool:
+    """Whether the command's `main` (its own, or the room function it imports) is annotated `-> None` (a Hydra main:
+    it raises SystemExit itself for a status)."""
+    path = root / f"{command}.py"
+    for _ in range(2):
+        if not path.is_file():
+            return False
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "main":
+                return isinstance(node.returns, ast.Constant) and node.returns.value is None
+        module = next(
+            (
+                n.module or ""
+                for n in tree.body
+                if isinstance(n, ast.ImportFrom) and "main" in [a.name for a in n.names]
+            ),
+            "",
+        )
+        path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
     return False
 
 
@@ -385,7 +389,7 @@ def test_the_import_scanner_sees_imports() -> None:
     assert "adapter_trainer.training.recipe" in mods["adapter_trainer.__main__"]
     assert "adapter_trainer.model.builders" in mods["adapter_trainer.training.recipe"]
     pipe = modules("tokenizer_pipeline")
-    assert "tokenizer_pipeline.errors" in pipe["tokenizer_pipeline.cli"]  # relative import
+    assert "tokenizer_pipeline.errors" in pipe["tokenizer_pipeline.__main__"]  # relative import
     assert "tokenizer_pipeline.codec.encode" in pipe["tokenizer_pipeline.run.pipeline"]  # `..codec.encode`
     assert "tokenizer_pipeline.sources.musiccaps" in pipe["tokenizer_pipeline.run.planning"]
 
@@ -434,7 +438,7 @@ def test_the_demo_room_is_imported_by_nothing_but_its_commands(pkg: str) -> None
 
 
 @pytest.mark.parametrize("pkg, command", [(p, c) for p in sorted(SRC) for c in RULES[p].commands])
-def test_command_modules_only_forward_to_a_room(pkg: str, command: str) -> None:
+def test_command_modules_hold_their_command_and_keep_its_status(pkg: str, command: str) -> None:
     assert command_problems(pkg, command) == []
 
 
@@ -488,13 +492,13 @@ def test_the_recipe_stays_short() -> None:
 
 
 def test_the_pipeline_cli_is_the_only_top_level_user_of_the_run_room() -> None:
-    """The run room is the stage's recipe: `cli` (and so `__main__`) drives it; no other room or command does."""
+    """The run room is the stage's recipe: `__main__` drives it; no other room or command does."""
     users = sorted(
         m
         for m, imps in modules("tokenizer_pipeline").items()
         if room_of(m) != "run" and any(room_of(i) == "run" for i in imps if own("tokenizer_pipeline", i))
     )
-    assert users == ["tokenizer_pipeline.cli"]
+    assert users == ["tokenizer_pipeline.__main__"]
 
 
 # ------------------------------------------------------------------------------- the rules catch breakage
@@ -518,8 +522,7 @@ MUTATIONS = [
     ("tokenizer_pipeline", "errors.py", "from .shards import manifest", "bottom"),
     ("tokenizer_pipeline", "sources/musiccaps.py", "from ..cli import main", "top"),
     ("tokenizer_pipeline", "shards/keys.py", "import adapter_trainer.errors", "cross"),
-    ("tokenizer_pipeline", "verify.py", "def helper():\n    return 1", "command:verify"),
-    ("tokenizer_pipeline", "decode.py", "import sys", "command:decode"),
+    ("tokenizer_pipeline", "decode.py", "CONFIG = config_from_args(sys.argv[1:])", "command:decode"),
     ("tokenizer_pipeline", "run/finish.py", "\n" * MAX_MODULE_LINES, "length"),
     ("adapter_trainer", "model/mot.py", "\n" * MAX_MODULE_LINES, "length"),
     # blank lines that bring the recipe to one line over its limit (appended as "\n" + line + "\n")
@@ -528,7 +531,7 @@ MUTATIONS = [
     ("adapter_trainer", "model/mot.py", "from ..demo import models", "demo"),
     ("adapter_trainer", "data/shards.py", "import tokenizer_pipeline.errors", "cross"),
     ("tokenizer_pipeline", "verify.py", "print('work at import time')", "command:verify"),
-    ("adapter_trainer", "probe.py", "TIMEOUT_S = 30", "command:probe"),
+    ("adapter_trainer", "probe.py", "TIMEOUT_S = int('30')", "command:probe"),
     ("tokenizer_pipeline", "shortcut.py", "from .codec.encode import CodecEncoder", "outside_rooms"),
     ("adapter_trainer", "helpers.py", "from .model import builders", "outside_rooms"),
     # circles: the redo rule reading the decode side again (run/ had it: progress -> loader -> planning -> kept)
@@ -567,19 +570,16 @@ def test_a_rule_broken_in_a_copy_is_caught(tmp_path: Path, pkg: str, rel: str, l
     assert _violations(pkg, root, check) == [], "the unmutated copy must pass"
     target = root / rel
     before = target.read_text(encoding="utf-8") if target.exists() else ""  # a new file: a module added
-    target.write_text(before + "\n" + line + "\n", encoding="utf-8")
+    if check.startswith("command:"):  # before the guard: appended after it, any line breaks the guard-last rule
+        guard = 'if __name__ == "__main__":'
+        target.write_text(before.replace(guard, line + "\n\n\n" + guard), encoding="utf-8")
+    else:
+        target.write_text(before + "\n" + line + "\n", encoding="utf-8")
     assert _violations(pkg, root, check), f"{check} did not catch: {rel} + {line!r}"
 
 
-def _forwarded_module(pkg: str, command: str) -> str:
-    tree = ast.parse((SRC[pkg] / f"{command}.py").read_text(encoding="utf-8"))
-    return next(n.module or "" for n in tree.body if isinstance(n, ast.ImportFrom))
-
-
-# commands whose room `main` returns an exit status (argparse mains): `main()` alone would drop it
-STATUS_COMMANDS = [
-    (p, c) for p in sorted(SRC) for c in RULES[p].commands if not _main_returns_none(SRC[p], p, _forwarded_module(p, c))
-]
+# commands whose `main` returns an exit status (argparse mains): `main()` alone would drop it
+STATUS_COMMANDS = [(p, c) for p in sorted(SRC) for c in RULES[p].commands if not _main_returns_none(SRC[p], p, c)]
 GUARD_CASES = [(p, c, "main()") for p, c in STATUS_COMMANDS] + [
     (p, c, g) for p in sorted(SRC) for c in RULES[p].commands for g in ("pass", None)
 ]

@@ -52,7 +52,7 @@ def test_wheel_install_finds_its_configs(
     env = {k: v for k, v in os.environ.items() if not k.endswith("_CONF_DIR")}
     env["PYTHONPATH"] = str(installed)
     where = subprocess.run(
-        [sys.executable, "-c", f"import {pkg}.conf_dir as c; print(c.find_conf_dir())"],
+        [sys.executable, "-c", f"import {pkg}.hydra_cli as c; print(c.find_conf_dir())"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

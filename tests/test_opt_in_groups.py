@@ -34,7 +34,7 @@ def run_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "-o", "addopts="]
     cmd += ["--rootdir", str(tmp_path), *args, str(tmp_path)]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
 
 
 def test_a_group_left_out_is_deselected_and_named_with_its_command(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_a_test_named_by_its_node_id_runs_without_the_flag(tmp_path: Path) -> No
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
            "--rootdir", str(tmp_path), f"{tmp_path / 'test_generated.py'}::test_bench_script"]  # fmt: skip
-    named = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120).stdout
+    named = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True).stdout
     assert "1 passed" in named and "deselected" not in named, named
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.pipeline.helpers import make_corpus, make_tiny_codec
 from tests.pipeline.sources.helpers import make_audiocraft, samples
 from tests.trainer.helpers import tiny_demo_overrides
-from tokenizer_pipeline.cli import config_from_overrides
+from tokenizer_pipeline.__main__ import config_from_overrides
 from tokenizer_pipeline.run.pipeline import run_pipeline
 
 TRACK_S = 30.0  # full-length tracks, cut into 10-s segments by the pipeline
@@ -37,8 +37,8 @@ def _train(overrides: list[str]) -> None:
     """`python -m adapter_trainer <overrides>`, in this process (the repository's conf/adapter_trainer)."""
     from hydra import compose, initialize_config_dir
 
-    from adapter_trainer.conf_dir import find_conf_dir
     from adapter_trainer.config import to_train_config
+    from adapter_trainer.hydra_cli import find_conf_dir
     from adapter_trainer.training.recipe import recipe_main
 
     with initialize_config_dir(str(find_conf_dir()), version_base="1.3"):

@@ -82,31 +82,56 @@ def test_the_pages_show_commands_of_every_module() -> None:
 def test_a_shown_command_composes(module: str, args: list[str]) -> None:
     overrides = [a for a in args if "=" in a and not a.startswith("-")]
     if module == "adapter_trainer":
-        from adapter_trainer.__main__ import KEYS_HINT
-        from adapter_trainer.conf_dir import find_conf_dir
-        from adapter_trainer.config import TrainConfig, to_train_config
-        from adapter_trainer.overrides import check_overrides
+        from hydra.errors import CompactHydraException
+        from omegaconf import OmegaConf
 
-        conf = find_conf_dir()
-        overrides = check_overrides(overrides, schema=TrainConfig, conf_dir=conf, primary="config",
-                                    keys_hint=KEYS_HINT, list_keys=("data.shards",))  # fmt: skip
-        with initialize_config_dir(str(conf), version_base="1.3"):
-            to_train_config(compose("config", overrides=overrides))
+        from adapter_trainer.__main__ import KEYS_HINT
+        from adapter_trainer.config import TrainConfig, shards_as_list, to_train_config
+        from adapter_trainer.errors import UserError
+        from adapter_trainer.hydra_cli import (
+            config_groups,
+            default_groups,
+            find_conf_dir,
+            refusal_line,
+            undeclared_line,
+        )
+
+        conf, overrides = find_conf_dir(), shards_as_list(overrides)
+        groups = config_groups(conf)
+        try:  # what `python -m adapter_trainer` does with Hydra's refusal and with a key added by a +
+            with initialize_config_dir(str(conf), version_base="1.3"):
+                cfg = compose("config", overrides=overrides)
+        except CompactHydraException as e:
+            in_defaults = default_groups(conf / "config.yaml")
+            raise UserError(refusal_line(overrides, TrainConfig, groups, in_defaults, KEYS_HINT) or str(e)) from e
+        unknown = undeclared_line(OmegaConf.to_container(cfg), TrainConfig, overrides, groups, KEYS_HINT)
+        if unknown:
+            raise UserError(unknown)
+        to_train_config(cfg)
         return
-    from tokenizer_pipeline.conf_dir import find_conf_dir as pipeline_conf
-    from tokenizer_pipeline.overrides import check_overrides as check_pipeline
+    from omegaconf import OmegaConf
+
+    from tokenizer_pipeline.hydra_cli import config_groups as pipeline_groups
+    from tokenizer_pipeline.hydra_cli import find_conf_dir as pipeline_conf
+    from tokenizer_pipeline.hydra_cli import undeclared_line as pipeline_undeclared
 
     if module == "tokenizer_pipeline":
-        from tokenizer_pipeline.cli import config_from_overrides
+        from tokenizer_pipeline.__main__ import config_from_overrides
         from tokenizer_pipeline.config import PipelineConfig as schema
 
-        primary = "shards"
+        primary, groups = "shards", pipeline_groups(pipeline_conf())
     else:
         from tokenizer_pipeline.fetch.config import DownloadConfig as schema
         from tokenizer_pipeline.fetch.download import config_from_overrides
 
-        primary = "download"
-    check_pipeline(overrides, schema=schema, conf_dir=pipeline_conf(), primary=primary, keys_hint="")
+        primary, groups = "download", set()
+    with initialize_config_dir(str(pipeline_conf()), version_base="1.3"):  # Hydra refuses a key given without +
+        composed = compose(primary, overrides=overrides)
+    unknown = pipeline_undeclared(OmegaConf.to_container(composed), schema, overrides, groups, "")
+    if unknown:
+        from tokenizer_pipeline.errors import UserError
+
+        raise UserError(unknown)
     config_from_overrides(overrides)
 
 

@@ -108,7 +108,6 @@ def test_make_bench_gpu_builds_nothing_first(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert r.returncode == 0, r.stderr
     assert calls.read_text().splitlines() == ["benchmarks/run_benchmarks.py --device cuda --gpu-budget-s 120"]

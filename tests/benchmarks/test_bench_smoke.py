@@ -49,7 +49,7 @@ _spec.loader.exec_module(run_benchmarks)
 
 # what every run sets in the environment (its children inherit it): one intra-op thread, no shard-index cache in the
 # user's home
-SCRIPT_ENV = {"OMP_NUM_THREADS": "1", "ADAPTER_TRAINER_INDEX_CACHE": ""}
+SCRIPT_ENV = {"OMP_NUM_THREADS": "1"}
 
 
 @contextlib.contextmanager

@@ -97,17 +97,16 @@ def write_shard_set(
     codebook_size: int = 2048,
     frame_rate: float = 50.0,
     format_name: str = FORMAT,
-    format_version: int = 1,
+    format_version: int = 5,
     samples_per_shard: int = 16,
     extra_members: dict[str, bytes] | None = None,
     tar_format: int = tarfile.USTAR_FORMAT,
-    index: bool = False,
     weights: dict[str, float] | None = None,
 ) -> Path:
     """Write `root/{split}/shard-%06d.tar` + failures.jsonl + manifest.json (last). Returns root.
 
-    index: also write each split's index sidecar and list it in the manifest (format version 5: pass
-    format_version=5 too). weights: {key: sample `weight`} written into those samples' json (others have none).
+    Each split gets its index sidecar, listed in the manifest. weights: {key: sample `weight`} written into those
+    samples' json (others have none).
 
     extra_members: {member name: bytes} appended to the FIRST shard of the first split (to plant bad members).
     tar_format: tarfile's format (PAX_FORMAT to plant keys whose member names need a long-name header).
@@ -150,8 +149,7 @@ def write_shard_set(
             "audio_seconds": n_frames_total / frame_rate,
             "n_frames": n_frames_total,
         }
-        if index:
-            manifest_splits[split]["index"] = write_index(root, split, shards, n_codebooks, codebook_size)
+        manifest_splits[split]["index"] = write_index(root, split, shards, n_codebooks, codebook_size)
     total = sum(len(c) for c in splits.values())
     (root / "failures.jsonl").write_text("")
     manifest = {
@@ -180,7 +178,7 @@ def write_shard_set(
             "n_frames": sum(v["n_frames"] for v in manifest_splits.values()),
         },
         "failures": [],
-        "source": {"csv": "synthetic.csv", "csv_sha256": "0" * 64, "audio_dir": "none"},
+        "source": {"kind": "musiccaps", "csv": "synthetic.csv", "csv_sha256": "0" * 64, "audio_dir": "none"},
         "config": {},
     }
     tmp = root / "manifest.json.tmp"
@@ -195,7 +193,7 @@ def text_digest(text: str) -> int:
 
 
 def write_index(root: Path, split: str, shards: list[dict], n_codebooks: int, codebook_size: int) -> dict:
-    """`<split>/index.safetensors` per docs/shard-format.md (format 5), from the written tars; returns the manifest's
+    """`<split>/index.safetensors` per docs/shard-format.md, from the written tars; returns the manifest's
     `index` entry."""
     from safetensors.numpy import save
 
@@ -211,7 +209,7 @@ def write_index(root: Path, split: str, shards: list[dict], n_codebooks: int, co
                 meta = json.loads(tar.extractfile(m).read())
                 codes = np.load(io.BytesIO(tar.extractfile(members[f"{key}.codes.npy"]).read()))
                 for k in range(n_codebooks):
-                    counts[k] += np.bincount(codes[:, k], minlength=codebook_size)
+                    counts[k] += np.bincount(codes[:, k].astype(np.int64), minlength=codebook_size)[:codebook_size]
                 c = members[f"{key}.codes.npy"]
                 keys.append(key.encode())
                 rows.append((c.offset_data, c.size, m.offset_data, m.size, float(meta.get("weight", 1.0)),

@@ -27,7 +27,7 @@ JSON_TYPES = {
 
 @pytest.fixture(scope="module")
 def shard_set(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[dict[str, str]]]:
-    from tokenizer_pipeline.cli import run_pipeline
+    from tokenizer_pipeline.run.pipeline import run_pipeline
 
     root = tmp_path_factory.mktemp("contract")
     codec = make_tiny_codec(root / "codec")
@@ -220,3 +220,16 @@ def test_verify_checks_the_index_against_the_tars(shard_set, tmp_path: Path, dam
     assert problems and all("train" in p and "index" in p for p in problems), problems
     if damage == "consistent_but_wrong":
         assert any("does not match the tars" in p for p in problems)
+
+
+def test_verify_refuses_another_format_version_in_one_line_naming_the_rebuild(shard_set, tmp_path: Path) -> None:
+    import shutil
+
+    from tokenizer_pipeline.shards.verify import verify
+
+    root = shutil.copytree(shard_set[0], tmp_path / "set")
+    m = json.loads((root / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps(m | {"format_version": 4}))
+    (problem,) = verify(root)[0]
+    assert str(root / "manifest.json") in problem and "format_version 4" in problem and "\n" not in problem
+    assert "reads version 5 only" in problem and "python -m tokenizer_pipeline out_dir=" in problem

@@ -13,7 +13,7 @@ import soundfile as sf
 import torch
 
 from tests import REPO
-from tokenizer_pipeline.cli import CodecConfig, PipelineConfig, ShardConfig
+from tokenizer_pipeline.config import CodecConfig, PipelineConfig, ShardConfig
 
 MUSICCAPS_CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 

@@ -11,8 +11,8 @@ import pytest
 
 from tests import REPO
 from tests.pipeline.helpers import MUSICCAPS_CSV
-from tokenizer_pipeline.cli import PipelineConfig, config_from_overrides
-from tokenizer_pipeline.conf_dir import find_conf_dir
+from tokenizer_pipeline.__main__ import PipelineConfig, config_from_overrides
+from tokenizer_pipeline.hydra_cli import find_conf_dir
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -66,13 +66,13 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
         assert cfg.csv == "build/demo/corpus/musiccaps-subset.csv" and cfg.audio_dir == "build/demo/corpus"
         assert cfg.codec.name_or_path == "build/demo/codec" and cfg.out_dir == "build/demo/shards"
         assert cfg.shard.max_samples == 32
-        assert cfg.duration_tolerance_s == 8.0  # the 2.5-s stand-in clips against the CSV's 10-s windows
+        assert cfg.duration_tolerance_s == PipelineConfig().duration_tolerance_s  # make demo-shards passes the demo's
     else:
         assert cfg.codec.name_or_path == "facebook/encodec_32khz" and cfg.csv == "data/musiccaps/musiccaps-public.csv"
     yamls = sorted(p.relative_to(find_conf_dir()).as_posix() for p in find_conf_dir().rglob("*.yaml"))
-    # a new YAML must be added to a test (download.yaml: fetch/test_download.py)
+    # a new YAML must be added to a test (download.yaml: fetch/test_download.py; decode.yaml: codec/test_decode.py)
     assert yamls == [
-        "download.yaml", "preset/demo.yaml", "shards.yaml", "source/audiocraft.yaml", "source/audiofolder.yaml",
+        "decode.yaml", "download.yaml", "preset/demo.yaml", "shards.yaml", "source/audiocraft.yaml", "source/audiofolder.yaml",
         "source/musiccaps.yaml",
     ]  # fmt: skip
     assert cfg.source.kind == "musiccaps" and cfg.segment.seconds == 10.0 and cfg.split.eval_fraction == 0.1
@@ -101,13 +101,23 @@ def test_unknown_key_is_rejected() -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-m", "tokenizer_pipeline.standin_corpus", "--csv", "missing.csv", "--out", "c"], "MusicCaps CSV not found"),
         (
-            ["-m", "tokenizer_pipeline.standin_corpus", "--csv", str(MUSICCAPS_CSV), "--out", "c", "--n-clips", "0"],
+            ["-m", "tokenizer_pipeline.standin_corpus", "--csv", "missing.csv", "--out", "c"]
+            + ["--n-clips", "8", "--eval-fraction", "0.25"],
+            "MusicCaps CSV not found",
+        ),
+        (
+            ["-m", "tokenizer_pipeline.standin_corpus", "--csv", str(MUSICCAPS_CSV), "--out", "c", "--n-clips", "0"]
+            + ["--eval-fraction", "0.25"],
             "--n-clips must be >= 1",
         ),
-        (["-m", "tokenizer_pipeline.demo_codec", "--corpus", ".", "--out", "codec"], "run `make corpus` first"),
-        (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "limit=abc"], "limit must be an integer"),
+        (
+            ["-m", "tokenizer_pipeline.demo_codec", "--corpus", ".", "--out", "codec", "--n-clips", "40"],
+            "run `make corpus` first",
+        ),
+        (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "limit=abc"], "could not be converted to Integer"),
+        (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "+limt=3"], "did you mean limit=3?"),
+        (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "outdir=e"], "did you mean out_dir=e?"),
         (["-m", "tokenizer_pipeline", "source=audiocraft", "out_dir=c"], "needs source.manifest="),
         (
             ["-m", "tokenizer_pipeline", "source=audiocraft", "source.manifest=m.jsonl", "out_dir=c"],

@@ -27,8 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="du
 def v5_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """60 train clips in 15 shards, 8 eval clips in 2; format 5 (each split's index sidecar is as large as 4 shards)."""
     root = tmp_path_factory.mktemp("bound") / "set"
-    return write_synthetic_set(root, n_train=60, n_eval=8, frames=(100, 200), samples_per_shard=4, index=True,
-                               format_version=5)  # fmt: skip
+    return write_synthetic_set(root, n_train=60, n_eval=8, frames=(100, 200), samples_per_shard=4)
 
 
 def tight_bound(root: Path) -> int:

@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 from tests.contract.shard_fixture import write_synthetic_set
+from tokenizer_pipeline.push import main as push_main
 from tokenizer_pipeline.remote import destinations, retry
 from tokenizer_pipeline.remote.dataset_card import dataset_card
-from tokenizer_pipeline.remote.push import main as push_main
 from tokenizer_pipeline.remote.push import manifest_changes
 from tokenizer_pipeline.remote.urls import HubTarget, RemoteError, is_url, local_path, parse_hub
 from tokenizer_pipeline.verify import main as verify_main  # the command: directories and URLs
 
 TARS = ["train/shard-000000.tar", "train/shard-000001.tar", "train/shard-000002.tar", "eval/shard-000000.tar"]
-SET_FILES = [*TARS, "failures.jsonl", "manifest.json"]
+INDEXES = ["train/index.safetensors", "eval/index.safetensors"]
+SET_FILES = [*TARS, *INDEXES, "failures.jsonl", "manifest.json"]
 K, C = 3, 512  # not the fixture's defaults: the dataset card must read them from the manifest
 
 
@@ -75,7 +76,7 @@ def test_push_to_a_directory_copies_the_set_and_verify_passes(shard_set: Path, t
     rc, out, err = run(capsys, push_main, str(shard_set), str(dest))
     assert (rc, err) == (0, [])
     assert uploaded(out) == {*SET_FILES, "LICENSE.txt"}
-    assert out[-1].startswith(f"pushed {shard_set} to {dest}: 7 file(s) uploaded")
+    assert out[-1].startswith(f"pushed {shard_set} to {dest}: 9 file(s) uploaded")
     assert {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()} == {*SET_FILES, "LICENSE.txt"}
     assert set_files(dest) == set_files(shard_set)  # no .lock, no .progress/, no temp file left
     assert run(capsys, verify_main, f"file://{dest}")[0] == 0
@@ -105,13 +106,13 @@ def renames_into(dest: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_the_manifest_is_renamed_into_place_last(shard_set: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     order = renames_into(tmp_path / "copy", monkeypatch)
     assert run(capsys, push_main, str(shard_set), str(tmp_path / "copy"), "--jobs", "3")[0] == 0
-    assert order[-1] == "manifest.json" and set(order[:4]) == set(TARS)
+    assert order[-1] == "manifest.json" and set(order[:6]) == {*TARS, *INDEXES}
 
 
 def test_the_index_sidecars_go_before_the_manifest(tmp_path: Path, capsys, monkeypatch) -> None:
     """Format 5: each split's index.safetensors is part of the set, sent before the manifest that lists it."""
     root = write_synthetic_set(tmp_path / "set", n_train=6, n_eval=2, samples_per_shard=2, frames=(4, 6),
-                               n_codebooks=K, codebook_size=C, index=True, format_version=5)  # fmt: skip
+                               n_codebooks=K, codebook_size=C)  # fmt: skip
     order = renames_into(tmp_path / "copy", monkeypatch)
     assert run(capsys, push_main, str(root), str(tmp_path / "copy"))[0] == 0
     assert order[-1] == "manifest.json"
@@ -312,13 +313,13 @@ def test_push_to_s3_writes_the_manifest_last_and_verify_reads_it_back(
     rc, out, err = run(capsys, push_main, str(shard_set), url)
     assert (rc, err) == (0, [])
     assert s3_objects(s3_env, "sets", "one/") == set_files(shard_set, [*SET_FILES, "LICENSE.txt"])
-    assert put_order[-1] == "manifest.json" and set(put_order[:4]) == set(TARS)
+    assert put_order[-1] == "manifest.json" and set(put_order[:6]) == {*TARS, *INDEXES}
     rc, out, err = run(capsys, verify_main, url)
     local_summary = run(capsys, verify_main, str(shard_set))[1][0]
     assert (rc, err) == (0, []) and out == [local_summary.replace(str(shard_set), url)]
     assert f"K={K}, C={C}" in out[0]
     rc, out, _ = run(capsys, push_main, str(shard_set), url)
-    assert rc == 0 and uploaded(out) == set() and len(skipped(out)) == 7 and len(put_order) == 7
+    assert rc == 0 and uploaded(out) == set() and len(skipped(out)) == 9 and len(put_order) == 9
 
 
 def test_an_interrupted_s3_push_leaves_no_manifest_and_resumes(
@@ -364,7 +365,7 @@ def test_a_corrupted_s3_tar_fails_verify_and_is_uploaded_again(shard_set: Path, 
     rc, _, err = run(capsys, verify_main, url)
     assert rc == 1 and f"  - {TARS[1]}: sha256 differs from the manifest (corrupted or rewritten)" in err
     rc, out, _ = run(capsys, push_main, str(shard_set), url)
-    assert rc == 0 and uploaded(out) == {TARS[1]} and len(skipped(out)) == 6
+    assert rc == 0 and uploaded(out) == {TARS[1]} and len(skipped(out)) == 8
     assert s3_objects(s3_env, "sets", "one/")[TARS[1]] == (shard_set / TARS[1]).read_bytes()
     assert run(capsys, verify_main, url)[0] == 0
 
@@ -437,14 +438,15 @@ def test_push_to_the_hub_commits_tars_then_manifest_and_card(shard_set: Path, hu
     )
     assert set(files) == {*SET_FILES, "LICENSE.txt", "README.md", ".gitattributes"}
     final, tars, initial = hub_server.commits(REPO)
-    assert set(hub_server.files(REPO, tars)) == {*TARS, ".gitattributes"}  # no manifest before the last commit
+    # no manifest before the last commit
+    assert set(hub_server.files(REPO, tars)) == {*TARS, *INDEXES, ".gitattributes"}
     assert (
         out[-1] == f"revision {final}: train from it with python -m adapter_trainer 'data.shards=[{HUB_URL}@{final}]'"
     )
     rc, out, err = run(capsys, verify_main, f"{HUB_URL}@{final}")
     assert (rc, err) == (0, []) and out[0].startswith(f"OK {HUB_URL}@{final}: 4 shards, 8 samples")
     rc, out, _ = run(capsys, push_main, str(shard_set), HUB_URL)
-    assert rc == 0 and uploaded(out) == set() and len(skipped(out)) == 8
+    assert rc == 0 and uploaded(out) == set() and len(skipped(out)) == 10
     assert hub_server.commits(REPO)[0] == final  # nothing committed
 
 
@@ -459,7 +461,7 @@ def test_the_dataset_card_holds_the_manifest_s_codec_and_splits(shard_set: Path,
         "| frame rate | 50.0 frames/s |",
         "| train | 6 | 3 |",
         "| eval | 2 | 1 |",
-        "Format `musiccaps-encodec-shards` version 1",
+        "Format `musiccaps-encodec-shards` version 5",
         f"python -m adapter_trainer 'data.shards=[{HUB_URL}@<revision>]'",
         "Creative Commons Attribution-ShareAlike 4.0",
     ):
@@ -477,7 +479,7 @@ def test_hub_commits_are_batched_and_a_partial_repo_gets_only_the_missing_tars(
     assert rc == 0 and skipped(out) == {TARS[0]}
     assert uploaded(out) == {*SET_FILES, "LICENSE.txt", "README.md"} - {TARS[0]}
     commits = hub_server.commits(REPO)
-    assert len(commits) == 1 + 3 + 1 + 1  # the final commit, one per missing tar, the seed, the initial commit
+    assert len(commits) == 1 + 5 + 1 + 1  # the final commit, one per missing tar or index, the seed, the initial commit
     for sha in commits[1:]:
         assert "manifest.json" not in hub_server.files(REPO, sha)
 
@@ -489,7 +491,7 @@ def test_a_failing_hub_commit_is_one_line_and_the_next_push_completes(
     hub_server.fail(f"api/datasets/{REPO}/commit/main", 500, times=100)
     rc, out, err = run(capsys, push_main, str(shard_set), HUB_URL)
     assert rc == 2 and uploaded(out) == set() and len(err) == 1
-    assert err[0].startswith("error: tokenizer_pipeline.push: shards 1-4 of 4: " + HUB_URL) and "HTTP 500" in err[0]
+    assert err[0].startswith("error: tokenizer_pipeline.push: files 1-6 of 6: " + HUB_URL) and "HTTP 500" in err[0]
     assert "manifest.json" not in hub_server.files(REPO)
     hub_server.clear_faults()
     assert run(capsys, push_main, str(shard_set), HUB_URL)[0] == 0
@@ -507,7 +509,7 @@ def test_a_corrupted_tar_on_the_hub_fails_verify_and_is_committed_again(
     assert rc == 1 and f"  - {TARS[3]}: sha256 differs from the manifest (corrupted or rewritten)" in err
     assert list((tmp_path / "tmp").iterdir()) == []  # the downloads are gone
     rc, out, _ = run(capsys, push_main, str(shard_set), HUB_URL)
-    assert rc == 0 and uploaded(out) == {TARS[3]} and len(skipped(out)) == 7
+    assert rc == 0 and uploaded(out) == {TARS[3]} and len(skipped(out)) == 9
     assert run(capsys, verify_main, HUB_URL)[0] == 0
 
 

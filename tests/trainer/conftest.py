@@ -1,6 +1,5 @@
 """Shared trainer-test fixtures.
 
-- The shard-index cache (adapter_trainer.data.split_index.default_index_cache) stays out of the user's home.
 - `models` (tests/conftest.py): the tiny demo models, built once per session and shared with tests/trainer/generation.
 - `model_dirs`: the tiny Llama (no tokenizer) and MusicGen decoder saved as checkpoints, for the MoT model tests.
 - `one_thread`: one intra-op thread for a module's tiny matmuls (`pytestmark = pytest.mark.usefixtures("one_thread")`).
@@ -20,14 +19,6 @@ import pytest
 import torch
 
 _TOKENIZERS: dict[tuple, Any] = {}  # (dir, its files' names, sizes and mtimes) -> the tokenizer loaded from it
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _index_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ADAPTER_TRAINER_INDEX_CACHE", str(tmp_path_factory.mktemp("shard-index-cache")))
-    yield
-    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import TrainConfig, to_train_config
 from adapter_trainer.data.token_layout import AudioVocab, Example, encode_example
+from adapter_trainer.hydra_cli import find_conf_dir
 
 TEXT_VOCAB = 1000  # small text vocab for in-memory models (the demo models keep Llama 3's 128,256)
 

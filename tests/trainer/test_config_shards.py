@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError, ShardSource, shard_paths, shard_sources, shard_weights, to_train_config
+from adapter_trainer.hydra_cli import find_conf_dir
 
 
 def _typed(*overrides: str):
@@ -18,16 +18,20 @@ def _typed(*overrides: str):
 def test_the_hydra_command_line_form_gives_weights() -> None:
     cfg = _typed("data.shards=[{path: a, weight: 3}, {path: b, weight: 1}]")
     assert shard_sources(cfg.data.shards) == [ShardSource("a", 3.0), ShardSource("b", 1.0)]
-    assert shard_paths(cfg) == ["a", "b"] and shard_weights(cfg) == [3.0, 1.0]
+    assert shard_paths(cfg.data.shards) == ["a", "b"] and shard_weights(cfg.data.shards) == [3.0, 1.0]
 
 
 def test_plain_paths_stay_a_concatenation_and_weigh_one_in_a_mixture() -> None:
     plain = _typed("data.shards=[a, b]")
-    assert plain.data.shards == ["a", "b"] and shard_paths(plain) == ["a", "b"] and shard_weights(plain) is None
+    assert (
+        plain.data.shards == ["a", "b"]
+        and shard_paths(plain.data.shards) == ["a", "b"]
+        and shard_weights(plain.data.shards) is None
+    )
     no_weights = _typed("data.shards=[{path: a}, b]")
-    assert shard_weights(no_weights) is None  # no weight anywhere: concatenation
+    assert shard_weights(no_weights.data.shards) is None  # no weight anywhere: concatenation
     mixed = _typed("data.shards=[{path: a, weight: 2.5}, b]", "data.mixture_epoch_size=100")
-    assert shard_weights(mixed) == [2.5, 1.0] and mixed.data.mixture_epoch_size == 100
+    assert shard_weights(mixed.data.shards) == [2.5, 1.0] and mixed.data.mixture_epoch_size == 100
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.conf_dir import find_conf_dir
+from adapter_trainer.hydra_cli import find_conf_dir
 from tests.mps_rules import FAKE_ALLOCATED, EmulatedMPS
 from tests.trainer.helpers import make_cfg
 

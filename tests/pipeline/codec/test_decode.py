@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.pipeline.helpers import make_corpus, pipeline_config
-from tokenizer_pipeline.codec.decode import main as decode_main
+from tokenizer_pipeline.decode import main as decode_main
 from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify
 
@@ -188,31 +188,6 @@ def test_decode_refuses_a_codec_with_the_same_weights_but_another_config(
     assert "pad_mode='constant' (manifest 'reflect')" in err and "use_causal_conv=True (manifest False)" in err
     assert not (tmp_path / "wav").exists()
     assert _decode(capsys, shard_set, f"out_dir={tmp_path / 'ok'}", f"codec={tiny_codec}")[0] == 0
-
-
-def test_a_version_1_set_still_decodes_with_a_warning(shard_set: Path, tmp_path: Path, capsys) -> None:
-    m = json.loads((shard_set / "manifest.json").read_text())
-    m["format_version"] = 1
-    del m["codec"]["config"], m["codec"]["path_from_set"]
-    (shard_set / "manifest.json").write_text(json.dumps(m))
-    assert verify(shard_set)[0] == []
-    code, err = _decode(capsys, shard_set, f"out_dir={tmp_path / 'wav'}")
-    assert code == 0, err
-    assert "warning:" in err and "records no codec config" in err
-    assert len(json.loads((tmp_path / "wav/decoded.json").read_text())["clips"]) == 3
-
-
-def test_a_version_2_set_still_verifies_and_decodes(shard_set: Path, tmp_path: Path, capsys) -> None:
-    """A set written before format version 3: no source.kind / source.sha256, no segmentation."""
-    m = json.loads((shard_set / "manifest.json").read_text())
-    m["format_version"] = 2
-    m["source"] = {k: m["source"][k] for k in ("csv", "csv_sha256", "audio_dir")}
-    del m["segmentation"]
-    (shard_set / "manifest.json").write_text(json.dumps(m))
-    assert verify(shard_set)[0] == []
-    code, err = _decode(capsys, shard_set, f"out_dir={tmp_path / 'wav'}")
-    assert code == 0, err
-    assert len(json.loads((tmp_path / "wav/decoded.json").read_text())["clips"]) == 3
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "not_a_tar", "directory"])

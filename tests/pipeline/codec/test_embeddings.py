@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from tokenizer_pipeline.audio.read_audio import resample
-from tokenizer_pipeline.codec.embeddings import main
+from tokenizer_pipeline.codec_embeddings import main
 
 
 def write_wavs(d: Path, sr: int = 16_000) -> dict[str, np.ndarray]:

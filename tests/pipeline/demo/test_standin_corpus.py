@@ -13,8 +13,9 @@ import soundfile as sf
 
 from tests import REPO
 from tokenizer_pipeline.demo.standin_attributes import ClipAttributes, derive_attributes, parse_aspects
-from tokenizer_pipeline.demo.standin_corpus import SUBSET_CSV, build_corpus, check_built, main
+from tokenizer_pipeline.demo.standin_corpus import SUBSET_CSV, build_corpus, check_built
 from tokenizer_pipeline.demo.standin_render import SAMPLE_RATE, render_clip
+from tokenizer_pipeline.standin_corpus import main
 
 CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 N_CLIPS = 16
@@ -184,7 +185,22 @@ def test_check_built_refuses_a_corpus_of_other_settings(
         )
     # the command line make runs: exit 2 with the message, 0 when the settings match; nothing is written
     before = _digest(built)
-    assert main(["--check-built", "--out", str(built), "--n-clips", "1040", "--duration-s", "2.5"]) == 2
+    assert (
+        main(
+            [
+                "--check-built",
+                "--out",
+                str(built),
+                "--n-clips",
+                "1040",
+                "--duration-s",
+                "2.5",
+                "--eval-fraction",
+                "0.25",
+            ]
+        )
+        == 2
+    )
     assert "rm -rf build/demo" in capsys.readouterr().err
     assert main(["--check-built", "--out", str(built), "--n-clips", str(N_CLIPS), "--eval-fraction", "0.25"]) == 0
     assert _digest(built) == before

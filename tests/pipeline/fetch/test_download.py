@@ -19,10 +19,10 @@ import tokenizer_pipeline.audio.ffmpeg_binary as fb
 from tests.pipeline.helpers import pipeline_config
 from tests.pipeline.media_server import MediaServer, music_like, write_csv_rows, write_media, write_signal
 from tokenizer_pipeline.audio import read_audio
-from tokenizer_pipeline.cli import run_pipeline
 from tokenizer_pipeline.fetch.config import DownloadConfig, DownloadConfigError
 from tokenizer_pipeline.fetch.download import config_from_overrides, run_download
 from tokenizer_pipeline.fetch.youtube import classify, ydl_params
+from tokenizer_pipeline.run.pipeline import run_pipeline
 
 SR = 44100
 
@@ -298,7 +298,6 @@ def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
     )
 
 

@@ -7,7 +7,6 @@ rerun after ranks died at different points must redo only what is missing and gi
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from tests.pipeline.helpers import pipeline_config
+from tests.run_end import Ended, run_live
 from tokenizer_pipeline.run.pipeline import run_pipeline
 
 pytestmark = pytest.mark.budget(60, reason="torchrun launches of 2 gloo ranks, each rank importing torch and the codec")
@@ -28,8 +28,8 @@ def _snapshot(d: Path) -> dict[str, bytes]:
     }
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+def _run(args: list[str], cwd: Path) -> Ended:
+    r = run_live([sys.executable, *args], cwd=cwd)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     return r
 
@@ -79,7 +79,7 @@ def test_a_configuration_error_under_torchrun_is_one_line_and_torchrun_quotes_it
     prints after it (docs/architecture.md, errors and exit codes) quotes that line instead of a link to its docs."""
     (tmp_path / "audio").mkdir()
     args = ["audio_dir=audio", "out_dir=o", "csv=nope.csv", "codec.device=cpu"]
-    r = subprocess.run([sys.executable, *TORCHRUN, *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = run_live([sys.executable, *TORCHRUN, *args], cwd=tmp_path)
     assert r.returncode == 1  # torchrun's own status for a failed worker (each rank exited 2)
     ours = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert ours == ["error: MusicCaps CSV not found: nope.csv. The repo ships it at data/musiccaps/musiccaps-public.csv; "
@@ -100,10 +100,7 @@ def test_a_finished_torchrun_job_exits_0_every_time(corpus, tiny_codec: Path, tm
             "shard.max_samples=1", "min_seconds=0.5", "threads=1", "workers=0", "limit=2"]  # fmt: skip
     for i in range(40):
         out = tmp_path / f"s{i}"
-        r = subprocess.run(
-            [sys.executable, *TORCHRUN, *args, f"out_dir={out}"], cwd=tmp_path, capture_output=True, text=True,
-            timeout=600,
-        )  # fmt: skip
+        r = run_live([sys.executable, *TORCHRUN, *args, f"out_dir={out}"], cwd=tmp_path)
         assert r.returncode == 0 and "terminate called" not in r.stderr, f"run {i}: {r.stderr[-3000:]}"
         assert r.stdout.count(f"shard set: {out}") == 1
 

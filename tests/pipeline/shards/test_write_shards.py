@@ -13,8 +13,9 @@ import soundfile as sf
 
 import tokenizer_pipeline.run.pipeline as run
 from tests.pipeline.helpers import pipeline_config
-from tokenizer_pipeline.cli import ShardConfig, run_pipeline
+from tokenizer_pipeline.config import ShardConfig
 from tokenizer_pipeline.errors import PipelineError
+from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.manifest import Manifest
 from tokenizer_pipeline.shards.verify import verify
 
@@ -216,7 +217,7 @@ def test_verify_catches_corruption(corpus, tiny_codec: Path, tmp_path: Path) -> 
 
 def test_verify_fails_a_set_with_no_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.contract.shard_fixture import write_shard_set
-    from tokenizer_pipeline.shards.verify import main
+    from tokenizer_pipeline.verify import main
 
     out = write_shard_set(tmp_path / "empty", {"train": [], "eval": []})
     failures = [{"ytid": f"y{i}", "csv_row": i + 2, "split": "train", "reason": "missing_audio", "detail": "-",

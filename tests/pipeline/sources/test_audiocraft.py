@@ -22,8 +22,8 @@ from tests.pipeline.sources.helpers import (
     write_manifest,
     write_track,
 )
-from tokenizer_pipeline.codec.decode import main as decode_main
 from tokenizer_pipeline.config import SegmentConfig, SourceConfig, SplitConfig
+from tokenizer_pipeline.decode import main as decode_main
 from tokenizer_pipeline.errors import PipelineError
 from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify

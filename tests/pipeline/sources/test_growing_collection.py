@@ -19,7 +19,6 @@ import pytest
 import tokenizer_pipeline.run.pipeline as run
 from tests.pipeline.sources.helpers import audiocraft_writer, samples, source_config, write_track
 from tokenizer_pipeline.config import SegmentConfig, SplitConfig
-from tokenizer_pipeline.errors import PipelineError
 from tokenizer_pipeline.run.kept import KeptSet, kept_shards
 from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify
@@ -246,21 +245,6 @@ def test_a_collection_converted_to_flac_keeps_every_split(tmp_path: Path, tiny_c
     after = {t.key: (t.split, t.source_file) for t in by_audio(tmp_path / "set").values()}
     assert all(f.endswith(".flac") for _, f in after.values())
     assert {k: split for k, (split, _) in after.items()} == before
-
-
-def test_a_set_split_by_track_id_is_refused_saying_why(tmp_path: Path, tiny_codec: Path) -> None:
-    """A set written by format version 3 drew splits from the track ids: resuming it under the audio's rule would
-    move tracks, so it is refused in one line naming the reason and overwrite=true."""
-    add_tracks(tmp_path / "music", NAMES[:2])
-    manifest = audiocraft_writer(tmp_path / "music", tmp_path / "data.jsonl")
-    cfg = source_config("audiocraft", manifest, tmp_path / "set", tiny_codec, segment=SHORT, split=HALF)
-    assert run_pipeline(cfg, progress=False).exit_code == 0
-    fp_path = tmp_path / "set/.progress/config.json"
-    fp = json.loads(fp_path.read_text())
-    fp_path.write_text(json.dumps(fp | {"format_version": 3, "csv_sha256": "0" * 64}))  # what version 3 wrote
-    with pytest.raises(PipelineError, match=r"drew your own audio's splits from the track ids.*overwrite=true") as e:
-        run_pipeline(cfg, progress=False)
-    assert "\n" not in str(e.value) and "csv_sha256" not in str(e.value)
 
 
 def test_another_source_root_is_no_longer_refused(tmp_path: Path, tiny_codec: Path) -> None:

@@ -1,10 +1,9 @@
 """Weighted mixtures of shard sets (adapter_trainer.data.mixture): shares follow the weights, each set is drawn
 without replacement and cycles, the sequence is a function of the seed, ranks and workers read disjoint slices of
-it, a loader started mid-epoch continues it exactly, and per-sample v3 weights are honoured within a set."""
+it, a loader started mid-epoch continues it exactly, and per-sample weights are honoured within a set."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,6 @@ from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import ConcatOrder, TrainBatches, epoch_permutation, train_loader
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 from tests.trainer.data.test_streaming import SPEC, _WordTokenizer
-from tests.trainer.data.v3_sets import make_v3, v3_sample_fields
 
 SHARE_TOL = 0.015  # |observed - expected| share; over 40,000 draws the standard error is ~0.0022
 
@@ -119,19 +117,19 @@ def test_a_mixture_epoch_drives_the_recorded_position(two_sets) -> None:
 
 
 def _weighted_set(root: Path, weights: dict[int, float]) -> Path:
-    """A v3 set of 6 train clips whose sample i has weight weights.get(i, 1.0)."""
-    base = write_synthetic_set(root, n_train=6, n_eval=2, format_version=2, samples_per_shard=4)
-
-    def fields(key: str, meta: dict) -> dict:
-        i = int(key[2:]) if key.startswith("tr") else 0
-        return {**v3_sample_fields(key, meta), "weight": weights.get(i, 1.0)}
-
-    return make_v3(base, fields)
+    """A set of 6 train clips (shards of 4 + 2) whose sample i has weight weights.get(i, 1.0)."""
+    train = synthetic_clips(6, prefix="tr")
+    return write_shard_set(
+        root,
+        {"train": train, "eval": synthetic_clips(2, seed=1, prefix="ev")},
+        samples_per_shard=4,
+        weights={train[i][0]: w for i, w in weights.items()},
+    )
 
 
 def test_per_sample_weights_are_honoured_within_their_set(tmp_path: Path) -> None:
     weighted = _weighted_set(tmp_path / "w", {5: 9.0})  # clip 5 weighs 9, the others 1: P(clip 5) = 9/14
-    uniform = make_v3(write_shard_set(tmp_path / "u", {"train": synthetic_clips(4, seed=9, prefix="uu")}))
+    uniform = write_shard_set(tmp_path / "u", {"train": synthetic_clips(4, seed=9, prefix="uu")})
     sets = _open(weighted, uniform)
     index = build_index(sets, "train")
     spans = split_spans(sets, "train", len(index))
@@ -145,40 +143,13 @@ def test_per_sample_weights_are_honoured_within_their_set(tmp_path: Path) -> Non
     assert abs(float((rows < 6).mean()) - 0.5) <= SHARE_TOL  # the set's share is still its mixture weight
     other = rows[rows >= 6] - 6
     assert all(sorted(other[p * 4 : (p + 1) * 4].tolist()) == [0, 1, 2, 3] for p in range(len(other) // 4))
-    # old-format sets are never read for weights
-    assert sample_weights(
-        _open(write_synthetic_set(tmp_path / "v1", n_train=3, n_eval=2)), index, [(0, 3)], "train"
-    ) == [None]
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, "heavy", None])
-def test_a_bad_sample_weight_is_refused_naming_the_sample(tmp_path: Path, bad) -> None:
-    root = _weighted_set(tmp_path / "bad", {})
-    if bad is None:  # JSON null
-        make_v3(root, lambda key, meta: {"weight": None} if key == "tr0000002" else {})
-    else:
-        make_v3(root, lambda key, meta: {"weight": bad} if key == "tr0000002" else {})
-    sets = _open(root)
+@pytest.mark.parametrize("bad", [0, -1.0])
+def test_a_bad_sample_weight_is_refused_naming_the_index(tmp_path: Path, bad: float) -> None:
+    sets = _open(_weighted_set(tmp_path / "bad", {2: bad}))
     index = build_index(sets, "train")
-    with pytest.raises(ShardFormatError, match=r"sample 'tr0000002' has weight=.*finite number > 0"):
-        sample_weights(sets, index, split_spans(sets, "train", len(index)), "train", cache=None)
-    assert json.loads((root / "manifest.json").read_text())["format_version"] == 3
-
-
-def test_sample_weights_are_cached_per_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import adapter_trainer.data.mixture as mixture_mod
-
-    sets = _open(_weighted_set(tmp_path / "w", {1: 3.0, 4: 2.0}))  # 6 clips in shards of 4 + 2
-    index = build_index(sets, "train")
-    spans = split_spans(sets, "train", len(index))
-    first = sample_weights(sets, index, spans, "train", cache=tmp_path / "c")
-    assert first[0].tolist() == [1, 3.0, 1, 1, 2.0, 1] and len(list((tmp_path / "c").glob("*.weights.npy"))) == 2
-
-    def no_read(*a):
-        raise AssertionError("read the samples although their weights are cached")
-
-    monkeypatch.setattr(mixture_mod, "read_sample_weights", no_read)
-    assert sample_weights(sets, index, spans, "train", cache=tmp_path / "c")[0].tolist() == first[0].tolist()
-    next((tmp_path / "c").glob("*.weights.npy")).write_bytes(b"junk")
-    with pytest.raises(ShardFormatError, match="unreadable sample-weight cache entry"):
-        sample_weights(sets, index, spans, "train", cache=tmp_path / "c")
+    with pytest.raises(
+        ShardFormatError, match=r"train/index.safetensors: sample weights are not all finite numbers > 0"
+    ):
+        sample_weights(sets, index, split_spans(sets, "train", len(index)), "train")

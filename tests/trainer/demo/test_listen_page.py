@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adapter_trainer.demo.listen_page import DEMO_NOTE, build_page, main
+from adapter_trainer.demo.listen_page import DEMO_NOTE, build_page
+from adapter_trainer.listen_page import main
 
 
 def write_wav(path: Path, seconds: float = 0.2, rate: int = 32000) -> None:

@@ -19,7 +19,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from adapter_trainer.evaluation.audio_metrics import clap_scores, kl_divergence, main
+from adapter_trainer.audio_metrics import main
+from adapter_trainer.evaluation.audio_metrics import clap_scores, kl_divergence
 from adapter_trainer.evaluation.frechet import frechet_distance_of
 from tests import REPO
 from tests.trainer.evaluation import reference_code

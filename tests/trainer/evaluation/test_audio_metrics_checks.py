@@ -12,8 +12,9 @@ import pytest
 import soundfile as sf
 import torch
 
+from adapter_trainer.audio_metrics import main
 from adapter_trainer.evaluation.audio_inputs import normalise_loudness
-from adapter_trainer.evaluation.audio_metrics import kl_divergence, main
+from adapter_trainer.evaluation.audio_metrics import kl_divergence
 from adapter_trainer.evaluation.frechet import frechet_distance_of
 from tests.trainer.evaluation import reference_code
 from tests.trainer.evaluation.test_audio_metrics import CLAP_SR, cli, models, strict, tones, write_reference, write_set

@@ -22,7 +22,7 @@ TEACHER = ("music_lm_ce", "music_lm_text_ce", "music_lm_text_ce_shuffled", "teac
 @pytest.fixture(scope="module")
 def indexed_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("v5") / "set"
-    return write_synthetic_set(root, n_train=12, n_eval=4, frames=(12, 24), index=True, format_version=5)
+    return write_synthetic_set(root, n_train=12, n_eval=4, frames=(12, 24))
 
 
 def _run(models, shards: Path, out: Path, *overrides: str) -> dict:
@@ -83,11 +83,3 @@ def test_a_kept_file_round_trips_and_a_broken_one_is_scored_again(models, indexe
     assert identity["shard_manifests_sha256"] == [manifest]
     path.write_bytes(path.read_bytes()[:100])  # truncated
     assert baseline_cache.load_baselines(path) is None
-
-
-def test_an_older_sets_baselines_are_not_kept(models, tmp_path: Path) -> None:
-    """Format < 5: no text digests in the index, so a clip's key alone would not pin its caption: scored each start."""
-    older = write_synthetic_set(tmp_path / "v3", n_train=12, n_eval=4, frames=(12, 24))
-    out = tmp_path / "run"
-    final = _run(models, older, out, "trainer.max_steps=1")
-    assert final["eval"]["teacher_status"].startswith("MusicGen") and not (out / "baselines").exists()

@@ -3,7 +3,6 @@ it reaches final_metrics.json's learning_check block and the printed report next
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from adapter_trainer.data.mixture import split_spans
 from adapter_trainer.data.shards import open_shard_sets
 from adapter_trainer.data.split_index import build_index
 from adapter_trainer.data.streaming import ExampleSpec
-from adapter_trainer.evaluation.held_out import HeldOutEval
+from adapter_trainer.evaluation.held_out import EvalRun, HeldOutEval
 from adapter_trainer.evaluation.learning_check import learning_check_summary, learning_check_text
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
 from tests.trainer.data.test_streaming import _WordTokenizer
@@ -46,15 +45,7 @@ def _report(model, vocab, roots: list[Path], names: list[str]):
     uniform = np.full((4, 2048), -np.log(2048.0))  # [K, C]
     spans = [(n, a, b) for n, (a, b) in zip(names, split_spans(sets, "eval", len(index)))]
     held_out = HeldOutEval(index, _WordTokenizer(), spec, uniform, n_derangements=1, seed=0, set_spans=spans)
-    return held_out(
-        model,
-        step=0,
-        batch_size=4,
-        device=torch.device("cpu"),
-        autocast=contextlib.nullcontext,
-        n_bootstrap=50,
-        seed=0,
-    )
+    return held_out(model, EvalRun(batch_size=4, device=torch.device("cpu")), step=0, n_bootstrap=50, seed=0)
 
 
 def test_each_sets_ce_is_its_ce_alone_with_the_same_model(two_sets) -> None:

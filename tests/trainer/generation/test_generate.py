@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.data.samples import load_split
 from adapter_trainer.data.shards import read_manifest
 from adapter_trainer.generation.config import GenerateRunConfig
 from adapter_trainer.generation.generate import run_generate, to_generate_config
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.training.checkpoint import ResumeError
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set

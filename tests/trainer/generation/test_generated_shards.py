@@ -30,11 +30,12 @@ def codec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def source_manifest(codec_dir: Path) -> dict:
-    from tokenizer_pipeline.codec.encode import hash_weight_files
+    from transformers import EncodecConfig
+
+    from tokenizer_pipeline.codec.encode import config_identity, hash_weight_files
 
     return {
         "format": "musiccaps-encodec-shards",
-        "format_version": 1,
         "codec": {
             "name_or_path": str(codec_dir),
             "model_class": "EncodecModel",
@@ -44,6 +45,7 @@ def source_manifest(codec_dir: Path) -> dict:
             "codebook_size": C,
             "bandwidth_kbps": 1.2,
             "weights_sha256": hash_weight_files(codec_dir),
+            "config": config_identity(EncodecConfig.from_pretrained(codec_dir)),
             "dtype": "float32",
             "library_versions": {},
         },

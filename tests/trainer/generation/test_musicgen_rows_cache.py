@@ -20,8 +20,8 @@ TOL = dict(rtol=1e-5, atol=1e-5)  # fp32: the same ops over fewer positions (a r
 CAPTIONS = [[5, 6, 7], [8, 9, 10, 11, 12], [], []]  # two captions, then CFG's two empty-caption rows
 
 
-def trained(projection: str = "per_layer"):
-    model = rows_model(caption_projection=projection)
+def trained():
+    model = rows_model()
     train_caption_path(model)
     return model
 
@@ -39,9 +39,8 @@ def prompt(captions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch
     return tokens, tokens[..., 0] == VOCAB.audio_start, mask
 
 
-@pytest.mark.parametrize("projection", ["per_layer", "shared"])
-def test_prompt_then_single_steps_equal_one_full_forward(projection: str) -> None:
-    model = trained(projection)
+def test_prompt_then_single_steps_equal_one_full_forward() -> None:
+    model = trained()
     tokens, is_audio, mask = prompt(CAPTIONS)
     R, P = is_audio.shape
     rng = np.random.default_rng(3)

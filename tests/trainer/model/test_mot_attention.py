@@ -261,12 +261,17 @@ def test_gradients_reach_only_trainable_parameters(model_dirs: dict[str, Path], 
         )
 
 
-def test_lora_rank_belongs_to_the_lora_variant(model_dirs: dict[str, Path]) -> None:
-    llm, mg = load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"])
-    with pytest.raises(ValueError, match="audio_attention=lora"):
-        MoTAdapterModel(llm, mg, VOCAB, "delay", MoTConfig(audio_attention="shared", lora_rank=4))
-    with pytest.raises(ValueError, match="allowed"):
-        MoTAdapterModel(llm, mg, VOCAB, "delay", MoTConfig(audio_attention="cross"))
+def test_lora_rank_belongs_to_the_lora_variant() -> None:
+    from adapter_trainer.config import ConfigError, DataConfig, ModelConfig, TrainConfig, TrainerConfig, validate_config
+
+    def cfg(**mot) -> TrainConfig:
+        model = ModelConfig(llm="llm", audio_lm="mg", mot=MoTConfig(**mot))
+        return TrainConfig(data=DataConfig(shards=["s"]), model=model, trainer=TrainerConfig(output_dir="o"))
+
+    with pytest.raises(ConfigError, match="audio_attention=lora"):
+        validate_config(cfg(audio_attention="shared", lora_rank=4))
+    with pytest.raises(ConfigError, match="choose one of shared, lora, separate"):
+        validate_config(cfg(audio_attention="cross"))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -279,7 +284,7 @@ def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant
     mot = make(model_dirs, variant, perturb_seed=None).train()
     copies = mot.pretrained_copy_parameters()
     names = {id(p): n for n, p in mot.named_parameters()}
-    assert {names[id(p)] for p in copies} == pretrained_starts(model_dirs, variant, "musicgen", True)
+    assert {names[id(p)] for p in copies} == pretrained_starts(model_dirs, variant, "musicgen")
     trainable = [p for p in mot.parameters() if p.requires_grad]
     opt_cfg = OptimizerConfig(lr=1e-2, weight_decay=0.1, pretrained_copy_lr_scale=0.0)
     groups = param_groups(trainable, copies, opt_cfg)
@@ -299,7 +304,7 @@ def test_pretrained_copies_get_their_own_lr(model_dirs: dict[str, Path], variant
     assert any(not torch.equal(p, before[n]) for n, p in mot.named_parameters() if n in before and n not in copy_names)
 
 
-def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str, freeze_audio_ffn: bool) -> set[str]:
+def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str) -> set[str]:
     """Names of the trainable tensors that start as pretrained weights, found by value, not by name. Every tower
     tensor first gets noise (so none is zero or equal to another), then a trainable tensor counts when it IS a tower
     tensor (trained in place) or equals one (a copy); zero-init and random-init new tensors match nothing."""
@@ -323,7 +328,6 @@ def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str, free
             **VARIANTS[variant],
             audio_embed_init=init,
             audio_head_init=init,
-            freeze_audio_ffn=freeze_audio_ffn,
         ),
     )
     return {
@@ -334,11 +338,10 @@ def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str, free
     }
 
 
-@pytest.mark.parametrize("freeze_audio_ffn", [True, False])
 @pytest.mark.parametrize("init", ["musicgen", "random"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretrained(
-    model_dirs: dict[str, Path], variant: str, init: str, freeze_audio_ffn: bool
+    model_dirs: dict[str, Path], variant: str, init: str
 ) -> None:
     mot = MoTAdapterModel(
         load_llm(model_dirs["llm"]),
@@ -350,17 +353,16 @@ def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretraine
             **VARIANTS[variant],
             audio_embed_init=init,
             audio_head_init=init,
-            freeze_audio_ffn=freeze_audio_ffn,
         ),
     )
     names = {id(p): n for n, p in mot.named_parameters()}
     got = {names[id(p)] for p in mot.pretrained_copy_parameters()}
-    expected = pretrained_starts(model_dirs, variant, init, freeze_audio_ffn)
+    expected = pretrained_starts(model_dirs, variant, init)
     assert got == expected, (sorted(got - expected)[:5], sorted(expected - got)[:5])
     assert any(n.endswith("audio.norm.weight") for n in got)  # the expert norm starts as the Llama's post-attn norm
     assert ("code_embed" in got) == (init == "musicgen")
     assert any(".audio_attn." in n for n in got) == (variant == "separate")
-    assert any(n.endswith("audio.fc1.weight") for n in got) == (not freeze_audio_ffn)
+    assert not any(n.endswith("audio.fc1.weight") for n in got)  # the audio FFNs stay frozen
 
 
 def test_param_groups_split_only_when_there_are_copies() -> None:

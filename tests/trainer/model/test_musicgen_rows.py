@@ -1,10 +1,9 @@
 """`model.mot.audio_tower=musicgen` (model/musicgen_rows.py): audio rows run MusicGen's own decoder layers.
 
 At init the audio logits equal transformers' `MusicgenForCausalLM` on the same codes (its delay pattern and special
-ids, unconditional) with either caption init, and the caption states are the Llama's own; the caption path is exactly
-zero until it is trained; an empty caption is MusicGen's exact null however trained the path is; `zero_proj` learns
-the projection from the first step and `caption_scale` rises from 0; a shared projection, a frozen cross-attention
-and the trainable set of each; the refusals.
+ids, unconditional), and the caption states are the Llama's own; the caption path is exactly zero until it is
+trained; an empty caption is MusicGen's exact null however trained the path is; the projection learns from the first
+step and `caption_scale` rises from 0; the trainable set; the refusals.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from tests.trainer.model.test_musicgen_transfer import (
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-INITS = ["zero_proj", "zero_gate"]
 
 
 def tiny_llm(seed: int = 0) -> LlamaForCausalLM:
@@ -67,11 +65,9 @@ def musicgen_logits(mg, codes: np.ndarray) -> torch.Tensor:
         return mg(input_ids=musicgen_pattern(mg, codes)).logits.reshape(K, -1, C).transpose(0, 1)
 
 
-@pytest.mark.parametrize("projection", ["per_layer", "shared"])
-@pytest.mark.parametrize("init", INITS)
-def test_audio_logits_equal_musicgens_own_at_init(init: str, projection: str) -> None:
+def test_audio_logits_equal_musicgens_own_at_init() -> None:
     mg = distinct_musicgen()
-    model = rows_model(mg, caption_init=init, caption_projection=projection)
+    model = rows_model(mg)
     clips = [codes_grid(T=9), np.roll(codes_grid(T=6), 2, axis=0)]
     exs = [example(clips[0], [5, 6, 7]), example(clips[1], [9, 10, 11, 12, 13])]  # captions and clips of other lengths
     batch = collate(exs, pad_id=2)
@@ -82,9 +78,8 @@ def test_audio_logits_equal_musicgens_own_at_init(init: str, projection: str) ->
         torch.testing.assert_close(ours, musicgen_logits(mg, codes), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("init", INITS)
-def test_caption_states_are_the_llamas_and_the_caption_path_is_zero_until_trained(init: str) -> None:
-    model = rows_model(caption_init=init)
+def test_caption_states_are_the_llamas_and_the_caption_path_is_zero_until_trained() -> None:
+    model = rows_model()
     ex = example(codes_grid(T=5), [5, 6, 7, 8])
     tokens, is_audio, mask = ex.tokens[None], ex.is_audio[None], torch.ones_like(ex.is_audio)[None]
     other = example(codes_grid(T=5), [40, 41, 42, 43])  # same audio, another caption
@@ -113,14 +108,13 @@ def eager_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     return torch.softmax(scores, dim=-1) @ v
 
 
-@pytest.mark.parametrize("projection", ["per_layer", "shared"])
-def test_an_empty_caption_is_musicgens_exact_null_however_trained(projection: str, monkeypatch) -> None:
+def test_an_empty_caption_is_musicgens_exact_null_however_trained(monkeypatch) -> None:
     """Keys come from the caption rows after BOS: a BOS-only row (caption dropout's, CFG's unconditional rows) gets
     exactly MusicgenForCausalLM's unconditional logits from a trained path, and no NaN reaches any gradient, even from
     an attention kernel that gives NaN where a row has no key."""
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", eager_sdpa)
     mg = distinct_musicgen()
-    model = rows_model(mg, caption_projection=projection).train()
+    model = rows_model(mg).train()
     train_caption_path(model)
     clips = [codes_grid(T=7), np.roll(codes_grid(T=9), 3, axis=0)]
     exs = [example(clips[0], []), example(clips[1], [5, 6, 7, 8])]  # empty caption, then a real one (longer rows)
@@ -138,21 +132,16 @@ def test_an_empty_caption_is_musicgens_exact_null_however_trained(projection: st
     ]
 
 
-@pytest.mark.parametrize("init", INITS)
-def test_which_tensors_get_gradient_at_step_0(init: str) -> None:
-    """zero_proj: every layer's projection learns from the first step (its cross-attention reads zeros, so the gate
-    and MusicGen's weights get none yet); zero_gate: only the gates do, the projections sit behind tanh(0) = 0."""
-    model = rows_model(caption_init=init).train()
+def test_which_tensors_get_gradient_at_step_0() -> None:
+    """Every layer's projection learns from the first step (its cross-attention reads zeros, so the gate and
+    MusicGen's weights get none yet)."""
+    model = rows_model().train()
     batch = collate([example(codes_grid(T=8), [5, 6, 7]), example(codes_grid(T=6), [8, 9])], pad_id=2)
     model.compute_loss(batch).loss.backward()
     proj = [float(c.proj.weight.grad.abs().sum()) for c in model.caption]
     gate = [float(c.gate.grad.abs()) for c in model.caption]
-    if init == "zero_proj":
-        assert all(g > 0.0 for g in proj), proj
-        assert all(g == 0.0 for g in gate), gate
-    else:
-        assert all(g == 0.0 for g in proj), proj
-        assert any(g > 0.0 for g in gate), gate
+    assert all(g > 0.0 for g in proj), proj
+    assert all(g == 0.0 for g in gate), gate
 
 
 def test_caption_scale_is_its_definition_and_rises_from_zero_with_zero_proj() -> None:
@@ -174,44 +163,16 @@ def test_caption_scale_is_its_definition_and_rises_from_zero_with_zero_proj() ->
     assert model.caption_scale() == pytest.approx(float(np.mean(rms)), rel=0.02)
 
 
-def test_a_shared_projection_reads_one_llama_layer_and_counts_once() -> None:
-    per_layer, shared = rows_model(), rows_model(caption_projection="shared")
-    M, d_llm, d_audio = len(per_layer.caption), per_layer.llm.config.hidden_size, per_layer.decoder.config.hidden_size
-    n = {k: sum(p.numel() for p in m.parameters() if p.requires_grad) for k, m in (("per", per_layer), ("sh", shared))}
-    assert n["per"] - n["sh"] == (M - 1) * (d_llm * d_audio + d_llm)
-    state = shared.trainable_state_dict()
-    assert {k for k in state if "proj.weight" in k and "encoder_attn" not in k} == {"caption_proj.weight"}
-    ex = example(codes_grid(T=5), [5, 6, 7, 8])
-    tokens, is_audio, mask = ex.tokens[None], ex.is_audio[None], torch.ones_like(ex.is_audio)[None]
-    n_text = int((~ex.is_audio).sum())
-    with torch.no_grad():
-        ref = shared.llm.model(input_ids=tokens[:, :n_text, 0], output_hidden_states=True).hidden_states
-        for layer, want in ((-1, ref[-1]), (1, ref[2])):  # -1: the last layer, after the Llama's final norm
-            model = rows_model(caption_projection="shared", caption_layer=layer)
-            states, _ = model._text_states(tokens, is_audio, mask)
-            assert len(states) == 1
-            torch.testing.assert_close(states[0][:, :n_text], want, rtol=1e-5, atol=1e-6)
-    train_caption_path(shared)
-    fresh = rows_model(caption_projection="shared")
-    fresh.load_trainable_state_dict(shared.trainable_state_dict())
-    with torch.no_grad():
-        torch.testing.assert_close(fresh(tokens, is_audio), shared(tokens, is_audio), rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("cross_attention", ["train", "freeze"])
-def test_the_trainable_set_of_each_cross_attention_choice(cross_attention: str) -> None:
-    model = rows_model(cross_attention=cross_attention).train()
+def test_the_trainable_set() -> None:
+    model = rows_model().train()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     in_musicgen = {n for n in trainable if n.startswith("decoder.")}  # its cross-attention, trained in place
     own = {f"caption.{m}.{t}" for m in range(len(model.caption)) for t in ("norm.weight", "proj.weight", "gate")}
     assert trainable - in_musicgen == own | {"end_head"}
     copies = {id(p) for p in model.pretrained_copy_parameters()}
     assert copies == {id(p) for n, p in model.named_parameters() if n in in_musicgen}
-    if cross_attention == "freeze":
-        assert in_musicgen == set() and copies == set()
-    else:
-        want = {n for n, _ in model.named_parameters() if ".encoder_attn" in n}
-        assert in_musicgen == want and len(want) == 6 * len(model.caption)  # q/k/v/o + norm weight and bias
+    want = {n for n, _ in model.named_parameters() if ".encoder_attn" in n}
+    assert in_musicgen == want and len(want) == 6 * len(model.caption)  # q/k/v/o + norm weight and bias
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     batch = collate([example(codes_grid(T=8), [5, 6, 7]), example(codes_grid(T=6), [8, 9])], pad_id=2)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
@@ -233,18 +194,6 @@ def test_state_dict_round_trip_and_refusals() -> None:
     assert all(torch.equal(a.gate, b.gate) for a, b in zip(fresh.caption, model.caption))
     with pytest.raises(ValueError, match="missing"):
         fresh.load_trainable_state_dict({k: v for k, v in state.items() if k != "end_head"})
-    with pytest.raises(ValueError, match="data.pattern=delay"):
-        MusicgenRowsMoT(tiny_llm(), distinct_musicgen(), VOCAB, "flatten")
-    with pytest.raises(ValueError, match="one entry per MusicGen layer"):
-        MusicgenRowsMoT(tiny_llm(), distinct_musicgen(), VOCAB, "delay", layer_map=[0, 1])
-    with pytest.raises(ValueError, match="drop layer_map"):
-        rows_model(layer_map=[0] * 6, caption_projection="shared")
-    with pytest.raises(ValueError, match="caption_layer=4"):
-        rows_model(caption_projection="shared", caption_layer=4)  # the tiny Llama has layers 0..3
-    with pytest.raises(ValueError, match="caption_projection=shared only"):
-        rows_model(caption_layer=2)
-    with pytest.raises(ValueError, match="caption_init='zero'; choose one of zero_proj, zero_gate"):
-        rows_model(caption_init="zero")
     assert default_caption_layer_map(24, 16)[:4] == [0, 1, 1, 2] and default_caption_layer_map(24, 16)[-1] == 15
 
 

@@ -168,14 +168,6 @@ def test_music_lm_baseline_equals_musicgens_own_loss() -> None:
         torch.testing.assert_close(ce[b].sum() / codes.size, loss, rtol=1e-5, atol=1e-6)
 
 
-def test_old_checkpoints_without_special_code_embed_load_as_they_were() -> None:
-    mot = musicgen_mot(distinct_musicgen())
-    state = mot.trainable_state_dict()
-    del state["special_code_embed"]
-    mot.load_trainable_state_dict(state)
-    assert not mot.special_code_embed.detach().any()
-
-
 # ---- mutation checks: shift one index, the checks above must notice
 
 

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError
+from adapter_trainer.export import main
+from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.model.adapter_io import AdapterError, load_adapter
-from adapter_trainer.sharing.export import export_adapter, main
+from adapter_trainer.sharing.export import export_adapter
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import example, tiny_demo_overrides
@@ -159,7 +160,7 @@ def test_load_adapter_gives_the_run_checkpoint_s_logits(models, shards, run_dir:
     from adapter_trainer.training.checkpoint import load_checkpoint
 
     cfg = to_train_config(compose("config", overrides(models, shards, run_dir)))
-    built = build_mot_model(cfg, "cpu")
+    built = build_mot_model(cfg.model, cfg.data.pattern, "cpu")
     batch = collate([example(built.vocab, 5, 10, seed=s) for s in (1, 2)], built.pad_id)  # [2, S, 1]
     with torch.no_grad():
         untrained = built.model.eval()(batch.tokens, batch.is_audio, batch.attention_mask)  # [B, S, H, V']

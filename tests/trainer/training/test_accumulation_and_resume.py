@@ -16,7 +16,7 @@ from adapter_trainer.training.checkpoint import ResumeError, prepare_output_dir
 from adapter_trainer.training.metric_logging import read_jsonl
 from adapter_trainer.training.optim import WarmupCosine
 from adapter_trainer.training.recipe import MoTAdapterRecipe, recipe_main
-from adapter_trainer.training.step import backward_window, count_targets
+from adapter_trainer.training.step import backward_accum_group, count_targets
 from tests.trainer.helpers import example, make_cfg, tiny_mot
 
 
@@ -36,10 +36,10 @@ def test_accumulated_micro_batches_give_the_big_batch_gradient() -> None:
     nullcast = contextlib.nullcontext
 
     model.zero_grad(set_to_none=True)
-    big = backward_window(model, [collate(exs, pad_id=2)], autocast=nullcast)
+    big = backward_accum_group(model, [collate(exs, pad_id=2)], autocast=nullcast)
     g_big = _grads(model)
     model.zero_grad(set_to_none=True)
-    acc = backward_window(model, micro, autocast=nullcast)
+    acc = backward_accum_group(model, micro, autocast=nullcast)
     g_acc = _grads(model)
     assert g_big.keys() == g_acc.keys() and len(g_big) > 10
     assert acc.n_targets == big.n_targets == sum(counts)
@@ -144,7 +144,7 @@ def test_resume_with_other_optimizer_groups_is_refused_clearly() -> None:
         [{"params": ps[:1]}, {"params": ps[2:]}, {"params": ps[1:2], "lr": 1e-4}, {"params": []}], lr=1e-3
     )
     new_sched = torch.optim.lr_scheduler.LambdaLR(new, lambda step: 1.0)
-    with pytest.raises(ResumeError, match="pretrained_copy_lr_scale"):
+    with pytest.raises(ResumeError, match="AdamW groups hold .* another model or checkpoint layout; retrain"):
         load_optimizer_with_config(new, new_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)
     # same groups: fine
     load_optimizer_with_config(old, old_sched, old.state_dict(), old_sched.state_dict(), lambda step: 1.0)

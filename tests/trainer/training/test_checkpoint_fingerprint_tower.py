@@ -1,5 +1,5 @@
-"""Resuming a checkpoint of the other audio tower (mps_small and cuda_1b moved to musicgen): one short line naming the
-override that resumes it, not every trainable tensor's shape that follows from the tower."""
+"""Resuming a checkpoint of the other audio tower: one short line naming the override that resumes it, not every
+trainable tensor's shape that follows from the tower."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint
 
 
 def test_another_tower_names_the_override_that_resumes_it() -> None:
-    saved = {"data.pattern": "delay", "trainable_shapes": {f"w{i}": [64, 64] for i in range(80)}}  # an llm run
-    now = {"data.pattern": "delay", "model.mot.audio_tower": "musicgen", "model.mot.caption_init": "zero_proj",
-           "trainable_shapes": {f"v{i}": [32, 32] for i in range(80)}}  # fmt: skip
+    saved = {"model.mot": {"audio_tower": "llm"}, "trainable_shapes": {f"w{i}": [64, 64] for i in range(80)}}
+    now = {"model.mot": {"audio_tower": "musicgen"}, "trainable_shapes": {f"v{i}": [32, 32] for i in range(80)}}
     with pytest.raises(ResumeError) as e:
         check_fingerprint(saved, now, Path("run/checkpoints/step-000010"))
     msg = str(e.value)

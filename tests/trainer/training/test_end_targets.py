@@ -5,7 +5,6 @@ partial when the checkpoint did not count), and written to final_metrics.json.""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +23,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Train clips of 12-60 frames around the ~31-frame training window (48 tokens, delay pattern): the short ones
-    always end inside a window, the long ones only when the random crop lands on their end."""
+    """Train clips of 12-60 frames around the ~31-frame training sequence (48 tokens, delay pattern): the short ones
+    always end inside a sequence, the long ones only when the random crop lands on their end."""
     return write_shard_set(
         tmp_path_factory.mktemp("shards") / "set",
         {
@@ -36,9 +35,9 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run_recording_end_windows(cfg) -> tuple[MoTAdapterRecipe, dict, int, int]:
-    """A run with every micro-batch's windows counted from the tokens (AUDIO_END written into slot 0 of a
+    """A run with every micro-batch's sequences counted from the tokens (AUDIO_END written into slot 0 of a
     position: token_layout's convention), independently of the labels the recipe counts from.
-    Returns (recipe, final metrics, windows seen, windows whose tokens hold AUDIO_END)."""
+    Returns (recipe, final metrics, sequences seen, sequences whose tokens hold AUDIO_END)."""
     recipe = MoTAdapterRecipe(cfg)
     try:
         recipe.setup()
@@ -58,20 +57,20 @@ def _run_recording_end_windows(cfg) -> tuple[MoTAdapterRecipe, dict, int, int]:
         teardown_distributed()
 
 
-def test_end_targets_are_counted_per_training_window(models, shards, tmp_path: Path, capsys) -> None:
+def test_end_targets_are_counted_per_training_sequence(models, shards, tmp_path: Path, capsys) -> None:
     cfg = make_cfg(models, shards, tmp_path / "run", "trainer.max_steps=6", "trainer.grad_accum_steps=2")
     recipe, final, windows, end_windows = _run_recording_end_windows(cfg)
     assert windows == 6 * 2 * 2  # steps x micro-batches x batch size
     assert 0 < end_windows < windows  # short clips always end in the window, long ones mostly not
     p = recipe.progress
-    assert (p.train_windows, p.train_end_targets, p.counted_from_step) == (windows, end_windows, 0)
+    assert (p.train_sequences, p.train_end_targets) == (windows, end_windows)
     lc = final["learning_check"]
-    assert (lc["train_windows"], lc["train_end_targets"], lc["train_counted_from_step"]) == (windows, end_windows, 0)
+    assert (lc["train_sequences"], lc["train_end_targets"]) == (windows, end_windows)
     assert lc["n_train_clips"] == 12
     end_line = next(line for line in capsys.readouterr().out.split("\n") if "END CE" in line)
-    assert end_line.endswith(f"(AUDIO_END was a training target in {end_windows} of {windows} windows)")
+    assert end_line.endswith(f"(AUDIO_END was a training target in {end_windows} of {windows} sequences)")
     saved = json.loads((tmp_path / "run/checkpoints/step-000006/progress.json").read_text())
-    assert (saved["train_windows"], saved["train_end_targets"]) == (windows, end_windows)
+    assert (saved["train_sequences"], saved["train_end_targets"]) == (windows, end_windows)
 
 
 @pytest.mark.parametrize(
@@ -91,29 +90,25 @@ def test_end_count_is_all_or_none_when_every_window_does_or_never_reaches_an_end
     )
     cfg = make_cfg(models, data, tmp_path / "run", "trainer.max_steps=3", crop)
     recipe, final, windows, end_windows = _run_recording_end_windows(cfg)
-    assert recipe.progress.train_windows == windows == 3 * 2
+    assert recipe.progress.train_sequences == windows == 3 * 2
     assert recipe.progress.train_end_targets == end_windows == (windows if expect == "all" else 0)
 
 
-def test_resume_from_a_checkpoint_without_end_counts_says_the_count_is_partial(
-    models, shards, tmp_path: Path, capsys
+def test_a_checkpoint_of_another_layout_is_refused_in_one_line_naming_the_retrain(
+    models, shards, tmp_path: Path
 ) -> None:
-    """A checkpoint written before the counts existed: the resumed run counts from its step on and says so."""
+    """A checkpoint whose progress.json lacks this layout's fields: one ResumeError line that says to retrain."""
+    from adapter_trainer.training.checkpoint import ResumeError
+
     common = ("trainer.ckpt_every=2",)
-    recipe_main(make_cfg(models, shards, tmp_path / "full", "trainer.max_steps=2", *common))
-    (tmp_path / "old/checkpoints").mkdir(parents=True)
-    shutil.copytree(tmp_path / "full/checkpoints/step-000002", tmp_path / "old/checkpoints/step-000002")
-    progress = tmp_path / "old/checkpoints/step-000002/progress.json"
+    recipe_main(make_cfg(models, shards, tmp_path / "run", "trainer.max_steps=2", *common))
+    progress = tmp_path / "run/checkpoints/step-000002/progress.json"
     old = {k: v for k, v in json.loads(progress.read_text()).items() if k in ("step", "epoch", "index", "tokens_seen")}
     progress.write_text(json.dumps(old))
-    capsys.readouterr()
-    final = recipe_main(
-        make_cfg(models, shards, tmp_path / "old", "trainer.max_steps=4", "trainer.resume=latest", *common)
-    )
-    lc = final["learning_check"]
-    assert lc["train_counted_from_step"] == 2 and lc["train_windows"] == 2 * 2  # steps 3-4 only
-    end_line = next(line for line in capsys.readouterr().out.split("\n") if "END CE" in line)
-    assert f"of {2 * 2} windows since step 2;" in end_line and "did not count" in end_line
+    with pytest.raises(ResumeError) as e:
+        recipe_main(make_cfg(models, shards, tmp_path / "run", "trainer.max_steps=4", "trainer.resume=latest", *common))
+    msg = str(e.value)
+    assert "\n" not in msg and "progress.json" in msg and "retrain" in msg and "step-000002" in msg
 
 
 def test_end_line_without_training_counts_stays_as_before() -> None:

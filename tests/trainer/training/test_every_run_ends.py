@@ -46,8 +46,7 @@ CASES = {
 def clean_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """20 train clips in one shard, 7 eval clips; format 5 (the index sidecars: setup opens no tar)."""
     root = tmp_path_factory.mktemp("ends") / "set"
-    return write_synthetic_set(root, n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=32, index=True,
-                               format_version=5)  # fmt: skip
+    return write_synthetic_set(root, n_train=20, n_eval=7, frames=(12, 30), samples_per_shard=32)
 
 
 @pytest.fixture(scope="module")

@@ -117,6 +117,7 @@ def test_the_ranks_agree_on_sigterm_when_any_rank_got_it() -> None:
 def test_a_second_ctrl_c_stops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
     monkeypatch.setattr(interrupt.time, "monotonic", lambda: clock[0])
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before here
     stop = interrupt.StopOnInterrupt(RankInfo()).install()
     try:
         assert not stop.requested()
@@ -131,6 +132,7 @@ def test_a_second_ctrl_c_stops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
     finally:
         interrupt.uninstall()
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_a_ctrl_c_outside_training_ends_in_one_line(

@@ -22,7 +22,6 @@ from adapter_trainer.training.checkpoint import ResumeError
 from adapter_trainer.training.recipe import MoTAdapterRecipe
 from tests import REPO
 from tests.contract.shard_fixture import synthetic_clips, write_shard_set, write_synthetic_set
-from tests.trainer.data.v3_sets import make_v3, v3_sample_fields
 from tests.trainer.helpers import make_cfg, run_module_in_process, run_recipe_recording_keys, tiny_demo_overrides
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -106,16 +105,13 @@ def test_a_weighted_run_resumed_mid_epoch_sees_the_unbroken_runs_examples(models
         MoTAdapterRecipe(other).setup()
 
 
-def test_per_sample_v3_weights_make_a_plain_list_a_size_weighted_mixture(models, sets, tmp_path: Path) -> None:
+def test_per_sample_weights_make_a_plain_list_a_size_weighted_mixture(models, sets, tmp_path: Path) -> None:
     a, _ = sets
     clips = {
         "train": synthetic_clips(4, seed=7, prefix="hv", frames=(12, 20)),
         "eval": synthetic_clips(2, seed=8, prefix="hw", frames=(12, 20)),
     }
-    heavy = make_v3(
-        write_shard_set(tmp_path / "w", clips),
-        lambda key, meta: {**v3_sample_fields(key, meta), "weight": 5.0 if key == "hv0000001" else 1.0},
-    )
+    heavy = write_shard_set(tmp_path / "w", clips, weights={"hv0000001": 5.0})
     eval_only = write_shard_set(tmp_path / "e", {"train": [], "eval": synthetic_clips(2, seed=9, prefix="eo")})
     recipe = MoTAdapterRecipe(make_cfg(models, a, tmp_path / "r", f"data.shards=[{a},{heavy},{eval_only}]"))
     recipe.setup()

@@ -4,7 +4,7 @@ directory is an empty tmpfs (`unshare -m`): the same absolute path holds differe
 machines (the recipe sends rank 0's absolute output_dir to every rank, so separate working directories alone would
 share it). Static rendezvous there, so node_rank 0 is global rank 0. Only rank 0 sees the checkpoints; a resume
 must still continue the run exactly, and a resume rank 0 cannot make must stop every rank in one line (exit 2),
-never with a traceback or a hang (every launch has a timeout). The pipeline does not send out_dir: a relative
+never with a traceback or a hang (every launch runs under tests/run_end.py's stall guard). The pipeline does not send out_dir: a relative
 out_dir in separate working directories is already two directories (c10d rendezvous).
 
 The trainer's reference is one process at the same global batch (2 ranks x 2 = 1 x 4), which trains like two ranks
@@ -12,6 +12,7 @@ within rel 1e-4 (tests/trainer/training/test_distributed.py): a two-node run on 
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ import pytest
 from adapter_trainer.training.metric_logging import read_jsonl
 from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
+from tests.run_end import Ended, run_live
 from tests.trainer.helpers import tiny_demo_overrides
 
 pytestmark = pytest.mark.budget(
@@ -48,8 +50,8 @@ def can_isolate(tmp_path: Path) -> bool:
     cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
            f'mount -t tmpfs none "{hidden}" && test ! -e "{hidden}/marker"']  # fmt: skip
     try:
-        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.run(cmd, capture_output=True).returncode == 0
+    except OSError:
         return False
 
 
@@ -59,10 +61,9 @@ def isolated(tmp_path: Path) -> None:
         pytest.skip("needs `unshare -m` (a mount namespace) to give the second node a disk of its own")
 
 
-def two_nodes(
-    module: list[str], cwds: list[Path], timeout: float = 600, isolate: bool = False
-) -> list[subprocess.CompletedProcess]:
-    """`torchrun --nnodes=2 --node_rank=k` for k = 0, 1, each in cwds[k]; both must end within `timeout`.
+def two_nodes(module: list[str], cwds: list[Path], isolate: bool = False) -> list[Ended]:
+    """`torchrun --nnodes=2 --node_rank=k` for k = 0, 1, each in cwds[k], side by side; each fails as stalled when it
+    prints nothing and spends no CPU for a minute (tests/run_end.py).
     isolate: node 1 does not see node 0's directory (a tmpfs over it in its own mount namespace), and the static
     rendezvous makes node 0 global rank 0 (docs/real-data.md, "Many nodes, no shared disk")."""
     port = free_port()
@@ -77,19 +78,9 @@ def two_nodes(
     if isolate:
         cmds[1] = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    f'mount -t tmpfs none "{cwds[0]}" && exec "$@"', "sh", *cmds[1]]  # fmt: skip
-    procs = [
-        subprocess.Popen(cmds[k], cwd=cwds[k], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for k in (0, 1)
-    ]
-    out = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=timeout)
-            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
-    finally:
-        for p in procs:
-            p.kill()
-    return out
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(run_live, cmds[k], cwd=cwds[k], env=env) for k in (0, 1)]
+        return [r.result() for r in runs]
 
 
 def rank_tracebacks(stderr: str) -> list[str]:
@@ -161,7 +152,7 @@ def test_a_resume_rank_0_cannot_make_stops_every_rank_in_one_line(world, isolate
         (run / "checkpoints" / "step-000002" / "optimizer.pt").unlink()
         want = "cannot read the checkpoint"
     results = two_nodes(
-        train_args(world, str(run), "trainer.max_steps=4", "trainer.resume=latest"), nodes, timeout=300, isolate=True
+        train_args(world, str(run), "trainer.max_steps=4", "trainer.resume=latest"), nodes, isolate=True
     )
     for r in results:
         assert r.returncode != 0
@@ -198,7 +189,7 @@ def test_the_pipeline_on_two_nodes_writes_one_set_into_a_shared_out_dir(corpus: 
     for n in nodes:
         n.mkdir()
     out = tmp_path / "shared_shards"
-    for r in two_nodes(pipeline_args(corpus, str(out)), nodes, timeout=300):
+    for r in two_nodes(pipeline_args(corpus, str(out)), nodes):
         assert r.returncode == 0, r.stderr[-3000:]
     problems, summary = verify(out)
     assert not problems and summary, problems
@@ -209,11 +200,11 @@ def test_the_pipeline_refuses_an_out_dir_that_only_rank_0_sees_before_encoding(c
     nodes = [tmp_path / "n0", tmp_path / "n1"]
     for n in nodes:
         n.mkdir()
-    results = two_nodes(pipeline_args(corpus, "shards"), nodes, timeout=300)
+    results = two_nodes(pipeline_args(corpus, "shards"), nodes)
     for r in results:
         assert r.returncode != 0, r.stderr[-3000:]
         assert not rank_tracebacks(r.stderr), r.stderr[-3000:]
-        # rank 0 prints its `error:` line; another rank hands it to torchrun, whose report quotes it (cli.py)
+        # rank 0 prints its `error:` line; another rank hands it to torchrun, whose report quotes it (__main__.py)
         errors = [ln for ln in r.stderr.splitlines() if "error: out_dir=shards is not shared" in ln]
         assert errors and all("tokenizer_pipeline.push" in e for e in errors), r.stderr
         assert re.search(r"exitcode\s*:\s*2\b", r.stderr), r.stderr[-3000:]

@@ -1,20 +1,7 @@
 """adapter_trainer: train a Mixture-of-Transformers adapter (frozen Llama 3.2 + frozen MusicGen decoder) from token
-shards alone. It never builds an audio codec and never imports tokenizer_pipeline: the shard format
-(docs/shard-format.md) is the whole interface.
+shards alone; the shard format (docs/shard-format.md) is the whole interface. docs/architecture.md lists the rooms.
 
-Rooms (docs/architecture.md lists every module):
-    config.py, errors.py   the structured config schema; the user-error base (exit 2)
-    file_modes.py          safetensors files with the mode the umask gives (readable by teammates)
-    model/                 the MoT adapter (layer, attention, KV cache, loss), LoRA, builders, exported folders
-    data/                  shard reader, token layout, caption dropout, streamed batches
-    training/              the recipe (a leaf) and its library: device, step, optim, checkpoint, distributed, logging
-    generation/            KV-cached sampling with CFG, generated shard sets
-    sharing/               a run's checkpoint exported as a shareable adapter folder + model card, pushed to the Hub
-    evaluation/            learning-check math, the attribute probe
-    demo/                  the embedded offline default: tiny models, caption pretraining, listening page
-
-Commands: `python -m adapter_trainer` (training), `.generate`, `.export`, `.probe`, `.demo_models`, `.listen_page`,
-`.listen_check`. The public API below is what notebooks and other tools import; every name loads on first use.
+The public API below is what notebooks and other tools import; every name loads on first use.
 """
 
 from __future__ import annotations

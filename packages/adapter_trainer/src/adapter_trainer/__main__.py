@@ -1,11 +1,8 @@
 """Entry point: `python -m adapter_trainer +experiment=demo` (or the `adapter-trainer` script).
 
-Hydra composes conf/adapter_trainer/config.yaml on top of the structured schema (adapter_trainer/config.py);
-the DictConfig stops here: `to_train_config` turns it into a typed, validated TrainConfig for the recipe.
-Errors a user can fix by changing the config, the data or the checkpoint (every `errors.UserError`: ConfigError,
-ShardFormatError, ResumeError, EvalOverlapError) end the process with their message and exit code 2, no stack trace;
-such a run leaves no run directory of Hydra's files behind. Ctrl-C (training.interrupt) ends it with exit 130 and
-the command that resumes it, SIGTERM (a job scheduler's stop) likewise with exit 143; a finished run ends with the commands that come next (training.next_steps).
+Hydra composes conf/adapter_trainer/config.yaml on top of the structured schema; `to_train_config` turns it into a
+typed TrainConfig for the recipe. A `UserError` ends the process with its message and exit code 2 (no stack trace,
+no run directory left behind); Ctrl-C exits 130 and SIGTERM 143, each naming the command that resumes.
 """
 
 from __future__ import annotations
@@ -18,12 +15,11 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from adapter_trainer.conf_dir import find_conf_dir
-from adapter_trainer.config import TrainConfig, to_train_config
+from adapter_trainer.config import ConfigError, TrainConfig, shards_as_list, to_train_config
 from adapter_trainer.errors import USER_ERROR_EXIT, UserError, one_line
-from adapter_trainer.overrides import check_overrides
+from adapter_trainer.hydra_cli import config_groups, find_conf_dir, refusals_in_one_line, undeclared_line
 from adapter_trainer.training.interrupt import (
     TrainingInterrupted,
     exit_code,
@@ -33,11 +29,12 @@ from adapter_trainer.training.interrupt import (
 )
 
 KEYS_HINT = "python -m adapter_trainer +experiment=demo --cfg job, docs/configuration.md"
+CONF = find_conf_dir()
 HYDRA_FILES = {".hydra", "adapter_trainer.log"}  # what Hydra writes into a run dir before our code runs
-_given: list[str] = []  # the overrides as typed (before adapter_trainer.overrides rewrote any): for the commands shown
+_given: list[str] = []  # the overrides as typed (before shards_as_list rewrote any): for the commands shown
 
 
-@hydra.main(config_path=str(find_conf_dir()), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
     """Compose -> typed config -> recipe (setup, train, cleanup)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -46,6 +43,11 @@ def _hydra_main(cfg: DictConfig) -> None:
     shown_dir = os.path.relpath(run_dir) if run_dir.is_relative_to(Path.cwd()) else str(run_dir)
     previous_sigterm = stop_at_once_on_sigterm()  # setup and the final eval: a scheduler's SIGTERM, one line, 143
     try:
+        unknown = undeclared_line(
+            OmegaConf.to_container(cfg), TrainConfig, sys.argv[1:], config_groups(CONF), KEYS_HINT
+        )
+        if unknown:  # a key added with + (Hydra refuses one given without)
+            raise ConfigError(unknown)
         typed = to_train_config(cfg)
         # Hydra's run dir is trainer.output_dir; under --multirun it is <trainer.output_dir>/<job num>, so each
         # job of a sweep gets its own checkpoints and metrics.
@@ -115,23 +117,13 @@ def _remove_unstarted(run_dir: Path, started: bool) -> None:
 def main() -> None:
     """Console entry point. Under torchrun, ranks > 0 ask Hydra not to write .hydra/ or its log file: rank 0
     alone writes into the run directory (the recipe does the same for metrics, checkpoints and plots).
-    The overrides are checked first (adapter_trainer.overrides): an unknown key stops here, before Hydra."""
+    Hydra's refusal of the command line (an unknown key, naming the likely one) is one line and exit 2."""
     _given[:] = sys.argv[1:]
-    try:
-        sys.argv[1:] = check_overrides(
-            sys.argv[1:],
-            schema=TrainConfig,
-            conf_dir=find_conf_dir(),
-            primary="config",
-            keys_hint=KEYS_HINT,
-            list_keys=("data.shards",),  # data.shards=DIR or data.shards=a,b: a list (README, zsh)
-        )
-    except UserError as e:
-        print(f"adapter_trainer: error: {e}", file=sys.stderr)
-        sys.exit(USER_ERROR_EXIT)
+    sys.argv[1:] = shards_as_list(sys.argv[1:])  # data.shards=DIR or data.shards=a,b: a list (README, zsh)
     if int(os.environ.get("RANK", "0")) > 0:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
-    _hydra_main()
+    with refusals_in_one_line("adapter_trainer", TrainConfig, CONF, "config", KEYS_HINT, USER_ERROR_EXIT):
+        _hydra_main()
 
 
 if __name__ == "__main__":

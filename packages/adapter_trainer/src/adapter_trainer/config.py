@@ -1,17 +1,16 @@
 """Structured configs: these dataclasses ARE the schema; the YAML under conf/adapter_trainer only overrides them.
 
-Hydra composes `config.yaml` on top of the `adapter_trainer_schema` node stored below, so an unknown key or
-a wrongly typed value fails at composition time. `main()` converts the composed DictConfig to a `TrainConfig`
-instance with `to_train_config()`; from there on only typed values travel (no DictConfig in the recipe).
-
-Required values are `???` (MISSING). Value sets that OmegaConf cannot type (Literal) are checked in
-`validate_config`, which names the key, the allowed values and the override that fixes it.
+Hydra composes `config.yaml` on top of the `adapter_trainer_schema` node stored below, so an unknown key or a wrongly
+typed value fails at composition time. `to_train_config()` turns the composed DictConfig into a validated
+`TrainConfig`; from there on only typed values travel. Required values are `???` (MISSING). Value sets OmegaConf
+cannot type are checked in `validate_config`, the one place stage 2 checks a user's settings.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -23,20 +22,12 @@ from adapter_trainer.errors import UserError
 
 PATTERNS = ("flatten", "delay")
 TEXT_FIELDS = ("caption", "aspects")
-CACHE_POLICIES = (
-    "order",
-    "lru",
-)  # data.cache.policy: adapter_trainer.data.remote.cache.POLICIES (config imports no room)
+CACHE_POLICIES = ("order", "lru")  # adapter_trainer.data.remote.cache.POLICIES (config imports no room)
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = ("float32", "bfloat16", "float16")
 EMBED_INITS = ("musicgen", "random")
-AUDIO_ATTENTION = ("shared", "lora", "separate")  # model.mot.audio_attention (adapter_trainer.model.mot)
-AUDIO_TOWERS = ("llm", "musicgen")  # model.mot.audio_tower: whose layers the audio rows run (model.builders.mot_model)
-# audio_tower=musicgen's caption path (adapter_trainer.model.musicgen_rows): its init, its projections, MusicGen's
-# cross-attention trained or frozen
-CAPTION_INITS = ("zero_proj", "zero_gate")
-CAPTION_PROJECTIONS = ("per_layer", "shared")
-CROSS_ATTENTION = ("train", "freeze")
+AUDIO_ATTENTION = ("shared", "lora", "separate")
+AUDIO_TOWERS = ("llm", "musicgen")
 
 
 class ConfigError(UserError, ValueError):
@@ -45,7 +36,7 @@ class ConfigError(UserError, ValueError):
 
 @dataclass
 class CacheConfig:
-    """The local cache of remote shard sets (adapter_trainer/data/remote/cache.py; docs/real-data.md)."""
+    """The local cache of remote shard sets (data/remote/cache.py)."""
 
     dir: str = ""  # "" = $ADAPTER_TRAINER_SHARD_CACHE, else $XDG_CACHE_HOME/adapter_trainer/shards (~/.cache/...)
     max_bytes: int = 0  # hard bound on the cache's bytes on disk (shared by a node's ranks); 0 = no bound
@@ -56,74 +47,49 @@ class CacheConfig:
 
 @dataclass
 class DataConfig:
-    # shard-set directories (each holds manifest.json): plain paths are concatenated; entries {path: DIR, weight: W}
-    # make a weighted mixture (a plain path then weighs 1). List[Any]: OmegaConf cannot type "str or dict".
+    # shard-set dirs or URLs (each holds manifest.json), concatenated; {path: DIR, weight: W} entries make a weighted
+    # mixture (a plain path weighs 1). List[Any]: OmegaConf cannot type "str or dict".
     shards: List[Any] = MISSING
-    train_split: str = "train"  # split name inside each shard set (docs/shard-format.md)
+    train_split: str = "train"  # split name inside each shard set
     eval_split: str = "eval"
     max_seq_len: int = 1024  # tokens per sequence (caption + audio); longer clips are cropped
     max_caption_tokens: int = 64  # caption tokens kept (without BOS); longer captions are truncated
     pattern: str = "delay"  # flatten | delay: how the K codebooks are laid out in time
-    text: str = (
-        "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", " (shorter, keyword-dense)
-    )
+    text: str = "caption"  # caption | aspects: the CSV caption, or its aspect_list joined with ", "
     eval_max_clips: int = 256  # eval clips scored (first N of the eval split); 0 = all
     verify_sha256: bool = False  # hash every shard against the manifest at startup (slow on big sets)
-    # --- streaming (adapter_trainer/data/streaming.py)
     unigram_max_clips: int = 4096  # train clips (evenly spaced) read at startup for the unigram baseline; 0 = all
-    # true: accept eval clips whose keys are also train clips (the report then says the check is NOT held-out)
-    allow_eval_overlap: bool = False
-    caption_dropout: float = 0.0  # P(train caption -> empty caption): teaches the unconditioned branch CFG needs
-    # examples per epoch of a weighted mixture (adapter_trainer/data/mixture.py); 0 = the sum of the sets' train clips
-    mixture_epoch_size: int = 0
-    # P(a training crop starts at the clip's first frame instead of a random frame): random crops of long clips
-    # almost never show a clip's start, where the caption is all the model has (the eval window starts there)
-    start_crop_prob: float = 0.0
-    # P(each word of a training caption is left out), training only: against memorising clip-identifying words
-    caption_word_dropout: float = 0.0
+    allow_eval_overlap: bool = False  # accept eval clips whose keys are train clips (the report says NOT held-out)
+    caption_dropout: float = 0.1  # P(train caption -> empty caption): the unconditioned branch generation's CFG needs
+    mixture_epoch_size: int = 0  # examples per epoch of a weighted mixture; 0 = the sum of the sets' train clips
+    start_crop_prob: float = 0.0  # P(a training crop starts at the clip's first frame instead of a random frame)
     cache: CacheConfig = field(default_factory=CacheConfig)  # for shard sets at URLs (s3://, hf://, ...)
 
 
 @dataclass
-class MoTSchema:
-    """Mirror of `adapter_trainer.model.mot.MoTConfig` (Literal fields typed as str, checked in validate_config)."""
+class MoTConfig:
+    """The MoT adapter (model/mot.py; audio_tower=musicgen: model/musicgen_rows.py)."""
 
-    layer_map: Optional[List[int]] = None  # llm layer l -> musicgen layer m(l); None = evenly spaced
-    freeze_audio_ffn: bool = True  # True: only attention-side adapters train; False: audio FFNs train too
-    # shared | lora | separate: audio positions use the Llama's attention projections (frozen), add LoRA on q/v,
-    # or get their own trainable norm + q/k/v/o (copies of the Llama's); text positions always stay the frozen LLM's
+    # shared | lora | separate: audio rows use the Llama's attention projections (frozen), add LoRA on q/v, or get
+    # their own trainable norm + q/k/v/o (copies of the Llama's); text rows always keep the frozen Llama's
     audio_attention: str = "shared"
     lora_rank: int = 0  # LoRA rank on audio rows' q/v; > 0 exactly when audio_attention=lora
     lora_alpha: float = 16.0
-    audio_embed_init: str = "musicgen"  # musicgen | random
-    audio_head_init: str = "musicgen"  # musicgen | random
-    random_init_scale: float = 0.1  # x text-embedding std, for "random" init
-    # > 0: a caption summary (per layer, the mean of the caption rows' normed hidden states) goes through a trainable
-    # rank-r map (zero-init up) into every audio row's residual stream: a direct caption path besides attention
-    caption_cond_rank: int = 0
-    # llm: audio rows ride the frozen Llama's layers, with MusicGen's FFN blocks as experts (the fields above);
-    # musicgen: audio rows run MusicGen's own decoder layers (its attention, norms, positions, FFNs, heads), reading
-    # the caption through a zero-gated cross-attention per MusicGen layer (layer_map: MusicGen layer -> Llama layer)
+    audio_embed_init: str = "musicgen"  # musicgen (MusicGen's code embeddings) | random
+    audio_head_init: str = "musicgen"  # musicgen (MusicGen's lm_heads) | random
+    # llm: audio rows ride the frozen Llama's layers with MusicGen's FFN blocks as experts; musicgen: audio rows run
+    # MusicGen's own decoder layers and read the caption through its cross-attention
     audio_tower: str = "llm"
-    # audio_tower=musicgen only (refused with llm unless at their defaults):
-    # zero_proj: the caption projection starts at 0 behind an open gate (a plain scalar, 1.0), so the path is exactly 0
-    # at init yet learns from step 0; zero_gate: a normal-init projection behind tanh(gate), gate 0 (the first version)
-    caption_init: str = "zero_proj"
-    # per_layer: a norm + projection per MusicGen layer, of Llama layer layer_map[m]; shared: one norm + projection of
-    # Llama layer caption_layer feeds every MusicGen layer's cross-attention (musicgen-small's enc_to_dec_proj)
-    caption_projection: str = "per_layer"
-    caption_layer: int = -1  # shared only: the Llama layer read (-1 = the last, after the Llama's final norm)
-    cross_attention: str = "train"  # train: MusicGen's cross-attention trains (lr x pretrained_copy_lr_scale) | freeze
 
 
 @dataclass
 class ModelConfig:
     llm: str = MISSING  # hub id or local dir of the text LLM (frozen)
     audio_lm: str = MISSING  # hub id or local dir of the MusicGen model whose decoder is used (frozen)
-    # float32 | bfloat16 | float16: dtype of the FROZEN towers only (trainable params are always fp32 master
-    # weights); bfloat16 needs trainer.precision=bf16, float16 needs trainer.precision=fp16 (CUDA)
+    # float32 | bfloat16 | float16: dtype of the FROZEN towers only (trainable weights stay fp32);
+    # bfloat16 needs trainer.precision=bf16, float16 needs trainer.precision=fp16 (CUDA)
     dtype: str = "float32"
-    mot: MoTSchema = field(default_factory=MoTSchema)
+    mot: MoTConfig = field(default_factory=MoTConfig)
 
 
 @dataclass
@@ -135,7 +101,7 @@ class OptimizerConfig:
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio at trainer.max_steps
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
     # lr multiplier for trainable COPIES of pretrained weights (separate attention's q/k/v/o + norm; musicgen-init
-    # embeddings/heads): fine-tuning pretrained weights wants a smaller step than training new adapters
+    # tables and heads; the musicgen tower's cross-attention)
     pretrained_copy_lr_scale: float = 1.0
 
 
@@ -152,30 +118,18 @@ class TrainerConfig:
     seed: int = 1234
     output_dir: str = MISSING  # run directory (checkpoints, metrics, plots); Hydra's run dir too
     resume: Optional[str] = None  # checkpoint dir, or "latest" (newest under output_dir/checkpoints)
-    # true: a fresh run (no trainer.resume) deletes output_dir/checkpoints left by an older run; false: it refuses
-    overwrite: bool = False
+    overwrite: bool = False  # true: a fresh run deletes output_dir/checkpoints left by another run; false: refuses
     eval_bootstrap: int = 1000  # bootstrap resamples for the caption-gain interval
-    eval_caption_shuffles: int = (
-        4  # caption derangements averaged for the shuffled-caption CE (more = tighter interval, slower eval)
-    )
-    # true: the learning check also scores the frozen music LM alone (MusicGen, no caption) on the same eval targets,
-    # once at setup (delay pattern only: flatten has no MusicGen reading); the adapter's gain over it is in every report
+    eval_caption_shuffles: int = 4  # caption derangements averaged for the shuffled-caption CE
+    # the learning check also scores the frozen music LM alone (no caption) on the eval targets (delay pattern only)
     eval_music_lm: bool = True
-    # true (with eval_music_lm): also score the teacher, MusicGen as it ships reading each caption through its own
-    # text encoder (model.audio_lm's T5 + enc_to_dec_proj; never its codec), with true and deranged captions, once
-    # at setup; the report says by how much the adapter is over or under it
+    # with eval_music_lm: also score the teacher, MusicGen as it ships reading each caption through its own T5
     eval_teacher: bool = True
-    # --- data loading + distributed (see adapter_trainer/data/streaming.py, training/distributed.py)
-    num_workers: int = -1  # DataLoader workers per rank building batches; -1 = auto (half the rank's CPUs, 1..8)
+    num_workers: int = -1  # DataLoader workers per rank; -1 = auto (half the rank's CPUs, 1..8), 0 = in-process
     prefetch_factor: int = 4  # micro-batches each worker builds ahead of the step
     tensorboard: bool = True  # also write TensorBoard event files next to metrics.jsonl
     progress_bar: bool = True  # tqdm bar with loss and tokens/s
-    # true: each MoT layer keeps only its input and is recomputed in backward (less activation memory, one more forward)
-    activation_checkpointing: bool = False
-    # the training loss weighs the code targets of each window's first `early_frames` frames (token_layout.target_frames)
-    # `early_frame_loss_weight` times: there the caption is all the model has; 1.0 = plain CE (eval CE is never weighted)
-    early_frames: int = 10
-    early_frame_loss_weight: float = 1.0
+    activation_checkpointing: bool = False  # recompute each layer in backward: less activation memory, one more forward
 
 
 @dataclass
@@ -187,14 +141,7 @@ class TrainConfig:
 
 
 SCHEMA_NAME = "adapter_trainer_schema"
-
-
-def register_configs() -> None:
-    """Store the schema in Hydra's ConfigStore (idempotent); config.yaml lists it first in its defaults."""
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainConfig)
-
-
-register_configs()
+ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainConfig)  # config.yaml lists it first in its defaults
 
 
 @dataclass(frozen=True)
@@ -245,14 +192,14 @@ def shard_sources(shards: List[Any]) -> list[ShardSource]:
     return sources
 
 
-def shard_paths(cfg: TrainConfig) -> list[str]:
+def shard_paths(shards: List[Any]) -> list[str]:
     """The shard-set directories of data.shards, in order (weights dropped)."""
-    return [s.path for s in shard_sources(cfg.data.shards)]
+    return [s.path for s in shard_sources(shards)]
 
 
-def shard_weights(cfg: TrainConfig) -> list[float] | None:
+def shard_weights(shards: List[Any]) -> list[float] | None:
     """Mixture weights per set when any entry of data.shards gives one (plain paths weigh 1); None: concatenation."""
-    sources = shard_sources(cfg.data.shards)
+    sources = shard_sources(shards)
     if all(s.weight is None for s in sources):
         return None
     return [1.0 if s.weight is None else s.weight for s in sources]
@@ -265,119 +212,98 @@ def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
         )
 
 
-def _check_positive(key: str, value: int | float, *, zero_ok: bool = False) -> None:
-    if value < 0 or (value == 0 and not zero_ok):
-        raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}; override it, e.g. {key}=1")
+def _check_range(key: str, value: float, low: float, high: float, *, high_ok: bool = True) -> None:
+    if not (low <= value <= high if high_ok else low <= value < high):
+        raise ConfigError(f"{key}={value} must be in [{low}, {high}{']' if high_ok else ')'}; override it")
+
+
+POSITIVE = ("data.max_seq_len", "data.max_caption_tokens", "data.cache.retries", "trainer.batch_size")
+POSITIVE += ("trainer.grad_accum_steps", "trainer.max_steps", "trainer.log_every", "trainer.eval_bootstrap")
+POSITIVE += ("trainer.eval_caption_shuffles", "trainer.prefetch_factor")
+NON_NEGATIVE = ("trainer.eval_every", "trainer.ckpt_every", "data.eval_max_clips", "data.unigram_max_clips")
+NON_NEGATIVE += ("data.cache.max_bytes", "data.cache.prefetch", "optimizer.warmup_steps", "optimizer.weight_decay")
+NON_NEGATIVE += ("optimizer.grad_clip", "optimizer.pretrained_copy_lr_scale")
 
 
 def validate_config(cfg: TrainConfig) -> None:
     """Check value sets and ranges OmegaConf cannot express. Raises ConfigError naming the key and the fix."""
-    _check_choice("data.pattern", cfg.data.pattern, PATTERNS)
-    _check_choice("data.text", cfg.data.text, TEXT_FIELDS)
-    _check_choice("data.cache.policy", cfg.data.cache.policy, CACHE_POLICIES)
-    _check_positive("data.cache.max_bytes", cfg.data.cache.max_bytes, zero_ok=True)
-    _check_positive("data.cache.prefetch", cfg.data.cache.prefetch, zero_ok=True)
-    _check_positive("data.cache.retries", cfg.data.cache.retries)
-    _check_choice("trainer.precision", cfg.trainer.precision, PRECISIONS)
-    _check_choice("model.dtype", cfg.model.dtype, DTYPES)
-    _check_choice("model.mot.audio_embed_init", cfg.model.mot.audio_embed_init, EMBED_INITS)
-    _check_choice("model.mot.audio_head_init", cfg.model.mot.audio_head_init, EMBED_INITS)
-    _check_choice("model.mot.audio_attention", cfg.model.mot.audio_attention, AUDIO_ATTENTION)
-    _check_choice("model.mot.audio_tower", cfg.model.mot.audio_tower, AUDIO_TOWERS)
-    _check_choice("model.mot.caption_init", cfg.model.mot.caption_init, CAPTION_INITS)
-    _check_choice("model.mot.caption_projection", cfg.model.mot.caption_projection, CAPTION_PROJECTIONS)
-    _check_choice("model.mot.cross_attention", cfg.model.mot.cross_attention, CROSS_ATTENTION)
-    _check_musicgen_tower(cfg)
-    if (cfg.model.mot.lora_rank > 0) != (cfg.model.mot.audio_attention == "lora"):
+    data, mot = cfg.data, cfg.model.mot
+    for key, value, allowed in (
+        ("data.pattern", data.pattern, PATTERNS),
+        ("data.text", data.text, TEXT_FIELDS),
+        ("data.cache.policy", data.cache.policy, CACHE_POLICIES),
+        ("trainer.precision", cfg.trainer.precision, PRECISIONS),
+        ("model.dtype", cfg.model.dtype, DTYPES),
+        ("model.mot.audio_embed_init", mot.audio_embed_init, EMBED_INITS),
+        ("model.mot.audio_head_init", mot.audio_head_init, EMBED_INITS),
+        ("model.mot.audio_attention", mot.audio_attention, AUDIO_ATTENTION),
+        ("model.mot.audio_tower", mot.audio_tower, AUDIO_TOWERS),
+    ):
+        _check_choice(key, value, allowed)
+    for keys, zero_ok in ((POSITIVE, False), (NON_NEGATIVE, True)):
+        for key in keys:
+            value = functools.reduce(getattr, key.split("."), cfg)
+            if value < 0 or (value == 0 and not zero_ok):
+                raise ConfigError(f"{key}={value} must be {'>= 0' if zero_ok else '> 0'}; override it, e.g. {key}=1")
+    if mot.audio_tower == "musicgen":
+        _check_musicgen_tower(cfg)
+    if (mot.lora_rank > 0) != (mot.audio_attention == "lora"):
         raise ConfigError(
-            f"model.mot.lora_rank={cfg.model.mot.lora_rank} with model.mot.audio_attention="
-            f"{cfg.model.mot.audio_attention}: LoRA is the 'lora' variant; pass model.mot.audio_attention=lora "
-            f"model.mot.lora_rank=16, or model.mot.lora_rank=0"
+            f"model.mot.lora_rank={mot.lora_rank} with model.mot.audio_attention={mot.audio_attention}: LoRA is the "
+            f"'lora' variant; pass model.mot.audio_attention=lora model.mot.lora_rank=16, or model.mot.lora_rank=0"
         )
-    if not cfg.data.shards:
+    if not data.shards:
         raise ConfigError(
             "data.shards is empty; give at least one shard-set dir, e.g. 'data.shards=[build/demo/shards]'"
         )
-    weights = shard_weights(cfg)  # checks every entry of data.shards
-    if cfg.data.mixture_epoch_size < 0 or (cfg.data.mixture_epoch_size and weights is None):
+    weights = shard_weights(data.shards)  # checks every entry of data.shards
+    if data.mixture_epoch_size < 0 or (data.mixture_epoch_size and weights is None):
         raise ConfigError(
-            f"data.mixture_epoch_size={cfg.data.mixture_epoch_size} needs weighted data.shards (entries "
+            f"data.mixture_epoch_size={data.mixture_epoch_size} needs weighted data.shards (entries "
             f"{{path: DIR, weight: W}}) and must be >= 0 (0 = the sum of the sets' train clips); drop it or add weights"
         )
-    for key in (
-        "data.max_seq_len",
-        "data.max_caption_tokens",
-        "trainer.batch_size",
-        "trainer.grad_accum_steps",
-        "trainer.max_steps",
-        "trainer.log_every",
-        "trainer.eval_bootstrap",
-        "trainer.eval_caption_shuffles",
-    ):
-        section, name = key.split(".")
-        _check_positive(key, getattr(getattr(cfg, section), name))
-    for key in (
-        "trainer.eval_every",
-        "trainer.ckpt_every",
-        "data.eval_max_clips",
-        "data.unigram_max_clips",
-        "optimizer.warmup_steps",
-        "optimizer.weight_decay",
-        "optimizer.grad_clip",
-        "optimizer.pretrained_copy_lr_scale",
-    ):
-        section, name = key.split(".")
-        _check_positive(key, getattr(getattr(cfg, section), name), zero_ok=True)
     if cfg.trainer.num_workers < -1:
         raise ConfigError(
             f"trainer.num_workers={cfg.trainer.num_workers} must be -1 (auto), 0 (build batches in the "
             f"training process) or a number of worker processes, e.g. trainer.num_workers=2"
         )
-    _check_positive("trainer.prefetch_factor", cfg.trainer.prefetch_factor)
     # Frozen towers in bf16/fp16 meet fp32 trainable weights in every layer: only autocast mixes the two dtypes.
     needed = {"bfloat16": "bf16", "float16": "fp16"}.get(cfg.model.dtype)
     if needed is not None and cfg.trainer.precision != needed:
-        alt = (
-            "trainer.precision=bf16"
-            if needed == "bf16"
-            else "trainer.precision=fp16 (CUDA only), or model.dtype=bfloat16 trainer.precision=bf16"
-        )
+        alt = "bf16" if needed == "bf16" else "fp16 (CUDA only), or model.dtype=bfloat16 trainer.precision=bf16"
         raise ConfigError(
             f"model.dtype={cfg.model.dtype} with trainer.precision={cfg.trainer.precision}: the frozen towers are "
-            f"{cfg.model.dtype} and the trainable weights fp32, which only {needed} autocast can mix. Use {alt}, "
-            f"or model.dtype=float32"
+            f"{cfg.model.dtype} and the trainable weights fp32, which only {needed} autocast can mix. Use "
+            f"trainer.precision={alt}, or model.dtype=float32"
         )
-    if not 0.0 <= cfg.data.caption_dropout < 1.0:
-        raise ConfigError(
-            f"data.caption_dropout={cfg.data.caption_dropout} must be in [0, 1), e.g. data.caption_dropout=0.1"
-        )
-    if cfg.trainer.early_frames < 0 or not cfg.trainer.early_frame_loss_weight > 0.0:
-        raise ConfigError(
-            f"trainer.early_frames={cfg.trainer.early_frames} must be >= 0 and trainer.early_frame_loss_weight="
-            f"{cfg.trainer.early_frame_loss_weight} > 0 (1.0 = plain CE), e.g. trainer.early_frame_loss_weight=4"
-        )
-    if cfg.model.mot.caption_cond_rank < 0:
-        raise ConfigError(
-            f"model.mot.caption_cond_rank={cfg.model.mot.caption_cond_rank} must be >= 0 (0 = off), "
-            f"e.g. model.mot.caption_cond_rank=64"
-        )
-    if not 0.0 <= cfg.data.start_crop_prob <= 1.0:
-        raise ConfigError(
-            f"data.start_crop_prob={cfg.data.start_crop_prob} must be in [0, 1], e.g. data.start_crop_prob=0.25"
-        )
-    if not 0.0 <= cfg.data.caption_word_dropout < 1.0:
-        raise ConfigError(
-            f"data.caption_word_dropout={cfg.data.caption_word_dropout} must be in [0, 1), "
-            f"e.g. data.caption_word_dropout=0.2"
-        )
-    if not 0.0 <= cfg.optimizer.min_lr_ratio <= 1.0:
-        raise ConfigError(f"optimizer.min_lr_ratio={cfg.optimizer.min_lr_ratio} must be in [0, 1]")
+    _check_range("data.caption_dropout", data.caption_dropout, 0.0, 1.0, high_ok=False)
+    _check_range("data.start_crop_prob", data.start_crop_prob, 0.0, 1.0)
+    _check_range("optimizer.min_lr_ratio", cfg.optimizer.min_lr_ratio, 0.0, 1.0)
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
         raise ConfigError(f"optimizer.betas={list(cfg.optimizer.betas)} must be two values in [0, 1), e.g. [0.9,0.95]")
-    if cfg.data.max_caption_tokens + 4 >= cfg.data.max_seq_len:
+    if data.max_caption_tokens + 4 >= data.max_seq_len:
         raise ConfigError(
-            f"data.max_caption_tokens={cfg.data.max_caption_tokens} leaves no room for audio in "
-            f"data.max_seq_len={cfg.data.max_seq_len}; raise data.max_seq_len or lower data.max_caption_tokens"
+            f"data.max_caption_tokens={data.max_caption_tokens} leaves no room for audio in "
+            f"data.max_seq_len={data.max_seq_len}; raise data.max_seq_len or lower data.max_caption_tokens"
+        )
+
+
+LLM_TOWER_KEYS = ("audio_attention", "lora_rank", "audio_embed_init", "audio_head_init")
+
+
+def _check_musicgen_tower(cfg: TrainConfig) -> None:
+    """audio_tower=musicgen runs MusicGen's own attention, tables and heads on its delay pattern: the llm tower's
+    keys stay at their defaults."""
+    mot, default = cfg.model.mot, MoTConfig()
+    bad = [k for k in LLM_TOWER_KEYS if getattr(mot, k) != getattr(default, k)]
+    have = [f"model.mot.{k}={getattr(mot, k)}" for k in bad]
+    want = [f"model.mot.{k}={getattr(default, k)}" for k in bad]
+    if cfg.data.pattern != "delay":
+        have, want = [*have, f"data.pattern={cfg.data.pattern}"], [*want, "data.pattern=delay"]
+    if have:
+        raise ConfigError(
+            f"model.mot.audio_tower=musicgen runs MusicGen's own layers, tables and heads, so {', '.join(have)} "
+            f"cannot apply: set them back ({' '.join(want)}) or use model.mot.audio_tower=llm"
         )
 
 
@@ -406,62 +332,18 @@ def config_to_yaml(cfg: TrainConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True)
 
 
-# model.mot's keys of the musicgen tower's caption path and their defaults (what the llm tower requires them to be)
-MUSICGEN_TOWER_DEFAULTS = {
-    "caption_init": "zero_proj",
-    "caption_projection": "per_layer",
-    "caption_layer": -1,
-    "cross_attention": "train",
-}
-
-
-def _check_musicgen_tower(cfg: TrainConfig) -> None:
-    """audio_tower=musicgen runs MusicGen's own attention, tables and heads: the llm tower's knobs must stay at their
-    defaults, and the pattern is MusicGen's delay; its caption-path keys agree with each other, and the llm tower leaves
-    them at their defaults."""
-    mot = cfg.model.mot
-    if mot.audio_tower != "musicgen":
-        own = [f"model.mot.{k}={getattr(mot, k)}" for k, v in MUSICGEN_TOWER_DEFAULTS.items() if getattr(mot, k) != v]
-        if own:
-            raise ConfigError(
-                f"{', '.join(own)} belong to model.mot.audio_tower=musicgen's caption path: set "
-                f"model.mot.audio_tower=musicgen, or drop them for audio_tower={mot.audio_tower}"
-            )
-        return
-    if mot.caption_projection == "shared" and mot.layer_map is not None:
-        raise ConfigError(
-            "model.mot.layer_map lists a Llama layer per MusicGen layer, but model.mot.caption_projection=shared reads "
-            "one (model.mot.caption_layer): drop model.mot.layer_map or set model.mot.caption_projection=per_layer"
-        )
-    if mot.caption_projection != "shared" and mot.caption_layer != -1:
-        raise ConfigError(
-            f"model.mot.caption_layer={mot.caption_layer} applies to model.mot.caption_projection=shared only "
-            f"(per_layer reads model.mot.layer_map): set model.mot.caption_projection=shared or drop caption_layer"
-        )
-    off = {
-        "data.pattern": (cfg.data.pattern, "delay"),
-        "model.mot.audio_attention": (mot.audio_attention, "shared"),
-        "model.mot.lora_rank": (mot.lora_rank, 0),
-        "model.mot.caption_cond_rank": (mot.caption_cond_rank, 0),
-        "model.mot.audio_embed_init": (mot.audio_embed_init, "musicgen"),
-        "model.mot.audio_head_init": (mot.audio_head_init, "musicgen"),
-        "model.mot.freeze_audio_ffn": (mot.freeze_audio_ffn, True),
-    }
-    bad = [f"{k}={have}" for k, (have, want) in off.items() if have != want]
-    if bad:
-        raise ConfigError(
-            f"model.mot.audio_tower=musicgen runs MusicGen's own layers, tables and heads, so {', '.join(bad)} "
-            f"cannot apply: set them back ("
-            + " ".join(f"{k}={want}" for k, (have, want) in off.items() if have != want)
-            + ") or use model.mot.audio_tower=llm"
-        )
-
-
-def mot_fields(cfg: TrainConfig) -> dict[str, Any]:
-    """model.mot as plain kwargs for `adapter_trainer.model.mot.MoTConfig`."""
-    return asdict(cfg.model.mot)
-
-
-def schema_field_names() -> list[str]:
-    """MoTSchema field names (a test compares them with MoTConfig's, to catch drift)."""
-    return [f.name for f in fields(MoTSchema)]
+def shards_as_list(argv: list[str]) -> list[str]:
+    """The command line with `data.shards=DIR` or `data.shards=a,b` written as a list (`['DIR']`, `['a','b']`); under
+    --multirun a comma list sweeps over single sets (`['a'],['b']`). Lists, mappings and quoted values stay one entry."""
+    multirun = any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN" for a in argv)
+    out = []
+    for arg in argv:
+        head, sep, value = arg.partition("=")
+        if not sep or head.lstrip("+") != "data.shards" or value.startswith("["):
+            out.append(arg)
+        elif value.startswith(("'", '"', "{")):
+            out.append(f"{head}=[{value}]")
+        else:
+            items = [f"'{v}'" for v in (v.replace("\\", "\\\\").replace("'", "\\'") for v in value.split(",")) if v]
+            out.append(f"{head}=" + (",".join(f"[{v}]" for v in items) if multirun else f"[{','.join(items)}]"))
+    return out

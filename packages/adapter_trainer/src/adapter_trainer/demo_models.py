@@ -1,6 +1,68 @@
-"""`python -m adapter_trainer.demo_models`: build the embedded tiny demo models. The code lives in `adapter_trainer.demo.models`."""
+"""`python -m adapter_trainer.demo_models`: write the tiny demo models, laid out like the real checkpoints.
 
-from adapter_trainer.demo.models import main
+    python -m adapter_trainer.demo_models --out build/demo/models [--seed 0] \
+        [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv] \
+        [--shards build/demo/shards]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from adapter_trainer.demo.models import write_demo_models
+from adapter_trainer.demo.music_pretrain import MusicPretrainConfig
+from adapter_trainer.demo.pretrain import PretrainConfig
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m adapter_trainer.demo_models", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
+    parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
+    parser.add_argument(
+        "--captions-csv",
+        type=Path,
+        default=None,
+        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)",
+    )
+    parser.add_argument(
+        "--exclude-csv",
+        type=Path,
+        default=None,
+        help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)",
+    )
+    parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
+    parser.add_argument(
+        "--shards",
+        type=Path,
+        default=None,
+        help="shard set: pretrain MusicGen on its train split's codes (omit for a random-init MusicGen)",
+    )
+    parser.add_argument(
+        "--music-pretrain-steps", type=int, default=MusicPretrainConfig.steps, help="MusicGen pretraining steps"
+    )
+    args = parser.parse_args(argv)
+    for path in (args.captions_csv, args.exclude_csv):
+        if path is not None and not path.is_file():
+            parser.error(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
+    if args.shards is not None and not (args.shards / "manifest.json").is_file():
+        parser.error(f"{args.shards}/manifest.json does not exist; build the demo shards first (make demo-shards)")
+    pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
+    music_pretrain = MusicPretrainConfig(steps=args.music_pretrain_steps, seed=args.seed)
+    paths = write_demo_models(
+        args.out,
+        seed=args.seed,
+        captions_csv=args.captions_csv,
+        exclude_csv=args.exclude_csv,
+        pretrain=pretrain,
+        shards=args.shards,
+        music_pretrain=music_pretrain,
+    )
+    kinds = [
+        k for k, on in (("LLM pretrained on captions", args.captions_csv), ("MusicGen on codes", args.shards)) if on
+    ]
+    print(f"wrote demo models ({', '.join(kinds) or 'random init'}): llm={paths['llm']} musicgen={paths['musicgen']}")
+
 
 if __name__ == "__main__":
     main()

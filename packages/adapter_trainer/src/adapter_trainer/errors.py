@@ -1,13 +1,13 @@
 """The user-error base of adapter_trainer: a problem the user fixes in the config, the data or the checkpoint.
 
-Every command of this package (`python -m adapter_trainer`, `.generate`, `.probe`, ...) catches `UserError`,
-prints its message (which names the value or file and the fix) without a traceback and exits with
-`USER_ERROR_EXIT` (2, argparse's status for a refused command line). The subclasses live with the code that
-raises them: `config.ConfigError`, `data.shards.ShardFormatError`, `training.checkpoint.ResumeError`,
-`evaluation.held_out.EvalOverlapError`. tokenizer_pipeline has the same contract in its own errors.py.
+Every command catches `UserError`, prints its message (which names the value or file and the fix) without a
+traceback and exits with `USER_ERROR_EXIT`; the subclasses live with the code that raises them.
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
 
 USER_ERROR_EXIT = 2
 
@@ -26,3 +26,15 @@ def one_line(e: BaseException) -> str:
     last = [ln for ln in text.strip().splitlines() if ln.strip()][-1]
     head, sep, rest = last.partition(": ")
     return rest if sep and type(e).__name__ in head else last
+
+
+def run_command(prog: str, action: Callable[[], str]) -> int:
+    """Print what `action` returns (if anything) and exit 0; a UserError prints `prog: error: message` and exits
+    USER_ERROR_EXIT."""
+    try:
+        if text := action():
+            print(text)
+    except UserError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    return 0

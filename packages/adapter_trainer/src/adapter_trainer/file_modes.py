@@ -1,9 +1,8 @@
 """Files the package writes get the mode the process umask gives every other file (0644 under the usual 022).
 
-safetensors' `save_file`, and transformers' `save_pretrained` through it, writes a private temporary file and
-renames it into place, so its files are mode 0600 whatever the umask: on a shared cluster disk a teammate could
-not load your checkpoint, your exported adapter or the demo's models. Every safetensors write of the package goes
-through `save_safetensors`, and every `save_pretrained` folder through `follow_umask`.
+safetensors' `save_file` (and `save_pretrained` through it) writes mode 0600 whatever the umask, so a teammate could
+not load a checkpoint on a shared disk: every safetensors write goes through `save_safetensors`, every
+`save_pretrained` folder through `follow_umask`.
 """
 
 from __future__ import annotations

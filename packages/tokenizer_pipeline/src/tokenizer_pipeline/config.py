@@ -1,6 +1,6 @@
 """The stage-1 config schema: typed dataclasses that Hydra composes `conf/tokenizer_pipeline/*.yaml` onto.
 
-`cli.py` registers `PipelineConfig` in Hydra's ConfigStore; `run.pipeline` takes it, typed, and nothing else.
+`__main__.py` registers `PipelineConfig` in Hydra's ConfigStore; `run.pipeline` takes it, typed, and nothing else.
 """
 
 from __future__ import annotations
@@ -10,21 +10,19 @@ from typing import Any
 
 from omegaconf import MISSING
 
-# Default tolerance between a file's duration and its CSV window. yt-dlp/ffmpeg cuts land on packet
-# boundaries and lossy codecs add encoder delay/padding (mp3: ~26-50 ms, AAC: ~21 ms); 0.5 s accepts
-# those and still rejects a truncated or uncut file.
+# Default tolerance between a file's duration and its CSV window: accepts packet-boundary cuts and lossy codecs'
+# encoder delay, still rejects a truncated or uncut file.
 DURATION_TOLERANCE_S = 0.5
 
 
 @dataclass
 class CodecConfig:
-    name_or_path: str = (
-        "facebook/encodec_32khz"  # hub id (must be in the local HF cache offline) or a save_pretrained dir
-    )
+    # hub id (must be in the local HF cache offline) or a save_pretrained dir
+    name_or_path: str = "facebook/encodec_32khz"
     device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | mps; under torchrun each rank uses cuda:LOCAL_RANK
     dtype: str = "float32"  # float32 | bfloat16 (explicit opt-in: faster on GPU, may change codes)
-    # clips per forward pass, or auto: the measured-best per device (encode.AUTO_BATCH_SIZE: cpu 1, cuda/mps 8);
-    # the number used is recorded in the manifest (codes are reproducible for that number). Higher = more memory
+    # clips per forward pass, or auto: the per-device number of encode.AUTO_BATCH_SIZE; the number used is recorded
+    # in the manifest (codes are reproducible for that number). Higher = more memory
     batch_size: Any = "auto"  # int >= 1 | auto (Any: OmegaConf has no int-or-string type)
     bandwidth_kbps: float | None = None  # null = smallest supported (2.2 kbps = 4 codebooks for encodec_32khz)
     pad_batches: bool = False  # true pads unequal lengths together (faster; may change the last frames' codes)
@@ -89,14 +87,12 @@ class PipelineConfig:
     max_failure_fraction: float = 0.5  # exit non-zero above this fraction of failed rows
     overwrite: bool = False  # true: delete shards of a previous, different config in out_dir
     limit: int | None = None  # first N CSV rows only (null = all); for quick tries
-    workers: int | None = (
-        None  # decode+resample processes per rank; null = CPU cores / ranks on this node; 0 = in the main process
-    )
+    # decode+resample processes per rank; null = CPU cores / ranks on this node; 0 = in the main process
+    workers: int | None = None
     prefetch: int = 4  # decoded clips each worker may hold ahead of the encoder (memory: workers x prefetch x one clip)
-    threads: int | None = (
-        None  # torch intra-op threads of the encoder (torch.set_num_threads); null = torch's default here.
-    )
-    #                             Recorded in the manifest: codes are reproducible only with the same thread count
+    # torch intra-op threads of the encoder; null = torch's default here. Recorded in the manifest: codes are
+    # reproducible only with the same thread count
+    threads: int | None = None
     codec: CodecConfig = field(default_factory=CodecConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     shard: ShardConfig = field(default_factory=ShardConfig)

@@ -1,9 +1,4 @@
-"""An exclusive, non-waiting lock on an output directory, so two runs never write one directory at once.
-
-`make shards` (run/, `<out_dir>/.lock`) and `make audio` (fetch/, `<out_dir>/.download.lock`)
-take it before they write anything; the second run is refused at once with one line that says what to do.
-The lock is an OS file lock (`filelock`), released when its holder exits, even on kill -9.
-"""
+"""An exclusive, non-waiting OS file lock on an output directory, so two runs never write one directory at once."""
 
 from __future__ import annotations
 
@@ -17,15 +12,8 @@ from .errors import UserError
 def lock_dir(out_dir: Path, lock_name: str, who: str, error: type[UserError]) -> filelock.BaseFileLock:
     """Create `out_dir` if needed and lock `out_dir/lock_name`; release the returned lock when done.
 
-    Args:
-        out_dir: the directory the run writes.
-        lock_name: the lock file's name inside it.
-        who: the kind of run, for the message ("tokenizer_pipeline run").
-        error: the UserError subclass to raise (the command's own).
-
-    Raises:
-        error: another process holds the lock, or `out_dir` is not writable.
-    """
+    Raises `error` (the command's own UserError) when another process (`who`: "tokenizer_pipeline run") holds the
+    lock, or `out_dir` is not writable."""
     lock_path = out_dir / lock_name
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

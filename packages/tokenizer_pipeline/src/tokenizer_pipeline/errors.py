@@ -1,15 +1,13 @@
-"""The user-error base of tokenizer_pipeline: a problem the user must fix before any clip is encoded.
+"""The user-error base: a problem the user must fix before any clip is encoded.
 
-Every command (`python -m tokenizer_pipeline`, `.download`, `.decode`) catches `UserError` and prints its message
-(which names the file/value and the fix) without a traceback, exit status `USER_ERROR_EXIT` (2, argparse's status
-for a refused command line); exit 1 means the run itself ended badly (nothing encoded, too many failures, nothing
-fetched). Subclasses: `ConfigError`, `InputNotFoundError` and `PipelineError` here, `sources.musiccaps.CsvError`,
-`fetch.config.DownloadConfigError`, `codec.decode.DecodeError`. Per-clip problems are never `UserError`: they are
-`audio.read_audio.ClipFailure`, recorded in failures.jsonl while the run goes on. adapter_trainer has the same contract
-in its own errors.py.
+Every command prints a `UserError`'s message (which names the file/value and the fix) without a traceback and exits
+`USER_ERROR_EXIT`; exit 1 means the run itself ended badly. Per-clip problems are `audio.read_audio.ClipFailure`.
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
 
 USER_ERROR_EXIT = 2
 
@@ -28,3 +26,14 @@ class ConfigError(UserError, ValueError):
 
 class PipelineError(UserError, RuntimeError):
     """A problem with the inputs or the output directory that the user must fix; the message says how."""
+
+
+def exit_code(command: Callable[[], object], prefix: str = "") -> int:
+    """`command()`'s exit code (an int it returns, else 0); a UserError is one `<prefix>error: <message>` line on
+    stderr, no traceback, and USER_ERROR_EXIT."""
+    try:
+        code = command()
+    except UserError as e:
+        print(f"{prefix}error: {e}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    return code if isinstance(code, int) else 0

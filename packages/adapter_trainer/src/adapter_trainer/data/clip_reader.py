@@ -1,8 +1,5 @@
-"""Random access to indexed clips: one clip of a `SplitIndex` read by seeking to its two tar members.
-
-`read` decodes them with the checks of `samples` (no pickles, codes within the codebook); `read_text_fields`
-reads a clip's caption and aspects from its `json` member alone. The streamed training batches read through one
-(adapter_trainer.data.streaming); each DataLoader worker opens its own tar files.
+"""Random access to indexed clips: one clip of a `SplitIndex` read by seeking to its two tar members, decoded
+with the checks of `samples`; each DataLoader worker opens its own tar files.
 """
 
 from __future__ import annotations
@@ -15,10 +12,7 @@ from adapter_trainer.data.split_index import SplitIndex
 
 
 class ClipReader:
-    """Random access to indexed clips: seek + read two members, decode with the same checks as `iter_clips`.
-
-    Keeps a few tar files open per process (a forked DataLoader worker opens its own: handles are per pid).
-    """
+    """Seek + read a clip's two members; keeps a few tar files open per process (handles are per pid)."""
 
     def __init__(self, index: SplitIndex, max_open: int = 16) -> None:
         self.index = index
@@ -40,8 +34,7 @@ class ClipReader:
         return f
 
     def _ranges(self, shard: int, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """The bytes at (offset, size) ranges of one shard. A remote shard is opened for this read only (its cache
-        copy is held against eviction while open, so it is not kept open between reads)."""
+        """The bytes at (offset, size) ranges of one shard (a remote one is held only for this read)."""
         remote = self.index.remote(shard) is not None
         f = self.index.open_shard(shard) if remote else self._file(shard)
         try:
@@ -64,8 +57,7 @@ class ClipReader:
         return decode_sample(sample, ix.shard_paths[shard], ix.n_codebooks, ix.codebook_size)
 
     def read_text_fields(self, i: int) -> tuple[str, tuple[str, ...]]:
-        """(caption, aspects) of clip i from its json member alone: its codes are neither read nor decoded. Checks
-        what the json can show without the codes (ytid, caption, aspect_list); `read` checks the rest."""
+        """(caption, aspects) of clip i from its json member alone (its codes are not read)."""
         ix = self.index
         shard = int(ix.shard[i])
         key, url = ix.key(i), ix.shard_paths[shard]

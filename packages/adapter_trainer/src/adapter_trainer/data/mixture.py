@@ -1,42 +1,27 @@
 """Weighted mixtures of shard sets: the global example order when data.shards gives weights.
 
-The convention is lhotse's `CutSet.mux` / webdataset's `RandomMix` (each example picks its source set at random,
-set i with probability w_i / sum(w)) over infinite sources, like lhotse's `.repeat()`: within a set, clips come
-in a seeded permutation without replacement and a set that runs out starts a new permutation (it cycles). As in
-audiocraft, whose epoch is a fixed number of samples, a mixture epoch is a fixed number of draws E:
-data.mixture_epoch_size, or the sum of the sets' train clips when that is 0.
+lhotse's `CutSet.mux` over repeated sources: each draw picks set i with probability w_i / sum(w); within a set clips
+come in seeded permutations that cycle. An epoch is E draws (data.mixture_epoch_size, or all train clips when 0).
+Every draw is a pure function of (seed, epoch, index):
 
-Every draw is a pure function of (seed, epoch, index), so resume is the same one integer as for concatenation,
-and ranks / DataLoader workers read disjoint slices of one global sequence (adapter_trainer.data.streaming):
+    counts_e  = default_rng([seed, e, MIX, 1, 1]).multinomial(E, p)                    draws of each set   [S]
+    labels_e  = default_rng([seed, e, MIX, 2, 1]).permutation(repeat(S, counts_e))     set of each draw    [E]
+    draw m of set s -> pass m // N_s, clip default_rng([seed, s, pass, MIX, 3]).permutation(N_s)[m % N_s]
 
-    counts_e  = default_rng([seed, e, MIX, 1, 1]).multinomial(E, p)        draws of each set in epoch e   [S]
-    labels_e  = default_rng([seed, e, MIX, 2, 1]).permutation(repeat(S, counts_e))   set of each draw  [E]
-    draw m of set s (m counts set s's draws over all epochs) -> pass m // N_s, clip perm_s,pass[m % N_s],
-    perm_s,pass = default_rng([seed, s, pass, MIX, 3]).permutation(N_s)
-
-Multinomial counts shuffled into a sequence are exactly i.i.d. categorical draws, but they make "how many draws
-of set s came before epoch e" a sum of S-vectors instead of a replay of every earlier draw. The streams are
-seeded with 5-word lists ending in a non-zero word: numpy's SeedSequence pads lists shorter than 4 words with
-zeros (so [a, b, c] and [a, b, c, 0] are one stream), and a 5-word list meets neither the crop stream
-(seed, epoch, index) nor the caption-dropout stream (seed, epoch, index, 1) of streaming.py.
-
-Per-sample weights (format v3's optional `weight`, audiocraft's per-row weight): in a set whose train samples
-do not all weigh the same, each draw of that set takes clip j with probability weight_j / sum(weight), with
-replacement (audiocraft's `sample_on_weight`), from u = default_rng([seed, e, MIX, 4, 1]).random(E)[index].
+Shuffled multinomial counts are i.i.d. categorical draws whose per-set totals before epoch e are a sum of counts.
+The 5-word seeds ending in a non-zero word meet neither streaming.py's crop nor its caption-dropout streams (numpy
+pads seed lists shorter than 4 words with zeros). A set whose samples weigh differently draws clip j with
+probability weight_j / sum(weight), with replacement, from default_rng([seed, e, MIX, 4, 1]).random(E)[index].
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from adapter_trainer.data.shards import ShardEntry, ShardFormatError, ShardSet
-from adapter_trainer.data.split_index import SplitIndex, default_index_cache, index_entry
+from adapter_trainer.data.shards import ShardFormatError, ShardSet
+from adapter_trainer.data.split_index import SplitIndex, index_entry
 
 MIX = 0x4D4958  # "MIX": the tag of this module's random streams
 
@@ -51,66 +36,12 @@ def split_spans(sets: Sequence[ShardSet], split: str, n_rows: int) -> list[tuple
     return spans
 
 
-def _weight_of(meta: object, path: str, key: str) -> float:
-    """A v3 sample's optional `weight` (default 1.0). Raises ShardFormatError if it is not a finite number > 0."""
-    w = meta.get("weight", 1.0) if isinstance(meta, dict) else None
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
-        raise ShardFormatError(
-            f"{path}: sample {key!r} has weight={w!r}; a sample weight is a finite number > 0 "
-            f"(docs/shard-format.md); fix the source manifest's weight and regenerate the set"
-        )
-    return float(w)
-
-
-def read_sample_weights(index: SplitIndex, rows: np.ndarray) -> np.ndarray:
-    """[len(rows)] float64 `weight` of these rows of `index`, read from each sample's json member only."""
-    out = np.empty(len(rows), dtype=np.float64)
-    files: dict[int, object] = {}
-    try:
-        for j, i in enumerate(int(r) for r in rows):
-            shard = int(index.shard[i])
-            f = files.get(shard)
-            if f is None:
-                f = files[shard] = index.open_shard(shard)  # closed below
-            f.seek(int(index.json_offset[i]))  # type: ignore[attr-defined]
-            raw = f.read(int(index.json_size[i]))  # type: ignore[attr-defined]
-            try:
-                meta = json.loads(raw.decode("utf-8"))
-            except ValueError as e:
-                raise ShardFormatError(f"{index.shard_paths[shard]}: sample {index.key(i)!r} json: {e}") from e
-            out[j] = _weight_of(meta, index.shard_paths[shard], index.key(i))
-    finally:
-        for f in files.values():
-            f.close()  # type: ignore[attr-defined]
-    return out
-
-
-def _cached_shard_weights(index: SplitIndex, rows: np.ndarray, entry: ShardEntry, cache: Path | None) -> np.ndarray:
-    """read_sample_weights of one whole shard, cached like the header scan (by the shard's sha256 + size)."""
-    f = cache / f"{entry.sha256}-{entry.bytes}.weights.npy" if cache is not None else None
-    if f is not None and len(rows) == entry.n_samples and f.is_file():
-        try:
-            return np.load(f, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ShardFormatError(
-                f"{f}: unreadable sample-weight cache entry for {entry.location} ({e}); delete the file (it is rebuilt "
-                f"from the shard) or set ADAPTER_TRAINER_INDEX_CACHE=''"
-            ) from e
-    w = read_sample_weights(index, rows)
-    if f is not None and len(rows) == entry.n_samples:
-        cache.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp.npy")
-        np.save(tmp, w)
-        os.replace(tmp, f)
-    return w
-
-
 def _indexed_weights(s: ShardSet, entry: dict, index: SplitIndex, start: int, stop: int) -> np.ndarray | None:
-    """A format-5 set's rows' weights from its index: None (uniform) when the manifest's weight_min == weight_max."""
+    """A set's rows' weights from its index: None (uniform) when the manifest's weight_min == weight_max."""
     if entry.get("weight_min") == entry.get("weight_max"):
         return None
-    w = index.weight[start:stop] if index.weight is not None else None
-    if w is None or not np.isfinite(w).all() or (w <= 0).any():
+    w = index.weight[start:stop]
+    if not np.isfinite(w).all() or (w <= 0).any():
         raise ShardFormatError(
             f"{s.root}/{entry['path']}: sample weights are not all finite numbers > 0 (docs/shard-format.md); "
             f"fix the source manifest's weight and regenerate the set"
@@ -119,40 +50,13 @@ def _indexed_weights(s: ShardSet, entry: dict, index: SplitIndex, start: int, st
 
 
 def sample_weights(
-    sets: Sequence[ShardSet],
-    index: SplitIndex,
-    spans: Sequence[tuple[int, int]],
-    split: str,
-    cache: Path | None | str = "default",
+    sets: Sequence[ShardSet], index: SplitIndex, spans: Sequence[tuple[int, int]], split: str
 ) -> list[np.ndarray | None]:
-    """Per set: its rows' sample weights when they are not all equal, else None (uniform: permutations).
-
-    Only format-3 sets can carry weights; older sets are uniform without reading anything. A v3 set's weights are
-    read once per shard from the samples' json members and cached next to the header scans
-    (`default_index_cache()` for "default"; None = no cache).
-    """
-    cache_dir = default_index_cache() if cache == "default" else (Path(cache) if cache is not None else None)
-    out: list[np.ndarray | None] = []
-    for s, (start, stop) in zip(sets, spans):
-        # a MusicCaps sample has no `weight` (docs/shard-format.md): its set is uniform without reading anything
-        if s.format_version < 3 or stop == start or (s.manifest.get("source") or {}).get("kind") == "musiccaps":
-            out.append(None)
-            continue
-        entry = index_entry(s, split)
-        if entry is not None:  # format 5: the manifest says whether the weights differ, the index holds them
-            out.append(_indexed_weights(s, entry, index, start, stop))
-            continue
-        entries = {e.location: e for e in s.splits[split]}
-        shard_of_row = index.shard[start:stop]  # [n] shard ids, ascending (the index keeps shard order)
-        parts = [
-            _cached_shard_weights(
-                index, start + np.flatnonzero(shard_of_row == sid), entries[index.shard_paths[sid]], cache_dir
-            )
-            for sid in np.unique(shard_of_row)
-        ]
-        w = np.concatenate(parts)  # [n]
-        out.append(w if np.ptp(w) > 0 else None)
-    return out
+    """Per set: its rows' sample weights when they are not all equal (the manifest says), else None."""
+    return [
+        None if stop == start else _indexed_weights(s, index_entry(s, split), index, start, stop)
+        for s, (start, stop) in zip(sets, spans)
+    ]
 
 
 class MixtureOrder:

@@ -1,11 +1,7 @@
-"""The shard contract's naming rule on the trainer side: sample keys and shard paths are data, never paths.
+"""The shard contract's naming rule on the trainer side: sample keys and shard paths are data, never paths
+(docs/shard-format.md, "Keys and paths").
 
-adapter_trainer never imports tokenizer_pipeline, so this is its own copy of the rule in docs/shard-format.md
-("Keys and paths"); tests/contract checks that both copies agree on a grid of keys.
-
-- A sample key is 1..`MAX_KEY_LEN` characters of `A-Z a-z 0-9 _ -`: no '.', '/' or '..', and short enough that
-  `<key>.codes.npy` fits a plain ustar header's 100-byte name field (no PAX or GNU long-name header).
-- A shard path in a manifest is relative and resolves (symlinks followed) inside the set's directory.
+Copied from tokenizer_pipeline/shards/keys.py; tests/test_copies.py keeps them identical.
 """
 
 from __future__ import annotations
@@ -13,27 +9,27 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-USTAR_NAME_BYTES = 100  # the ustar header's name field
-LONGEST_MEMBER_SUFFIX = ".codes.npy"
+USTAR_NAME_BYTES = 100  # the ustar header's name field; longer names need a PAX/GNU long-name header
+LONGEST_MEMBER_SUFFIX = ".codes.npy"  # `<key>.codes.npy` is the longest member name of a sample
 MAX_KEY_LEN = USTAR_NAME_BYTES - len(LONGEST_MEMBER_SUFFIX)  # 90
 KEY_RE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_KEY_LEN}}}")
 KEY_RULE = f"keys are 1-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -"  # for messages
 
 
 def key_problem(key: str) -> str | None:
-    """Why `key` is not a valid sample key, or None when it is."""
+    """Why `key` is not a valid sample key (or split name), or None when it is."""
     if not isinstance(key, str) or not key:
         return "is empty"
     if len(key) > MAX_KEY_LEN:
         return f"is {len(key)} characters long, more than {MAX_KEY_LEN} (its tar member names must fit a ustar header)"
     if not KEY_RE.fullmatch(key):
-        bad = "".join(sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)}))
-        return f"contains {bad!r}"
+        bad = sorted({c for c in key if not re.fullmatch(r"[A-Za-z0-9_-]", c)})
+        return f"contains {', '.join(repr(c) for c in bad)}"
     return None
 
 
 def shard_path_problem(root: Path, rel: str) -> str | None:
-    """Why the manifest's shard path `rel` is unusable for the set at `root` (absolute or leaving it), or None."""
+    """Why the manifest's shard path `rel` is unusable for the set at `root` (absolute, or leaving the set), or None."""
     if not isinstance(rel, str) or not rel:
         return "is empty"
     p = Path(rel)
@@ -43,5 +39,5 @@ def shard_path_problem(root: Path, rel: str) -> str | None:
         return "contains '..'; shard paths must stay inside the shard set"
     base = Path(root).resolve()
     if not (base / p).resolve().is_relative_to(base):
-        return f"resolves outside the shard set {base} (through a symlink)"
+        return f"resolves outside the shard set {base} (through a symlink); copy the shard into the set instead"
     return None

@@ -1,13 +1,9 @@
 """The samples inside a shard's tars: member names, the key rule, and the safe sample decoder.
 
-Safety: samples are read with `wds.WebDataset(urls, shardshuffle=False)` WITHOUT `.decode()`. WebDataset's
-default decoders unpickle `.pyd`/`.pickle` members, so a planted member would run code. Here each sample
-must hold exactly `codes.npy` (decoded with `np.load(..., allow_pickle=False)`) and `json` (`json.loads`);
-anything else is an error naming the shard and the member. Raw tar member names are also checked up front
-(WebDataset silently skips names without a dot, so they would otherwise go unnoticed).
-
-`load_split` (everything into memory) is for tools and the contract tests; training indexes the tar headers
-(`split_index`) and reads one clip at a time (`clip_reader`) with the same decoder.
+WebDataset is read WITHOUT `.decode()` (its default decoders unpickle `.pyd`/`.pickle` members): a sample holds
+exactly `codes.npy` (`np.load(allow_pickle=False)`) and `json`, anything else is an error naming the shard and
+member. Tar member names are checked up front (WebDataset silently skips names without a dot). `load_split` reads a
+split into memory (tools, contract tests); training reads one clip at a time (`clip_reader`) with the same decoder.
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ def _check_key(key: str, path: Path | str, member: str) -> None:
 
 
 def check_member(m: tarfile.TarInfo, path: Path | str) -> tuple[str, str]:
-    """A tar member as the contract allows it: a regular file `<key>.codes.npy` or `<key>.json` whose key follows the
-    key rule (its header only). Returns (key, member name after the key)."""
+    """(key, member) of a regular file `<key>.codes.npy` or `<key>.json` whose key follows the key rule."""
     match = _MEMBER_RE.match(m.name)
     if not m.isfile() or match is None or match["member"] not in ALLOWED_MEMBERS:
         raise ShardFormatError(
@@ -74,8 +69,8 @@ def _check_tar_members(path: Path | str, fileobj: BinaryIO) -> None:
 
 
 def decode_sample(sample: dict, url: str, n_codebooks: int, codebook_size: int) -> Clip:
-    """One sample's raw members ({"__key__", "codes.npy", "json"} bytes) -> Clip, or ShardFormatError naming it:
-    exactly the two members, no pickles, int16 codes [T > 0, K] inside the codebook, a json that agrees with them."""
+    """Raw members ({"__key__", "codes.npy", "json"} bytes) -> Clip: no pickles, int16 codes [T > 0, K] inside the
+    codebook, a json that agrees with them; else ShardFormatError naming the sample."""
     key = sample["__key__"]
     _check_key(key, url, f"{key}.{CODES_MEMBER}")
     members = {k for k in sample if not k.startswith("__")}
@@ -120,10 +115,8 @@ def iter_clips(shard_set: ShardSet, split: str) -> Iterator[Clip]:
     entries = shard_set.splits.get(split, ())
     for entry in entries:
         url = entry.location
-        # a remote set's tar: its verified cache copy, held against eviction while it is read
         with open_tar(entry) as held:
             _check_tar_members(url, held)
-            # No .decode(): samples stay raw bytes; only decode_sample turns them into arrays / dicts.
             ds = wds.WebDataset([str(entry.tar)], shardshuffle=False, empty_check=False)
             n = 0
             for sample in ds:

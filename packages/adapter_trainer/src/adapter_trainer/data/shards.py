@@ -1,11 +1,8 @@
 """A shard set as its manifest promises it (docs/shard-format.md), checked at startup.
 
-`read_manifest` parses `<root>/manifest.json` (format name and version, codec fields, shard paths) of a directory or
-a URL (s3://, gs://, hf://datasets/..., http(s)://: the tars of a remote set are read through a verified local cache,
-adapter_trainer.data.remote), `check_compatible` refuses sets that disagree with each other (their codec's shape or
-its weights) or with the audio LM,
-`verify_files` checks the listed tars (size, and sha256 if asked) and `open_tar` opens one for reading. `ShardFormatError` is the error of the whole contract: the samples inside
-the tars are decoded by `samples`, indexed by `split_index` and read at random by `clip_reader`.
+`read_manifest` parses `<root>/manifest.json` of a directory or a URL (a remote set's tars are read through a verified
+local cache), `check_compatible` refuses sets that disagree with each other or with the audio LM, `verify_files`
+checks the listed tars and `open_tar` opens one. `ShardFormatError` is the error of the whole contract.
 """
 
 from __future__ import annotations
@@ -24,11 +21,7 @@ from adapter_trainer.data.sample_keys import shard_path_problem
 from adapter_trainer.errors import UserError
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-# 2 adds codec identity fields, 3 optional sample/manifest fields (sources, segments, `weight`), 4 your own audio's
-# split by the audio's sha256 (`source.split_rule`; samples as in 3): a newer set's samples keep every field version 1
-# has, and fields the trainer does not know are ignored
-# 5 lists each split's index sidecar (read by data.split_index instead of scanning the tars)
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSION = 5  # the one version this trainer reads (docs/shard-format.md)
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -38,7 +31,7 @@ class ShardFormatError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One tar of a split, as the manifest lists it (tokenizer_pipeline.shards.manifest.ShardEntry has the same fields)."""
+    """One tar of a split, as the manifest lists it."""
 
     path: str  # relative to the shard-set directory, e.g. "train/shard-000000.tar" (the manifest's value)
     n_samples: int  # samples (clips) in the tar
@@ -61,7 +54,6 @@ class ShardSet:
     root: Path | str  # the directory, or the URL (a Hub revision pinned to its commit)
     manifest_path: Path | str  # <root>/manifest.json
     manifest_sha256: str  # sha256 of manifest.json's bytes: the data identity stored in checkpoints
-    format_version: int
     n_codebooks: int  # K
     codebook_size: int  # C
     frame_rate: float  # code frames per second
@@ -119,36 +111,27 @@ def manifest_bytes(root: str | Path, *, tries: int = 5) -> tuple[str, bytes]:
     """(where, bytes) of `<root>/manifest.json`, a directory or a URL (pin a Hub revision first)."""
     if is_url(str(root)):
         return join(str(root).rstrip("/"), "manifest.json"), _read_remote_manifest(str(root).rstrip("/"), tries)
-    mpath = Path(local_path(str(root))).expanduser() / "manifest.json"
+    mpath = Path(local_path(str(root))).expanduser().resolve() / "manifest.json"
     if not mpath.is_file():
-        raise ShardFormatError(f"{mpath} not found: {root} is not a complete shard set")
+        raise ShardFormatError(
+            f"{mpath} not found: {mpath.parent} is not a complete shard set (the manifest is written last). "
+            f"Create it with `python -m tokenizer_pipeline out_dir={mpath.parent}` (or `make demo-shards`) "
+            f"or point data.shards at an existing set"
+        )
     return str(mpath), mpath.read_bytes()
 
 
 def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: int = 5) -> ShardSet:
-    """Parse and check `<root>/manifest.json` (format name and version). Raises ShardFormatError.
-
-    root: a directory, or a URL (pin a Hub revision first: adapter_trainer.data.remote.urls.pin). A remote set's
+    """Parse and check `<root>/manifest.json` (a directory, or a URL with its Hub revision pinned). A remote set's
     tars are read through `cache` (a ShardCache under the user's cache directory when None)."""
     remote = is_url(str(root))
-    if remote:
-        root = str(root).rstrip("/")
-        mpath: Path | str = join(root, "manifest.json")
-        raw = _read_remote_manifest(root, tries)
-        if cache is None:
-            from adapter_trainer.data.remote.cache import default_cache_dir
+    where, raw = manifest_bytes(root, tries=tries)
+    mpath: Path | str = where if remote else Path(where)
+    root = str(root).rstrip("/") if remote else Path(where).parent
+    if remote and cache is None:
+        from adapter_trainer.data.remote.cache import default_cache_dir
 
-            cache = ShardCache(default_cache_dir(), tries=tries)
-    else:
-        root = Path(local_path(str(root))).expanduser().resolve()
-        mpath = root / "manifest.json"
-        if not mpath.is_file():
-            raise ShardFormatError(
-                f"{mpath} not found: {root} is not a complete shard set (the manifest is written last). "
-                f"Create it with `python -m tokenizer_pipeline out_dir={root}` (or `make demo-shards`) "
-                f"or point data.shards at an existing set"
-            )
-        raw = mpath.read_bytes()
+        cache = ShardCache(default_cache_dir(), tries=tries)
     try:
         manifest = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -160,17 +143,16 @@ def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: i
             f"directories written by tokenizer_pipeline"
         )
     version = _require(manifest, "format_version", mpath)
-    if version not in SUPPORTED_VERSIONS:
+    if version != FORMAT_VERSION:
         raise ShardFormatError(
-            f"{mpath}: format_version={version!r} is not supported by this adapter_trainer "
-            f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))}); regenerate the set with a matching "
-            f"tokenizer_pipeline or upgrade adapter_trainer"
+            f"{mpath}: shard set {root} has format_version {version!r}; this trainer reads version {FORMAT_VERSION} "
+            f"only: rebuild it with `python -m tokenizer_pipeline out_dir={root} overwrite=true` (or `make shards`)"
         )
     splits: dict[str, tuple[ShardEntry, ...]] = {}
     for name, split in dict(_require(manifest, "splits", mpath)).items():  # type: ignore[arg-type]
         entries = []
         for s in split.get("shards", []):
-            # a remote set's paths obey the same rule: checked against a stand-in root, they never leave the set
+            # a remote set's paths are checked against a stand-in root: they never leave the set
             problem = shard_path_problem(Path("/set") if remote else root, s["path"])  # type: ignore[arg-type]
             if problem:
                 raise ShardFormatError(
@@ -178,8 +160,7 @@ def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: i
                 )
             n, size, sha = int(s["n_samples"]), int(s["bytes"]), str(s["sha256"])
             if not SHA256_HEX.fullmatch(sha) or size < 0:
-                # the sha256 names cache files (the remote shard cache, the header-scan cache): a value that is not
-                # 64 hex digits could name a path outside them
+                # the sha256 names cache files: anything but 64 hex digits could name a path outside them
                 raise ShardFormatError(
                     f"{mpath}: shard {s['path']!r} has sha256={sha!r}, bytes={size}: a sha256 is 64 lowercase hex "
                     f"digits and a size >= 0 (docs/shard-format.md); regenerate the set or fix its manifest"
@@ -195,7 +176,6 @@ def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: i
         root=root,
         manifest_path=mpath,
         manifest_sha256=hashlib.sha256(raw).hexdigest(),
-        format_version=int(version),  # type: ignore[arg-type]
         n_codebooks=int(_require(manifest, "codec.n_codebooks", mpath)),  # type: ignore[arg-type]
         codebook_size=int(_require(manifest, "codec.codebook_size", mpath)),  # type: ignore[arg-type]
         frame_rate=float(_require(manifest, "codec.frame_rate", mpath)),  # type: ignore[arg-type]
@@ -207,9 +187,8 @@ def read_manifest(root: str | Path, cache: ShardCache | None = None, *, tries: i
 def check_compatible(
     sets: list[ShardSet], *, model_n_codebooks: int, model_codebook_size: int, audio_lm: str = "the audio LM"
 ) -> None:
-    """Refuse sets that disagree with each other or with the audio LM (n_codebooks, codebook_size, frame_rate), and
-    sets encoded by codecs with different weights (`codec.weights_sha256`): their codes share a shape but not a
-    meaning. A set whose manifest records no weights_sha256 cannot be compared: see `codec_notes`."""
+    """Refuse sets that disagree with each other or the audio LM (n_codebooks, codebook_size, frame_rate), or whose
+    codecs have different weights (`codec.weights_sha256`: same shape, another meaning)."""
     if not sets:
         raise ShardFormatError("no shard sets given; set 'data.shards=[path/to/shard-set]'")
     first = sets[0]
@@ -255,9 +234,7 @@ def _codec_name(s: ShardSet) -> str:
 
 
 def codec_notes(sets: list[ShardSet]) -> list[str]:
-    """One line per set of a mixture whose manifest records no `codec.weights_sha256` (a hand-made or foreign
-    manifest; tokenizer_pipeline records it in every version): its codec cannot be compared with the others', so it
-    is trusted on its n_codebooks, codebook_size and frame_rate alone, and the line says so."""
+    """One note per set of a mixture whose manifest records no `codec.weights_sha256` (mixed on trust)."""
     if len(sets) < 2:
         return []
     return [
@@ -296,8 +273,7 @@ def verify_files(shard_set: ShardSet, split: str, *, sha256: bool = False) -> No
 
 
 def open_tar(entry: ShardEntry) -> BinaryIO:
-    """A read handle of the entry's tar: the file of a local set; a remote set's verified cache copy, fetched if
-    needed and held against eviction until closed."""
+    """A read handle of the entry's tar (a remote set's verified cache copy, held against eviction until closed)."""
     if entry.remote is None or entry.cache is None:
         return open(entry.tar, "rb")
     return entry.cache.open(entry.remote, what=f"shard {entry.path}")

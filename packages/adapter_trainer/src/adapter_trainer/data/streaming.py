@@ -1,23 +1,14 @@
 """Training batches streamed from shards: a deterministic global example order, split across ranks, built in workers.
 
-The order is a pure function of (seed, position): global example n is clip `perm_e[i]` of epoch e = n // N at
-index i = n % N, where perm_e = default_rng([seed, e]).permutation(N), and its random crop uses
-default_rng([seed, e, i]). A micro-batch is G = batch_size x world_size consecutive examples starting at a
-position n; rank r builds examples [n + r*B, n + (r+1)*B). So 2 ranks x batch 4 see exactly the examples of
-1 process x batch 8, resume is the single integer n (stored as (epoch, index)), and neither the number of
-workers nor of shards changes anything (each item is built from the index by random access).
-
-DataLoader items are whole micro-batches (`batch_size=None`): a worker reads the codes, crops, tokenizes the
-captions and collates; `prefetch_factor` micro-batches per worker are built ahead of the step.
-
-That is the order of concatenated sets (`ConcatOrder`, N = all train clips). A weighted mixture
-(adapter_trainer.data.mixture.MixtureOrder) only changes which clip a position (epoch, index) holds and the epoch
-length; positions, crops, rank slices and resume stay exactly as above.
+Global example n is clip `order.clip(e, i)` at epoch e = n // E, index i = n % E (ConcatOrder: a seeded permutation
+of all clips; a weighted `MixtureOrder` changes only which clip a position holds); its crop draws from
+default_rng([seed, e, i]). A micro-batch of G = batch_size x world_size examples starts at n and rank r builds
+[n + r*B, n + (r+1)*B), so 2 ranks x batch 4 see the examples of 1 process x batch 8 and resume is one integer.
+DataLoader items are whole micro-batches (`batch_size=None`), read, cropped, tokenized and collated in workers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -28,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from adapter_trainer.data.caption_dropout import drop_caption, drop_words
+from adapter_trainer.data.caption_dropout import drop_caption
 from adapter_trainer.data.clip_reader import ClipReader
 from adapter_trainer.data.samples import Clip
 from adapter_trainer.data.split_index import SplitIndex
@@ -38,7 +29,7 @@ from adapter_trainer.data.worker_lifetime import end_with_parent
 
 @dataclass(frozen=True)
 class ExampleSpec:
-    """How a (caption, codes) pair becomes a training sequence (mirrors data.* and the model's vocab)."""
+    """How a (caption, codes) pair becomes a training sequence."""
 
     vocab: AudioVocab
     pattern: str  # delay | flatten
@@ -49,7 +40,6 @@ class ExampleSpec:
     max_caption_tokens: int
     caption_dropout: float = 0.0  # P(train caption -> empty caption), for classifier-free guidance (caption_dropout.py)
     start_crop_prob: float = 0.0  # P(train crop starts at the clip's first frame) instead of a random frame
-    caption_word_dropout: float = 0.0  # P(each word of a train caption is left out), augmentation (caption_dropout.py)
 
 
 def conditioning_text(caption: str, aspects: tuple[str, ...], text: str) -> str:
@@ -63,58 +53,46 @@ def text_of(clip: Clip, text: str) -> str:
 
 
 def distinct_texts(index: SplitIndex, text: str) -> int:
-    """How many distinct conditioning texts (data.text) the clips of `index` have, before any caption or word
-    dropout. Reads each clip's json member alone (one seek and a few hundred bytes, in index order: tar order);
-    no codes are read. Keeps a 16-byte digest per distinct text, not the texts. From format-5 index sidecars nothing
-    is read: each clip's text digest is in the index."""
-    digests = index.caption_digest if text == "caption" else index.aspects_digest
-    if digests is not None:
-        return int(np.unique(digests).size)
-    reader = ClipReader(index)
-    try:
-        return len(
-            {
-                hashlib.blake2b(
-                    conditioning_text(*reader.read_text_fields(i), text).encode("utf-8"), digest_size=16
-                ).digest()
-                for i in range(len(index))
-            }
-        )
-    finally:
-        reader.close()
+    """Distinct conditioning texts (data.text) of the clips of `index`, by their digests."""
+    return int(np.unique(index.caption_digest if text == "caption" else index.aspects_digest).size)
 
 
 def caption_ids(tokenizer: Any, clip: Clip, spec: ExampleSpec, text: str | None = None) -> list[int]:
-    """Caption tokens without BOS (encode_example adds it), truncated to max_caption_tokens. `text` replaces the
-    clip's conditioning text (a training caption after word dropout)."""
+    """Caption tokens without BOS, cut to max_caption_tokens; `text` replaces the clip's conditioning text."""
     text = text_of(clip, spec.text) if text is None else text
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])[: spec.max_caption_tokens]
 
 
+Crop = Literal["random", "start", "end"]  # token_layout.encode_example's crops
+
+
 def eval_example(spec: ExampleSpec, caption: list[int], clip: Clip, crop: Literal["start", "end"] = "start") -> Example:
-    """The deterministic eval sequence of a clip: cropped at the clip start, with the same audio budget whatever the
-    caption's length (max_seq_len - max_caption_tokens - 2 positions after BOS + AUDIO_START), so true and deranged
-    captions score exactly the same code targets. crop="end" takes the clip's last frames instead: the window that
-    holds its AUDIO_END target (the learning check's END CE)."""
+    """A clip's deterministic eval sequence, with one audio budget whatever the caption's length, so true and
+    deranged captions score the same code targets. crop="end": the last frames (the window with AUDIO_END)."""
     audio_budget = spec.max_seq_len - spec.max_caption_tokens - 2
+    return _encode(spec, caption, clip, len(caption) + 2 + audio_budget, crop, np.random.default_rng(0))
+
+
+def _encode(
+    spec: ExampleSpec, caption: list[int], clip: Clip, max_seq_len: int, crop: Crop, rng: np.random.Generator
+) -> Example:
+    """`clip` as one sequence of at most max_seq_len tokens reading `caption` (token_layout.encode_example)."""
     return encode_example(
         caption,
         clip.codes,
         vocab=spec.vocab,
         pattern=spec.pattern,
         bos_id=spec.bos_id,
-        max_seq_len=len(caption) + 2 + audio_budget,
+        max_seq_len=max_seq_len,
         max_caption_tokens=spec.max_caption_tokens,
         crop=crop,
-        rng=np.random.default_rng(0),
+        rng=rng,
         key=clip.key,
     )
 
 
 def train_crop(start_crop_prob: float, rng: np.random.Generator) -> Literal["start", "random"]:
-    """A training example's crop: "start" (the clip's first frames) with probability start_crop_prob, else "random".
-    Drawn from its own stream (seed, epoch, index, 2), so with start_crop_prob=0 nothing is drawn and the crops are
-    exactly those of a run without the option."""
+    """The crop: "start" with probability start_crop_prob, else "random" (p = 0 draws nothing)."""
     if start_crop_prob <= 0.0:
         return "random"
     return "start" if rng.random() < start_crop_prob else "random"
@@ -165,7 +143,6 @@ class TrainBatches(Dataset):
         world_size: int = 1,
         order: ExampleOrder | None = None,
     ) -> None:
-        """order: which clip each position holds; None = ConcatOrder over the whole index."""
         if len(index) == 0:
             raise ValueError("TrainBatches needs at least one train clip")
         self.reader = ClipReader(index)
@@ -178,7 +155,6 @@ class TrainBatches(Dataset):
 
     @property
     def epoch_size(self) -> int:
-        """Positions per epoch: all train clips (concatenation) or the mixture's epoch size."""
         return self.order.epoch_size
 
     @property
@@ -206,30 +182,14 @@ class TrainBatches(Dataset):
             epoch, index, i = self.position(n)
             clip = self.reader.read(i)
             rng = np.random.default_rng([self.seed, epoch, index])
-            # caption word dropout and caption dropout draw from their own streams (seed, epoch, index, 3) and
-            # (seed, epoch, index, 1): crops stay as without them, resume is exact
-            text = drop_words(
-                text_of(clip, s.text), s.caption_word_dropout, np.random.default_rng([self.seed, epoch, index, 3])
-            )
+            # caption dropout draws from its own stream (seed, epoch, index, 1): crops stay as without it
             caption = drop_caption(
-                caption_ids(self.tokenizer, clip, s, text),
+                caption_ids(self.tokenizer, clip, s),
                 s.caption_dropout,
                 np.random.default_rng([self.seed, epoch, index, 1]),
             )
-            examples.append(
-                encode_example(
-                    caption,
-                    clip.codes,
-                    vocab=s.vocab,
-                    pattern=s.pattern,
-                    bos_id=s.bos_id,
-                    max_seq_len=s.max_seq_len,
-                    max_caption_tokens=s.max_caption_tokens,
-                    crop=train_crop(s.start_crop_prob, np.random.default_rng([self.seed, epoch, index, 2])),
-                    rng=rng,
-                    key=clip.key,
-                )
-            )
+            crop = train_crop(s.start_crop_prob, np.random.default_rng([self.seed, epoch, index, 2]))
+            examples.append(_encode(s, caption, clip, s.max_seq_len, crop, rng))
         return collate(examples, pad_id=s.pad_id)  # tokens/labels [B, S, J] long, masks [B, S] bool
 
 
@@ -259,9 +219,7 @@ def default_num_workers(local_world_size: int = 1) -> int:
 
 def _worker_init(_: int) -> None:
     torch.set_num_threads(1)  # batch building is light; leave the cores to the training process
-    # a terminal's Ctrl-C reaches the workers too, and a job scheduler's SIGTERM every process of the job: the
-    # training process decides (it finishes its step and checkpoints, training.interrupt), so a worker that died of
-    # it does not break that last step. The worker ends with its parent instead (data.worker_lifetime).
+    # the training process decides on Ctrl-C / SIGTERM (training.interrupt); a worker ends with its parent instead
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     end_with_parent()
@@ -277,9 +235,8 @@ def train_loader(
     pin_memory: bool = False,
     on_position: Callable[[int], None] | None = None,
 ) -> DataLoader:
-    """Micro-batches starting at global positions start, start + G, ... (G = global batch), in order.
-    on_position(start) is called as the loader hands each micro-batch to a worker (a remote set's prefetcher).
-    Iterate it with data.worker_lifetime (`closing_workers(start_workers(loader))`): its workers ignore SIGTERM."""
+    """Micro-batches at positions start, start + G, ... in order; on_position(start) as each is handed out (a
+    remote set's prefetcher). Iterate it with `closing_workers(start_workers(loader))`: its workers ignore SIGTERM."""
     positions = range(start, start + n_micro_batches * dataset.global_batch, dataset.global_batch)
     return DataLoader(
         dataset,

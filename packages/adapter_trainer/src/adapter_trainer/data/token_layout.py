@@ -1,34 +1,20 @@
-"""Token layout: how caption tokens and raw [T, K] codes become one training sequence.
+"""Token layout: how caption tokens and raw [T, K] codes become one training sequence (the contract with the
+model, its loss, the training step and generation; docs/architecture.md draws it).
 
-The names and shapes below are the contract with the model (model/mot.py, its loss in model/loss.py), the training step and generation.
+Combined vocabulary (V text ids, K codebooks, C codes each): [0, V) text; V + k*C + c code c of codebook k;
+V + K*C AUDIO_START; +1 AUDIO_END; +2 AUDIO_PAD (delay-pattern filler). Sequence: BOS, caption, AUDIO_START, audio,
+AUDIO_END where the crop reaches the clip's end. Each position has J slots (1 for "flatten", K for "delay"); text
+positions and AUDIO_START repeat their id in every slot.
 
-Combined vocabulary (V = text vocab size, K codebooks, C codes per codebook):
-    [0, V)                text ids (the LLM's tokenizer)
-    V + k*C + c           audio code c of codebook k   (per-codebook offsets keep codebook identity)
-    V + K*C               AUDIO_START
-    V + K*C + 1           AUDIO_END
-    V + K*C + 2           AUDIO_PAD  (delay-pattern filler)
-Sequence: BOS, caption tokens, AUDIO_START, audio (pattern) with AUDIO_END where the crop reaches the clip's end.
-
-Every position carries J slots (J = 1 for "flatten", J = K for "delay"). Text positions and AUDIO_START repeat
-their id in every slot.
-
-AUDIO_END (one convention for training, the loss, the sampler and the docs): it sits where the first code of the
-frame after the clip's last would be, so "the model predicts END" means "there is no frame T".
-    flatten: one position [END] right after frame T-1's last codebook (the target of frame T-1's code K-1).
-    delay:   slot 0 of step T holds END (where frame T's codebook 0 would be); slots k >= 1 of steps T..T+K-2
-             keep carrying the delayed codes of frames T-k.. until the tail is done, so the block is
-             T + max(K - 1, 1) steps. The head-0 target at step T-1 is END. (Appending END after the whole
-             tail instead would leave head 0 untrained at step T-1, and a sampler that stops on head 0's END
-             would emit K - 1 frames the model never learned.)
-
-Labels are next-step targets: labels[p] = tokens[p + 1] where that target is a code or AUDIO_END,
-IGNORE_INDEX everywhere else (text targets, the AUDIO_START target, AUDIO_PAD slots, the last position).
-So the loss never sees text: only the audio continuation is trained.
+AUDIO_END sits where frame T's codebook 0 would be ("no frame T"): flatten, one position after frame T-1's last code;
+delay, slot 0 of step T while slots k >= 1 finish the delayed tail (T + max(K - 1, 1) steps), so head 0 is trained
+to say END at step T-1. Labels are next-step targets where the target is a code or AUDIO_END, IGNORE_INDEX elsewhere:
+the loss never sees text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -111,31 +97,18 @@ class Batch:
     attention_mask: torch.Tensor  # [B, S] bool, True = real token (right padding)
     keys: list[str]
 
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        return Batch(fn(self.tokens), fn(self.is_audio), fn(self.labels), fn(self.attention_mask), list(self.keys))
+
     def to(self, device: torch.device | str) -> Batch:
-        """Every tensor on `device`. Asynchronous only from pinned memory to CUDA (the DataLoader pins there): on
-        MPS a non-blocking copy can read host memory after this CPU batch is freed (pytorch#139550)."""
+        """Every tensor on `device`; non-blocking only from pinned memory to CUDA (on MPS a non-blocking copy can read
+        freed host memory: pytorch#139550)."""
         device = torch.device(device)
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device, non_blocking=device.type == "cuda" and t.is_pinned())
-
-        return Batch(
-            tokens=move(self.tokens),
-            is_audio=move(self.is_audio),
-            labels=move(self.labels),
-            attention_mask=move(self.attention_mask),
-            keys=list(self.keys),
-        )
+        return self._map(lambda t: t.to(device, non_blocking=device.type == "cuda" and t.is_pinned()))
 
     def pin_memory(self) -> Batch:
-        """Page-locked copies of the tensors (the DataLoader calls this with pin_memory=True, for CUDA)."""
-        return Batch(
-            tokens=self.tokens.pin_memory(),
-            is_audio=self.is_audio.pin_memory(),
-            labels=self.labels.pin_memory(),
-            attention_mask=self.attention_mask.pin_memory(),
-            keys=list(self.keys),
-        )
+        """Page-locked copies (the DataLoader calls this with pin_memory=True)."""
+        return self._map(torch.Tensor.pin_memory)
 
 
 class DelayPattern:
@@ -150,9 +123,8 @@ class DelayPattern:
         k = 2  [ P,   P,   B0,  B1,  B2,  B3,  B4,  P  ]
         k = 3  [ P,   P,   P,   B0,  B1,  B2,  B3,  B4 ]
 
-    (transposed here to read like transformers' `build_delay_pattern_mask`; the tensors are step-major
-    [S, K]). It is MusicGen's mask without the leading BOS column. `revert` reads the B's back and
-    inverts `build` exactly.
+    (drawn like transformers' `build_delay_pattern_mask`, without its BOS column; the tensors are step-major
+    [S, K]). `revert` inverts `build` exactly.
     """
 
     def __init__(self, n_q: int) -> None:
@@ -245,17 +217,10 @@ def encode_example(
     rng: np.random.Generator,
     key: str = "",
 ) -> Example:
-    """Lay out one (caption, codes) pair as a training sequence of at most `max_seq_len` positions.
-
-    The caption is truncated to `max_caption_tokens`; the codes are cropped (frame-aligned) so the
-    sequence fits, always leaving room for AUDIO_END, which is written only when the crop reaches the
-    clip's last frame (where: module docstring). crop="random" draws the start frame uniformly from `rng`
-    (training); crop="start" keeps frame 0 (deterministic eval); crop="end" keeps the last frames (the eval window
-    that scores AUDIO_END).
-
-    Returns:
-        Example with tokens [S, J], is_audio [S], labels [S, J].
-    """
+    """One (caption, codes) pair as a sequence of at most `max_seq_len` positions: tokens [S, J], is_audio [S],
+    labels [S, J]. The caption is cut to `max_caption_tokens`, the codes cropped by whole frames leaving room for
+    AUDIO_END (written only when the crop reaches the clip's end). crop: "random" (start drawn from `rng`), "start"
+    (frame 0) or "end" (the last frames: the eval window that scores AUDIO_END)."""
     _check_pattern(pattern)
     if crop not in ("random", "start", "end"):
         raise ValueError(f"unknown crop {crop!r}; allowed: ['random', 'start', 'end']")
@@ -325,22 +290,9 @@ def encode_example(
 def target_frames(
     tokens: torch.Tensor, labels: torch.Tensor, *, vocab: AudioVocab, pattern: PatternName
 ) -> torch.Tensor:
-    """The audio frame each code target belongs to, counted from the window's first frame (the learning check's
-    caption gain by position).
-
-    Frame t of a window = its K codes (t, 0), ..., (t, K-1), wherever the pattern puts them. With AUDIO_START at
-    position a, code (t, k) is the input token of position a + 1 + t + k (delay: slot k of step t + k) or
-    a + 1 + t*K + k (flatten), so it is the target (label) of position p = a + t + k, slot k (delay) or
-    p = a + t*K + k (flatten). Under the delay pattern the first frames' late codebooks are predicted a few steps
-    after their frame (codebook 3 of frame 9 at step 12), but they count as frame 9.
-
-    Args:
-        tokens: [B, S, J] combined-vocab ids (each row holds one AUDIO_START), as in `Batch.tokens`.
-        labels: [B, S, J] next-step targets, as in `Batch.labels`.
-    Returns:
-        [B, S, J] long: the frame of the code target in that label cell, -1 where the cell has no code target
-        (text, START, PAD, AUDIO_END, ignored).
-    """
+    """The window frame each code target belongs to (the caption gain by position): tokens, labels [B, S, J] ->
+    [B, S, J] long, -1 where a cell has no code target. With AUDIO_START at position a, code (t, k) is the label of
+    position a + t + k, slot k (delay) or a + t*K + k (flatten); a delayed late codebook still counts as frame t."""
     _check_pattern(pattern)
     K = vocab.n_codebooks
     B, S, J = labels.shape
@@ -379,11 +331,8 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
 
 
 def decode_audio_tokens(tokens: torch.Tensor, *, vocab: AudioVocab, pattern: PatternName) -> np.ndarray:
-    """Inverse of the audio part: tokens [S_audio, J] after AUDIO_START -> codes [T, K].
-
-    The tokens may end with the clip's AUDIO_END (flatten: its own last position; delay: slot 0 of step T, with the
-    tail steps after it), or stop before it (a crop that does not reach the clip's end).
-    """
+    """Inverse of the audio part: tokens [S_audio, J] after AUDIO_START -> codes [T, K], with or without the
+    clip's AUDIO_END (and, under delay, the tail steps after it)."""
     _check_pattern(pattern)
     K, C = vocab.n_codebooks, vocab.codebook_size
     tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()

@@ -1,25 +1,11 @@
 """DataLoader workers end with the loop that started them, on every way out of it.
 
-A training batch worker ignores SIGINT and SIGTERM: a terminal's Ctrl-C and a job scheduler's SIGTERM reach every
-process of the job, and the training process decides (it finishes its step and checkpoints: training.interrupt).
-So the usual ways of ending a child do not end it: at exit, multiprocessing sends SIGTERM to its daemonic children
-and then waits for them, for ever. What ends them instead:
-
-- `closing_workers(batches)`: the loop's iterator is shut down when the loop is left. At its end, torch's own
-  shutdown (each worker is told to leave and joined), then SIGKILL for a worker still alive (one blocked in a read
-  or a download), also when that shutdown is itself interrupted; left by an exception (an error, an interrupt),
-  SIGKILL at once (torch's shutdown waits 5 s for each stuck worker in turn), and then only this process's side is
-  closed (torch's shutdown would take locks a killed worker may have held). Nothing a worker holds outlives it:
-  its file locks are released with it and the shard cache reclaims a dead process's partial download.
-- an exit hook that runs before multiprocessing's: every iterator still alive is ended the same way, at once;
-- `end_with_parent()` in each worker: on Linux the kernel sends it SIGKILL when its parent dies (a parent killed by
-  the OOM killer or by torchrun's SIGKILL runs no exit hook); elsewhere DataLoader's own watchdog ends an idle worker
-  within seconds of its parent.
-
-DataLoader has no public close: this module uses its iterator's `_workers` and `_shutdown_workers` (what the
-iterator's `__del__` calls) and the parts of it that are this process's alone (the pin-memory thread, the queues),
-and stops torch's SIGCHLD watch of workers it kills (`_remove_worker_pids`: torch would otherwise raise in this
-process for a worker killed by a signal).
+Training workers ignore SIGINT and SIGTERM (the training process decides: training.interrupt), so multiprocessing's
+exit (SIGTERM, then join for ever) would not end them. Instead: `closing_workers` shuts the iterator down when the
+loop is left (torch's shutdown, then SIGKILL for a worker still alive; left by an exception, SIGKILL at once and only
+this process's side closed, since torch's shutdown takes locks a killed worker may hold); an exit hook does the same
+for any iterator still alive; and `end_with_parent()` asks Linux to SIGKILL a worker whose parent dies. DataLoader
+has no public close: this uses its iterator's `_workers`, `_shutdown_workers` and `_remove_worker_pids`.
 """
 
 from __future__ import annotations
@@ -39,14 +25,12 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 JOIN_S = 5.0  # how long a killed worker, or the pin-memory thread, is waited for
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-# iterators with workers, not yet shut down -> the pid of the process that started them (a forked child inherits
-# this table: its exit hook must not kill its parent's workers)
+# live iterators -> the pid that started them (a forked child inherits this table and must not kill them)
 _live: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def start_workers(loader: Iterable[T]) -> Iterator[T]:
-    """`iter(loader)`, remembered until `shut_down` so that the exit hook can end its workers. Workers started by
-    an `iter` that raised (a Ctrl-C while they start) are killed before the exception goes on."""
+    """`iter(loader)`, remembered for the exit hook; workers of an `iter` that raised are killed first."""
     before = set(multiprocessing.active_children())
     try:
         batches = iter(loader)
@@ -59,10 +43,8 @@ def start_workers(loader: Iterable[T]) -> Iterator[T]:
 
 
 def shut_down(batches: Iterator[Any], *, at_once: bool = False) -> None:
-    """End an iterator's workers now. Without at_once: torch's shutdown (it also stops the pin-memory thread and
-    closes the queues), then SIGKILL for those still alive, whose SIGTERM torch sent is ignored. at_once: SIGKILL
-    first, then close this process's side. Whatever happens meanwhile (a second Ctrl-C in torch's joins), every
-    worker is dead when it returns or raises. A no-op for an iterator without workers."""
+    """End an iterator's workers now: torch's shutdown then SIGKILL for those alive, or (at_once) SIGKILL then this
+    process's side closed. Every worker is dead when it returns or raises."""
     workers = list(getattr(batches, "_workers", ()))
     if not workers:
         return
@@ -95,9 +77,8 @@ def _kill(workers: list[Any]) -> None:
 
 
 def _close_own_side(batches: Any) -> None:
-    """After its workers were killed: stop the pin-memory thread (a local event; it polls it) and close the queues
-    without waiting on their feeder threads, and mark the iterator shut down so that its `__del__` does not run
-    torch's shutdown (whose cross-process event a killed worker may have held)."""
+    """After a kill: stop the pin-memory thread, close the queues without joining their feeders, and mark the
+    iterator shut down so its `__del__` skips torch's shutdown."""
     batches._shutdown = True
     thread = getattr(batches, "_pin_memory_thread", None)
     if thread is not None:
@@ -111,8 +92,7 @@ def _close_own_side(batches: Any) -> None:
 
 @contextlib.contextmanager
 def closing_workers(batches: Iterator[T]) -> Iterator[Iterator[T]]:
-    """`with closing_workers(start_workers(loader)) as batches:` the workers end when the block is left (at once when
-    it is left by an exception: an error, an interrupt)."""
+    """`with closing_workers(start_workers(loader)) as batches:` the workers end with the block."""
     try:
         yield batches
     except BaseException:
@@ -131,9 +111,7 @@ atexit.register(_shut_down_live)
 
 
 def end_with_parent() -> None:
-    """In a worker, on Linux: SIGKILL when its parent dies (PR_SET_PDEATHSIG). The parent is the process that made
-    the loader (fork, spawn) or a forkserver, which ends with that process. A parent already gone by the request
-    ends the worker now. Elsewhere DataLoader's watchdog remains: it ends an idle worker within seconds."""
+    """In a worker on Linux: SIGKILL when its parent dies (PR_SET_PDEATHSIG); elsewhere DataLoader's watchdog."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()

@@ -1,21 +1,15 @@
-"""`python -m adapter_trainer.listen_check <index.html> <out.png>`: render the listen page as a browser shows it.
-
-Headless Chromium (Debian's `chromium` package: `apt-get install -y chromium`) loads the page from file:// in a
-fresh profile with networking extras off and writes a full-window screenshot, so a person can check that the
-summary, captions, attributes, players and spectrograms are visible without opening a browser. Opt-in
-(`make listen-check`), never part of `make test`: it needs a browser the test machines may not have.
+"""Render the listen page to a PNG with headless Chromium (fresh profile, networking extras off), so a person can
+check the page without opening a browser (`python -m adapter_trainer.listen_check`).
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.errors import UserError
 
 FLAGS = (
     "--headless",
@@ -58,23 +52,3 @@ def render(page: Path, png: Path, width: int = 1200, height: int = 2400, timeout
     if proc.returncode != 0 or not png.is_file() or png.stat().st_size < 1000:
         raise RuntimeError(f"chromium did not write {png} (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     return png
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m adapter_trainer.listen_check", description=__doc__.splitlines()[0])
-    ap.add_argument("page", type=Path)
-    ap.add_argument("png", type=Path)
-    ap.add_argument("--width", type=int, default=1200)
-    ap.add_argument("--height", type=int, default=2400)
-    args = ap.parse_args(argv)
-    try:
-        out = render(args.page, args.png, args.width, args.height)
-    except UserError as e:
-        print(f"adapter_trainer.listen_check: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    print(f"listen-check: rendered {args.page} -> {out} ({out.stat().st_size} bytes); look at it")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,41 +1,27 @@
-"""`python -m adapter_trainer.listen_page <run dir> [--source-audio DIR]`: write `<run dir>/listen/index.html`.
+"""The static listening page of a run (`python -m adapter_trainer.listen_page`): `<run>/listen/index.html`.
 
-One static page (relative links only: it opens from file:// with no server). At the top, what was measured
-(clip count, seconds, CFG, top-k, seed, checkpoint) and the probe's summary with its intervals: accuracy with
-own and deranged captions, true - deranged, the verdict, the fraction of the probe's ceiling reached and the
-minimum detectable effect; the audio metrics when `<run>/audio_metrics.json` exists. Per generated clip: its
-caption, the caption's attributes next to the ones the probe reads from the generated codes, players for the
-generated audio and the reference eval clip (its shard codes decoded by the same codec, and the original source
-audio when --source-audio has it), a mel spectrogram of each (listen/spectrograms/), and its CLAP score when
-computed. Then the run's loss curve and the sampling speed. Inputs, all made by `make listen`:
-
-    <run>/generated/manifest.json            adapter_trainer.generate (captions, checkpoint, sampling settings)
-    <run>/listen/generated/decoded.json      tokenizer_pipeline.decode of the generated set
-    <run>/listen/reference/decoded.json      tokenizer_pipeline.decode of the eval split (optional)
-    <run>/generation_report.json             adapter_trainer.probe (optional; per_clip attributes)
-    <run>/audio_metrics.json                 audio metrics, per_clip [{key, clap_score}] (optional)
-    <run>/loss_curve.png, <run>/generated/generation_stats.json (optional)
+Relative links only (it opens from file://). Inputs (all made by `make listen`): generated/manifest.json,
+listen/generated/decoded.json, and optionally listen/reference/decoded.json, generation_report.json,
+audio_metrics.json, loss_curve.png, generation_stats.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 from adapter_trainer.demo.spectrogram import HEIGHT, WIDTH, save_spectrogram_png
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.errors import UserError
 
 DEMO_NOTE = (
     "The demo codec's decoder has RANDOM weights (only its encoder's codebooks were fitted to the stand-in "
     "corpus), so demo audio will not sound like music, generated or reference alike. The path is the real "
     "one: with facebook/encodec_32khz shards and decoder the same page plays music. For the same reason the demo's "
     "spectrograms look alike, horizontal stripes: the random decoder's fixed spectrum, whose level in each mel bin "
-    "the codes change over time by about 0.6 dB (standard deviation, measured on the demo's clips)."
+    "the codes change over time by under a decibel."
 )
 
 
@@ -250,21 +236,3 @@ the opposite, grey = the caption does not say. Spectrograms: log-mel power (64 b
     out = listen / "index.html"
     out.write_text(page, encoding="utf-8")
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m adapter_trainer.listen_page", description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--source-audio", type=Path, default=None, help="directory of the original {ytid}.* audio files")
-    args = ap.parse_args(argv)
-    try:
-        out = build_page(args.run_dir, args.source_audio)
-    except UserError as e:
-        print(f"adapter_trainer.listen_page: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    print(f"listen: wrote {out} (open it in a browser: file://{out.resolve()})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

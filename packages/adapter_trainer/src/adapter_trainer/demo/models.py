@@ -1,30 +1,15 @@
-"""Embedded demo models: tiny stand-ins laid out exactly like the real checkpoints.
+"""Embedded demo models: tiny stand-ins laid out exactly like the real checkpoints (`python -m
+adapter_trainer.demo_models`).
 
-    python -m adapter_trainer.demo_models --out build/demo/models [--seed 0] \
-        [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv] \
-        [--shards build/demo/shards]
-
-writes
-    <out>/llm/        tiny LlamaForCausalLM with the REAL Llama 3 vocabulary (128,256 ids) and the real Llama 3
-                      tokenizer (converted from llama_models' tiktoken file into tokenizer.json). With
-                      --captions-csv it is first pretrained as a language model on the captions whose ytid is not
-                      in --exclude-csv (pretrain.py), standing in for a real LLM that knows music words.
-    <out>/musicgen/   the facebook/musicgen-small LAYOUT: composite MusicgenConfig config.json (the tiny T5's real
-                      config, the EnCodec 32 kHz sub-config as a plain dict, the decoder), model.safetensors with the
-                      `decoder.*`, `text_encoder.*` and `enc_to_dec_proj.*` tensors (no `audio_encoder.*`), and the
-                      T5-kind tokenizer (text_encoder.py: a Unigram vocabulary trained on the --captions-csv
-                      captions not excluded). With --shards the decoder and the projection are first trained on the
-                      codes and captions of the set's train split, the T5 frozen, with condition dropout
-                      (music_pretrain.py; shards only, never audio), standing in for musicgen-small.
-    <out>/README.md
-
-They load back through `load_llm` / `load_musicgen_decoder` / `load_musicgen_teacher`, the paths real checkpoints
-take. Nothing here builds an EnCodec model: the composite's audio_encoder sub-config is configuration only.
+`<out>/llm/`: a tiny LlamaForCausalLM with the real Llama 3 vocabulary and tokenizer, pretrained on captions outside
+the demo corpus when given (pretrain.py). `<out>/musicgen/`: the facebook/musicgen-small layout (composite
+MusicgenConfig, `decoder.*`, `text_encoder.*`, `enc_to_dec_proj.*` tensors, a T5-kind tokenizer), pretrained on a
+shard set's train split when given (music_pretrain.py). They load back through the real checkpoints' loaders; no
+EnCodec model is built (the audio_encoder sub-config is configuration only).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,15 +34,16 @@ README = """# Demo models ({kind})
 Tiny stand-ins written by `python -m adapter_trainer.demo_models` (seed {seed}), laid out like the real checkpoints.
 Use them to run the pipeline offline, never to judge audio quality.
 
-- `llm/`: tiny `LlamaForCausalLM` (hidden {llm_hidden}, {llm_layers} layers) with the real Llama 3 vocabulary
-  ({vocab} ids) and the real Llama 3 tokenizer (converted from `llama_models/llama3/tokenizer.model`).
+- `llm/`: tiny `LlamaForCausalLM` (hidden {lc.hidden_size}, {lc.num_hidden_layers} layers) with the real Llama 3
+  vocabulary ({lc.vocab_size} ids) and tokenizer (converted from `llama_models/llama3/tokenizer.model`).
   {llm_training}
 - `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`): a tiny `MusicgenForCausalLM`
-  decoder ({k} codebooks x {c} codes, hidden {mg_hidden}, {mg_layers} layers), its own text encoder, a tiny
-  `T5EncoderModel` (d_model {t5_width}, {t5_layers} layers; random init and frozen, as musicgen-small froze its
-  T5), and `enc_to_dec_proj` ({t5_width} -> {mg_hidden}). The T5 tokenizer is a SentencePiece Unigram vocabulary of
-  {t5_vocab} pieces in T5's conventions (`<pad>` 0, `</s>` 1 closing every text, `<unk>` 2), {t5_vocab_source}
-  (no T5 vocabulary ships offline). No EnCodec weights: the `audio_encoder` sub-config is configuration only.
+  decoder ({mc.num_codebooks} codebooks x {mc.vocab_size} codes, hidden {mc.hidden_size}, {mc.num_hidden_layers}
+  layers), its own text encoder, a tiny `T5EncoderModel` (d_model {t5[d_model]}, {t5[num_layers]} layers; random
+  init and frozen, as musicgen-small froze its T5), and `enc_to_dec_proj` ({t5[d_model]} -> {mc.hidden_size}). The
+  T5 tokenizer is a SentencePiece Unigram vocabulary of {t5[vocab_size]} pieces in T5's conventions (`<pad>` 0,
+  `</s>` 1 closing every text, `<unk>` 2), {t5_vocab_source} (no T5 vocabulary ships offline). No EnCodec weights:
+  the `audio_encoder` sub-config is configuration only.
   {mg_training}
 
 Real runs: `model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small`.
@@ -66,20 +52,9 @@ Real runs: `model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-sma
 
 def llama3_special_tokens() -> list[str]:
     """The 256 Llama 3 special tokens in id order (128000 ...), as in llama_models.llama3.tokenizer."""
-    named = [
-        BOS_TOKEN,
-        EOS_TOKEN,
-        "<|reserved_special_token_0|>",
-        "<|reserved_special_token_1|>",
-        "<|finetune_right_pad_id|>",
-        "<|step_id|>",
-        "<|start_header_id|>",
-        "<|end_header_id|>",
-        "<|eom_id|>",
-        "<|eot_id|>",
-        "<|python_tag|>",
-        "<|image|>",
-    ]
+    named = [BOS_TOKEN, EOS_TOKEN, "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+             "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+             "<|eot_id|>", "<|python_tag|>", "<|image|>"]  # fmt: skip
     reserved = [f"<|reserved_special_token_{2 + i}|>" for i in range(LLAMA3_NUM_RESERVED_SPECIAL_TOKENS - len(named))]
     return named + reserved
 
@@ -95,10 +70,7 @@ def llama3_tokenizer_model_path() -> Path:
 
 
 def build_llama3_tokenizer() -> PreTrainedTokenizerFast:
-    """The real Llama 3 tokenizer as a HF fast tokenizer, converted with transformers' TikTokenConverter.
-
-    Like meta-llama/Llama-3.2-1B's tokenizer.json, it prepends <|begin_of_text|> when add_special_tokens=True.
-    """
+    """The real Llama 3 tokenizer as a HF fast tokenizer (TikTokenConverter); prepends BOS like Llama-3.2-1B's."""
     from llama_models.llama3.tokenizer import Tokenizer as MetaTokenizer
     from tokenizers import processors
     from transformers.convert_slow_tokenizer import TikTokenConverter
@@ -130,8 +102,7 @@ def build_llama3_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def musicgen_small_layout_config(decoder: dict, text_encoder: dict) -> MusicgenConfig:
-    """Composite config like facebook/musicgen-small's: the decoder, the text encoder's (a `T5Config.to_dict()`) and
-    EnCodec 32 kHz's sub-config as a plain dict (configuration only: no EnCodec weights are ever written)."""
+    """Composite config like facebook/musicgen-small's: decoder, text encoder and EnCodec 32 kHz as a plain dict."""
     audio_encoder = {  # facebook/encodec_32khz as used by musicgen-small (configuration only)
         "model_type": "encodec",
         "sampling_rate": 32000,
@@ -168,11 +139,8 @@ def write_llm(
     captions: list[str] | None = None,
     pretrain: PretrainConfig | None = None,
 ) -> Path:
-    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the ~5 s conversion).
-
-    With `captions`, the model is first pretrained on them as a language model (needs the tokenizer); the
-    settings and loss summary go to llm/demo_pretraining.json. Without, it stays random-init.
-    """
+    """Tiny Llama + real Llama 3 tokenizer into out_dir/llm (with_tokenizer=False skips the conversion). With
+    `captions` it is pretrained on them first (settings and losses in llm/demo_pretraining.json)."""
     llm_dir = out_dir / "llm"
     torch.manual_seed(seed)
     model = LlamaForCausalLM(tiny_llama_config()).eval()
@@ -228,14 +196,10 @@ def write_musicgen(
     pretrain: MusicPretrainConfig | None = None,
     texts: list[str] | None = None,
 ) -> Path:
-    """Tiny MusicGen with its own text encoder, saved in the facebook/musicgen-small layout into out_dir/musicgen.
+    """Tiny MusicGen with its own text encoder, in the facebook/musicgen-small layout, into out_dir/musicgen.
 
-    Args:
-        max_shard_size: e.g. "300KB" to write sharded safetensors with an index (as big checkpoints do).
-        music: train the decoder and `enc_to_dec_proj` first, on these train clips' codes and captions, the T5
-            frozen (music_pretrain.py); the settings, the data's identity and the losses go to
-            musicgen/demo_pretraining.json. Without, every part stays random-init.
-        texts: what the T5 tokenizer is trained on (the captions the demo LLM pretrains on); None: FALLBACK_TEXTS.
+    max_shard_size (e.g. "300KB") writes sharded safetensors with an index; `music` pretrains the decoder and
+    `enc_to_dec_proj` first; `texts` trains the T5 tokenizer (None: FALLBACK_TEXTS).
     """
     mg_dir = out_dir / "musicgen"
     mg_dir.mkdir(parents=True, exist_ok=True)
@@ -311,13 +275,8 @@ def write_demo_models(
     shards: str | Path | None = None,
     music_pretrain: MusicPretrainConfig | None = None,
 ) -> dict[str, Path]:
-    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed (and the CSVs, the shards).
-
-    Args:
-        captions_csv: MusicCaps CSV; when given, the LLM is pretrained on its captions (see pretrain.py).
-        exclude_csv: CSV with a ytid column (the demo corpus's musiccaps-subset.csv) whose rows are left out.
-        shards: a shard set; when given, MusicGen is pretrained on its train split's codes (music_pretrain.py).
-    """
+    """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed, the CSVs and the shards. The
+    LLM is pretrained on `captions_csv` less `exclude_csv`'s ytids, MusicGen on `shards`' train split."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     captions = None
@@ -371,75 +330,7 @@ def write_demo_models(
         else f"trained on {len(FALLBACK_TEXTS)} fixed sentences (`text_encoder.FALLBACK_TEXTS`: no captions given)"
     )
     (out / "README.md").write_text(
-        README.format(
-            kind=kind,
-            llm_training=llm_training,
-            mg_training=mg_training,
-            seed=seed,
-            llm_hidden=lc.hidden_size,
-            llm_layers=lc.num_hidden_layers,
-            vocab=lc.vocab_size,
-            k=mc.num_codebooks,
-            c=mc.vocab_size,
-            mg_hidden=mc.hidden_size,
-            mg_layers=mc.num_hidden_layers,
-            t5_width=t5["d_model"],
-            t5_layers=t5["num_layers"],
-            t5_vocab=t5["vocab_size"],
-            t5_vocab_source=t5_vocab_source,
-        )
-    )
+        README.format(kind=kind, llm_training=llm_training, mg_training=mg_training, seed=seed, lc=lc, mc=mc, t5=t5,
+                      t5_vocab_source=t5_vocab_source)
+    )  # fmt: skip
     return {"llm": llm_dir, "musicgen": mg_dir}
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m adapter_trainer.demo_models", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
-    parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
-    parser.add_argument(
-        "--captions-csv",
-        type=Path,
-        default=None,
-        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)",
-    )
-    parser.add_argument(
-        "--exclude-csv",
-        type=Path,
-        default=None,
-        help="CSV with a ytid column whose rows are left out (the demo corpus's musiccaps-subset.csv)",
-    )
-    parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
-    parser.add_argument(
-        "--shards",
-        type=Path,
-        default=None,
-        help="shard set: pretrain MusicGen on its train split's codes (omit for a random-init MusicGen)",
-    )
-    parser.add_argument(
-        "--music-pretrain-steps", type=int, default=MusicPretrainConfig.steps, help="MusicGen pretraining steps"
-    )
-    args = parser.parse_args(argv)
-    for path in (args.captions_csv, args.exclude_csv):
-        if path is not None and not path.is_file():
-            parser.error(f"{path} does not exist; build the demo corpus first (make corpus) or fix the path")
-    if args.shards is not None and not (args.shards / "manifest.json").is_file():
-        parser.error(f"{args.shards}/manifest.json does not exist; build the demo shards first (make demo-shards)")
-    pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
-    music_pretrain = MusicPretrainConfig(steps=args.music_pretrain_steps, seed=args.seed)
-    paths = write_demo_models(
-        args.out,
-        seed=args.seed,
-        captions_csv=args.captions_csv,
-        exclude_csv=args.exclude_csv,
-        pretrain=pretrain,
-        shards=args.shards,
-        music_pretrain=music_pretrain,
-    )
-    kinds = [
-        k for k, on in (("LLM pretrained on captions", args.captions_csv), ("MusicGen on codes", args.shards)) if on
-    ]
-    print(f"wrote demo models ({', '.join(kinds) or 'random init'}): llm={paths['llm']} musicgen={paths['musicgen']}")
-
-
-if __name__ == "__main__":
-    main()

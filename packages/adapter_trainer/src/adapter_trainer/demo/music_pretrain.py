@@ -1,26 +1,8 @@
-"""Pretrain the tiny demo MusicGen on the train split of a shard set: conditionally, the way musicgen-small was.
+"""Pretrain the tiny demo MusicGen on a shard set's TRAIN split, conditionally, the way musicgen-small was.
 
-Stands in for what facebook/musicgen-small brings to a real run: a frozen music LM that already knows how music
-continues, whose code tables and heads the adapter starts from (`audio_embed_init/audio_head_init: musicgen`), and
-a teacher that reads captions through its own text encoder. It reads codes and captions from shards only (stage 2
-never builds a codec) and only the TRAIN split: the held-out eval clips the learning check scores are never trained
-on.
-
-Conditional (a `MusicgenTeacher` given, demo/text_encoder.py): each window's clip caption goes through the frozen T5
-encoder, `enc_to_dec_proj` and the mask into every decoder layer's cross-attention, exactly as
-`MusicgenTeacher.condition` computes it (its two halves, `encode_text` and `project`, are what the training step
-calls: T5 once per distinct caption up front, the projection per step, trained with the decoder). Condition dropout
-at audiocraft's rate (`cond_dropout` 0.3): a dropped row gets MusicGen's exact null, zero states with mask 0 over every
-position (transformers' `get_unconditional_inputs`). No word dropout. Without a teacher it trains unconditionally
-(no encoder states), as the demo did before it had a text encoder.
-
-It trains `MusicgenForCausalLM` the way transformers' MusicGen reads its inputs: each window is MusicGen's own delay
-pattern (`build_delay_pattern_mask` over BOS + codes: position 0 is BOS = id C in every codebook, codebook k is
-delayed by k + 1 positions, the triangles before and after are pad = C), inputs are the pattern without its last
-position and labels the pattern without its first; MusicGen's loss ignores labels equal to its pad id, so the
-triangles and the right padding of shorter clips are never targets.
-
-Deterministic: seeded init, window draws and batch order; one intra-op thread (restored afterwards).
+With a `MusicgenTeacher`, each caption goes through the frozen T5, then `enc_to_dec_proj` (trained) into every
+layer's cross-attention; condition dropout gives a row MusicGen's null. Without a teacher it trains
+unconditionally. Inputs are MusicGen's own delay pattern; pad-id labels are never targets. Deterministic.
 """
 
 from __future__ import annotations
@@ -40,9 +22,9 @@ from adapter_trainer.model.teacher import MusicgenTeacher
 
 @dataclass
 class MusicPretrainConfig:
-    steps: int = 1500  # optimizer steps; 1500 x 8 windows = 12.5 epochs of the demo's 960 train clips (~3 CPU min)
-    batch_size: int = 8  # windows per step
-    max_frames: int = 250  # window length in frames (5 s at 50 Hz); a longer clip gives a random crop of it
+    steps: int = 1500  # optimizer steps
+    batch_size: int = 8  # sequences per step
+    max_frames: int = 250  # sequence length in frames (5 s at 50 Hz); a longer clip gives a random crop of it
     lr: float = 3e-3  # peak AdamW lr (tiny model)
     warmup_steps: int = 50
     weight_decay: float = 0.01  # >= 2-D weights except the code embeddings
@@ -77,12 +59,8 @@ class MusicPretrainReport:
 
 
 def delay_pattern_windows(model: MusicgenForCausalLM, windows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Code windows -> MusicGen's (input_ids [B*K, S], labels [B, S, K]) with S = max(T) + K - 1.
-
-    Each window [T, K] becomes `build_delay_pattern_mask` of BOS + codes (T + K positions); inputs drop its last
-    position, labels its first, so labels[p] is the id at position p + 1. Shorter windows are right-padded with the
-    pad id, which MusicGen's loss ignores like the pattern's own triangles.
-    """
+    """Code windows [T, K] -> MusicGen's (input_ids [B*K, S], labels [B, S, K]), S = max(T) + K - 1, right-padded
+    with the pad id."""
     cfg = model.config
     K, pad, bos = cfg.num_codebooks, cfg.pad_token_id, cfg.bos_token_id
     S = max(w.shape[0] for w in windows) + K - 1
@@ -91,9 +69,7 @@ def delay_pattern_windows(model: MusicgenForCausalLM, windows: list[np.ndarray])
         T = w.shape[0]
         codes = torch.from_numpy(np.ascontiguousarray(w.T, dtype=np.int64))  # [K, T]
         prompt = torch.cat([torch.full((K, 1), bos, dtype=torch.long), codes], dim=1)  # [K, 1 + T]
-        # its second output is the whole pattern (the first stops where the prompt's codebook 0 does); below
-        # 2K - 1 positions it returns no pattern at all, so a clip of fewer than K - 1 frames gets a longer one, cut
-        # back: the cells after a codebook's last code that the longer pattern left open (-1) are pad there
+        # below 2K - 1 positions it returns no pattern: a short clip gets a longer one, cut back (open cells -> pad)
         length = max(T + K, 2 * K - 1)
         _, pattern = model.build_delay_pattern_mask(prompt, pad_token_id=pad, max_length=length)
         pattern = pattern[:, : T + K].masked_fill(pattern[:, : T + K] < 0, pad)  # [K, T + K]
@@ -111,13 +87,9 @@ def music_lm_loss(
     encoder_hidden_states: torch.Tensor | None = None,
     encoder_attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """MusicGen's own training loss (`model(input_ids, labels=labels).loss`: per codebook the mean CE over labels
-    that are not its pad id, averaged over codebooks), computed head by head; the condition (projected states
-    [B, T, d], mask [B, T]) goes to every layer's cross-attention, as in transformers' forward.
-
-    Equal to transformers' (tested); written out because transformers stacks the K heads' logits and selects each
-    codebook back out, whose backward fills a zero [B, K, S, C] tensor per codebook: 30% of a demo step on CPU.
-    """
+    """MusicGen's own training loss (per codebook the mean CE over non-pad labels, averaged over codebooks), head by
+    head; the condition (states [B, T, d], mask [B, T]) goes to every cross-attention. Equal to transformers' (tested),
+    without its stacked logits, whose backward fills a zero [B, K, S, C] tensor per codebook."""
     hidden = model.model(
         input_ids=input_ids, encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask
     ).last_hidden_state  # [B, S, d]
@@ -213,11 +185,8 @@ def pretrain_music_lm(
     eval_split: str | None = None,
     progress: bool = True,
 ) -> MusicPretrainReport:
-    """Train `model` in place as a music LM on `train` (codes [T, K] of 0..C-1); left in eval().
-
-    With `teacher` (its decoder is `model`): conditioned on each clip's caption, the decoder and the teacher's
-    `enc_to_dec_proj` trained, its T5 frozen; the report then holds the held-out CE with the captions and with the
-    null. Without: unconditionally."""
+    """Train `model` in place as a music LM on `train` (codes [T, K]); left in eval(). With `teacher` (whose decoder
+    is `model`) conditioned on the captions, the report holding the held-out CE with them and with the null."""
     if not train:
         raise ValueError(f"no clips in the {split!r} split to pretrain the music LM on")
     if teacher is not None and teacher.decoder is not model:

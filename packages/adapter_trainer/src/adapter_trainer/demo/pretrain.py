@@ -1,17 +1,7 @@
-"""Pretrain the tiny demo Llama as a language model on MusicCaps captions that are NOT in the demo corpus.
+"""Pretrain the tiny demo Llama on MusicCaps captions NOT in the demo corpus (held-out numbers stay held-out).
 
-Stands in for what Llama 3.2 brings to the real run: a frozen LLM whose hidden states already know music
-vocabulary. A random-init stand-in gives the adapter nothing to condition on; this one has read thousands of
-music descriptions (never the demo's own clips' captions: their ytids are excluded, so held-out numbers stay
-held-out). Afterwards the model is saved and then frozen by the trainer exactly like the real Llama.
-
-Deterministic: seeded init and batch order, one intra-op thread (restored afterwards), fixed step count.
-Cost saver (stated, not hidden): training runs on a copy of the model whose vocabulary is only the ids that occur
-in the pretraining captions (about 6,100 of 128,256); its embedding rows are then written back into the full
-(tied) table, every other weight is copied back as is. This equals training the full model with the softmax
-restricted to those ids (rows that never occur get no gradient either way, and embeddings get no weight decay),
-but the step no longer touches a 16 M-row embedding and its optimizer state. The saved model is an ordinary
-LlamaForCausalLM; ids outside the captions keep their random init.
+Deterministic. Training runs on a copy whose vocabulary is only the ids in the captions, written back into the full
+tied table afterwards: the same as a softmax restricted to those ids, without the full table's optimizer state.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 @dataclass
 class PretrainConfig:
-    steps: int = 300  # optimizer steps; 300 x 24 captions ~ 1.4 epochs of the ~5,200 captions
+    steps: int = 300  # optimizer steps
     batch_size: int = 24  # captions per step
     max_tokens: int = 50  # BOS + caption + EOS, truncated (the demo keeps 48 caption tokens: data.max_caption_tokens)
     lr: float = 3e-3  # peak AdamW lr (tiny model)
@@ -127,7 +117,6 @@ def _pretrain(model, tokenizer, captions, cfg: PretrainConfig, progress: bool) -
     bar = tqdm(range(cfg.steps), desc="pretrain demo LLM on captions", disable=not progress, unit="step")
     start = 0
     for step in bar:
-        # linear warmup, then cosine from lr to 0.1 * lr
         set_lr(opt, cfg.lr, step, cfg.warmup_steps, cfg.steps)
         if start + cfg.batch_size > len(ids):  # epoch boundary: reshuffle
             order, start = torch.randperm(len(ids), generator=g), 0

@@ -1,9 +1,5 @@
 """Mel spectrogram PNGs of decoded clips for the listening page (torchaudio's MelSpectrogram + AmplitudeToDB,
-drawn with matplotlib Agg like the loss curve).
-
-The demo codec's decoder has random weights, so its audio is noise-like; a picture of where the energy sits in time
-and frequency is what the demo can show next to the players. With the real codec the same pictures are the
-familiar music spectrograms.
+drawn with matplotlib Agg).
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ WIDTH, HEIGHT = 320, 130  # px: two side by side fit the page's player column
 
 def read_wav(path: Path) -> tuple[np.ndarray, int]:
     """A 16-bit PCM WAV (what tokenizer_pipeline.decode writes) -> (samples [N] float32 in [-1, 1], rate), channels
-    averaged. The stdlib reader: adapter_trainer depends on no audio-file library, and decode writes only PCM_16."""
+    averaged (the stdlib reader: adapter_trainer depends on no audio-file library)."""
     with wave.open(str(path), "rb") as w:
         if w.getsampwidth() != 2:
             raise ValueError(

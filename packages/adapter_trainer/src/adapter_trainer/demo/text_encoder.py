@@ -1,25 +1,8 @@
 """The demo MusicGen's own text path: a tiny frozen T5 encoder, its T5-kind tokenizer and `enc_to_dec_proj`.
 
-facebook/musicgen-small reads a caption through t5-base (a SentencePiece Unigram vocabulary of 32,100 pieces, a
-768-wide encoder, frozen during MusicGen's training) and a trained `enc_to_dec_proj` (Linear 768 -> 1024, with bias)
-into every decoder layer's cross-attention. No T5 vocabulary ships offline, so the demo trains its own:
-
-- tokenizer: a SentencePiece Unigram model trained here with the `tokenizers` library on the MusicCaps captions the
-  demo corpus does not use (the rows the demo Llama pretrains on), `T5_VOCAB_PIECES` pieces, in T5's conventions:
-  `<pad>` id 0, `</s>` id 1 (appended to every text), `<unk>` id 2, whitespace split + Metaspace ("▁"), no
-  `<extra_id_*>` sentinels (they serve T5's span-corruption pretraining, which this T5 never had). It is saved as
-  transformers' own `T5Tokenizer` (tokenizer.json + tokenizer_config.json), so `AutoTokenizer.from_pretrained` of
-  the MusicGen folder loads it. Unlike t5-base's it has no normalizer: T5Tokenizer keeps only a SentencePiece
-  precompiled charsmap (NFKC), which only SentencePiece's own trainer writes; a character never seen in training is
-  `<unk>` (t5-base has no byte fallback either). Without captions (random-init demo models, the tests' fixtures) it is trained on
-  `FALLBACK_TEXTS`, a few fixed music descriptions: a vocabulary of a few hundred pieces, in milliseconds.
-- encoder: `T5EncoderModel` at `tiny_t5_encoder_config`'s sizes (d_model 128: unlike the decoder's 64, so the
-  projection exists as in musicgen-small), random init and frozen: its states are a fixed random code of the
-  caption's pieces, which the decoder's cross-attention and the projection learn to read (music_pretrain.py).
-- projection: `nn.Linear(d_model, decoder hidden)` with bias, transformers' init (normal 0.02, bias 0).
-
-`build_text_path` returns them as a `MusicgenTeacher` around a given decoder, the object evaluation loads back from
-the saved folder (model/teacher.py): training and scoring condition through the same code.
+No T5 vocabulary ships offline, so a SentencePiece Unigram tokenizer is trained on the demo captions in T5's
+conventions (`<pad>` 0, `</s>` 1, `<unk>` 2) and saved as `T5Tokenizer`. The random-init encoder is wider (128) than
+the decoder (64), so the projection exists as in musicgen-small.
 """
 
 from __future__ import annotations
@@ -33,7 +16,7 @@ from transformers import MusicgenForCausalLM, T5Config, T5EncoderModel, T5Tokeni
 
 from adapter_trainer.model.teacher import MusicgenTeacher
 
-T5_VOCAB_PIECES = 4096  # the Unigram trainer's target (reached on the ~4,500 MusicCaps captions the corpus leaves out)
+T5_VOCAB_PIECES = 4096  # the Unigram trainer's target (a small text gives fewer)
 T5_MAX_LENGTH = 512  # t5-base's model_max_length
 T5_SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2, as in every T5 vocabulary
 SCORE_DECIMALS = 4  # Unigram log-probabilities kept to 1e-4 (see train_t5_tokenizer)
@@ -68,14 +51,10 @@ def tiny_t5_encoder_config(vocab_size: int) -> T5Config:
 
 
 def train_t5_tokenizer(texts: list[str] | tuple[str, ...], vocab_size: int = T5_VOCAB_PIECES) -> T5Tokenizer:
-    """A SentencePiece Unigram vocabulary trained on `texts` (tokenizers' UnigramTrainer), as transformers'
-    `T5Tokenizer`: `<pad>` 0, `</s>` 1 appended to every text, `<unk>` 2, whitespace split + Metaspace.
+    """A SentencePiece Unigram vocabulary trained on `texts`, as transformers' `T5Tokenizer`.
 
-    The trainer is not deterministic to the bit (its sums and its set of required characters run over hash maps),
-    so its output is put in a canonical form: each character it had to add (score min + k * 1e-4, k = 0, 1, ... in
-    hash order) gets the same scores in character order, every score is rounded to `SCORE_DECIMALS`, and pieces are
-    sorted by (score, piece), as SentencePiece orders them: the same texts give the same ids. A small text gives
-    fewer pieces than `vocab_size` (the trainer's ceiling)."""
+    The trainer runs over hash maps, so its output is made canonical: the characters it adds get their scores in
+    character order, scores are rounded to `SCORE_DECIMALS` and pieces sorted by (score, piece): same texts, same ids."""
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError("no text to train the T5 tokenizer on")
@@ -97,9 +76,8 @@ def train_t5_tokenizer(texts: list[str] | tuple[str, ...], vocab_size: int = T5_
 
 
 def _canonical_required_chars(scores: dict[str, float]) -> dict[str, float]:
-    """The characters UnigramTrainer adds after EM (each character of the text that no kept piece covers) score
-    min + k * REQUIRED_CHAR_STEP, k = 0, 1, ... in an order that changes between runs: give the same scores to the
-    same characters in sorted order."""
+    """The characters UnigramTrainer adds after EM score min + k * REQUIRED_CHAR_STEP in an order that changes
+    between runs: give them those scores in sorted order."""
     low = min(scores.values())
     singles = sorted((s, p) for p, s in scores.items() if len(p) == 1)
     block = []
@@ -126,8 +104,8 @@ def _t5_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
 def build_text_path(
     decoder: MusicgenForCausalLM, seed: int, texts: list[str] | tuple[str, ...] | None = None
 ) -> MusicgenTeacher:
-    """Tokenizer (trained on `texts`, else `FALLBACK_TEXTS`), a random-init frozen T5 encoder sized to it and a fresh
-    `enc_to_dec_proj`, around `decoder`. Deterministic given the seed and the texts; leaves the global RNG seeded."""
+    """Tokenizer, random-init frozen T5 encoder and fresh `enc_to_dec_proj` around `decoder`; deterministic given
+    the seed and the texts."""
     tokenizer = train_t5_tokenizer(texts if texts else FALLBACK_TEXTS)
     torch.manual_seed(seed + 2)
     text_encoder = T5EncoderModel(tiny_t5_encoder_config(len(tokenizer))).eval().requires_grad_(False)
@@ -138,9 +116,8 @@ def build_text_path(
 
 
 def composite_state_dict(teacher: MusicgenTeacher) -> dict[str, torch.Tensor]:
-    """The tensors facebook/musicgen-small's model.safetensors holds for these parts: `decoder.*`, `text_encoder.*`
-    (T5EncoderModel's, its tied `encoder.embed_tokens.weight` left out as `save_pretrained` does) and
-    `enc_to_dec_proj.*`; no `audio_encoder.*` (the trainer never builds a codec)."""
+    """musicgen-small's model.safetensors tensors for these parts: `decoder.*`, `text_encoder.*` (tied duplicates left
+    out, as `save_pretrained` does) and `enc_to_dec_proj.*`; no `audio_encoder.*`."""
     state: dict[str, torch.Tensor] = {}
     parts = {"decoder.": teacher.decoder, "text_encoder.": teacher.text_encoder}
     if teacher.enc_to_dec_proj is not None:

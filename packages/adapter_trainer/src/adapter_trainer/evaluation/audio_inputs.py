@@ -1,12 +1,7 @@
 """The inputs of `python -m adapter_trainer.audio_metrics`, checked: audio files, captions, frame embeddings.
 
-Every bad input is an `AudioMetricsError` whose one-line message names the file (and line) and the fix: an empty,
-too short, corrupt or non-finite audio file, a caption file that is not UTF-8 JSONL, a caption line without a wav
-or a wav without a caption line, embeddings with NaN or a sidecar without `key`. Nothing is skipped without a word.
-
-Audio is read with soundfile (wav, flac, ogg; any case of the suffix), averaged to mono, optionally loudness-
-normalised at its own rate (audiocraft's `normalize_loudness`: ITU-R BS.1770 loudness with torchaudio, gain to
--14 LUFS unless the RMS is under 2e-3, then clamped to [-1, 1]) and resampled with soxr (VHQ) to a model's rate.
+Every bad input is an `AudioMetricsError` naming the file (and line) and the fix. Audio is read with soundfile, averaged
+to mono, optionally loudness-normalised (audiocraft's `normalize_loudness`) and resampled with soxr (VHQ).
 """
 
 from __future__ import annotations
@@ -138,8 +133,7 @@ def pair_clips(
 
 
 def read_audio(path: Path, window: tuple[float, float] | None = None) -> tuple[np.ndarray, int]:
-    """An audio file (or its [start_s, end_s) window) -> mono float32 [N] at the file's rate, checked: readable,
-    at least MIN_SECONDS long, finite."""
+    """An audio file (or its [start_s, end_s) window) -> mono float32 [N] at its rate; readable, long enough, finite."""
     import soundfile as sf
 
     try:
@@ -171,8 +165,8 @@ def read_audio(path: Path, window: tuple[float, float] | None = None) -> tuple[n
 
 
 def normalise_loudness(wave: np.ndarray, sample_rate: int, path: Path) -> Audio:
-    """audiocraft's normalize_loudness on a mono clip [N]: gain to TARGET_LUFS (ITU-R BS.1770, torchaudio), unless
-    its RMS is under ENERGY_FLOOR or every block is gated (then unchanged); clamped to [-1, 1] afterwards."""
+    """audiocraft's normalize_loudness on a mono clip [N]: gain to TARGET_LUFS (BS.1770), unless its RMS is under
+    ENERGY_FLOOR or every block is gated; clamped to [-1, 1]."""
     import torch
     import torchaudio.functional as F
 
@@ -201,8 +195,8 @@ def resample(wave: np.ndarray, sr: int, target: int) -> np.ndarray:
 
 
 def load_frame_embeddings(path: Path, wav_keys: list[str], what: str) -> np.ndarray:
-    """A `tokenizer_pipeline.codec_embeddings` .npy -> [frames, D] float64; when its .json sidecar is there, its clip
-    keys must be the wav keys of the directory it stands for (else the FAD would compare other clips)."""
+    """A `tokenizer_pipeline.codec_embeddings` .npy -> [frames, D] float64; its .json sidecar's keys, when there,
+    must be `wav_keys`."""
     if not path.is_file():
         raise AudioMetricsError(
             f"{what} {path} does not exist; write it with python -m tokenizer_pipeline.codec_embeddings <wav dir> "

@@ -1,50 +1,16 @@
-"""Judge decoded audio the way MusicGen's papers do: CLAP score, FAD on CLAP embeddings, classifier KL.
-
-    python -m adapter_trainer.audio_metrics --generated RUN/listen/generated --reference RUN/listen/reference \
-        --captions RUN/generated/captions.jsonl --clap laion/larger_clap_music \
-        --classifier MIT/ast-finetuned-audioset-10-10-0.4593 --out RUN/audio_metrics.json
-
-A step after `python -m tokenizer_pipeline.decode` (which writes `<key>.wav`): this process reads audio files and
-captions only, never codes or a codec. Every audio file is first loudness-normalised to -14 LUFS (`--normalise`;
-audiocraft's MusicGen evaluation normalises the generated audio so; `loudness` here does both sets).
-
-- `clap_score`: mean over generated clips of cos(CLAP text embedding of the clip's caption, cut at 77 tokens as
-  LAION CLAP and audiocraft cut it, CLAP audio embedding of the clip). `clap_score_deranged`: the same with other
-  clips' captions (random derangements, averaged), the score a caption-blind generator would get on this set;
-  `clap_score_minus_deranged` and its bootstrap interval (over clips) say whether the audio follows its caption.
-- `fad_clap_clips`: Fréchet distance between Gaussians fitted to the CLAP audio embeddings, ONE PER CLIP (a random
-  crop of the CLAP window when longer, seeded by --seed and the clip's key), generated vs reference. Not fadtk's
-  number: fadtk embeds 10-s windows every second. `fad_clap_windows` (with --fad-windows) is fadtk's windowing
-  (evaluation.audio_models.Clap.fadtk_windows). Both biased upwards at small n: compare only at equal n.
-- `kl_classifier`: audiocraft's KL (metrics/kld.py): per pair, KL(p_ref || p_gen) = sum p_ref log(p_ref / (p_gen
-  + 1e-6)) over AudioSet labels, p = softmax of the classifier's logits. A generated clip is paired with the
-  reference clip whose key is its caption's `source_key` (else the key after `gen-NNNN-`); both are cropped to
-  the shorter one's length and cut into the classifier's segments; the mean is over segment pairs (audiocraft's
-  weighting). Generated clips without a reference clip are listed in `kl_unpaired` and left out of the KL.
-- `fad_codec_latents` (only with --embeddings-generated/--embeddings-reference): the Fréchet distance of the
-  shards' codec encoder latents, one embedding per frame, from `python -m tokenizer_pipeline.codec_embeddings`.
-  Not fadtk's `encodec-emb` (the 24 kHz EnCodec) unless that codec made the embeddings.
-- References: `--reference` is a directory of `<key>.wav|flac|ogg`: codec reconstructions decoded from the shards
-  (`make listen`; they leave the codec's own error out), or the original audio (`--reference-kind original`:
-  MusicCaps clips named by ytid). `--reference-shards` reads the originals of own-audio shards by path and window;
-  `--reconstructed` then gives `fad_clap_clips_codec_floor`, the FAD of the codec's reconstructions against the
-  originals: a floor a generator of that codec's codes cannot beat.
-
-Writes strict JSON (allow_nan=False; `null` where a value is undefined), with every evaluation choice under
-`settings`. Models load offline only (evaluation.audio_models).
+"""The audio metrics of decoded clips, as MusicGen's papers judge them: CLAP score, FAD on CLAP embeddings,
+classifier KL (and the FAD of codec latents). Reads audio files and captions only, never codes or a codec;
+docs/evaluation.md defines each figure and where it differs from audiocraft's.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.evaluation.audio_inputs import (
     AUDIO_SUFFIXES,
     ENERGY_FLOOR,
@@ -63,7 +29,7 @@ from adapter_trainer.evaluation.audio_inputs import (
 from adapter_trainer.evaluation.frechet import frechet_distance_of
 from adapter_trainer.evaluation.stats import bootstrap_mean_ci, derangement
 
-__all__ = ["AudioMetricsError", "Clip", "clap_scores", "kl_divergence", "main"]
+__all__ = ["AudioMetricsError", "Clip", "clap_scores", "kl_divergence"]
 
 KL_EPSILON = 1e-6  # audiocraft's kl_divergence epsilon, added to the generated clip's probabilities
 TOP_LABELS = 3  # classifier labels listed per clip
@@ -84,17 +50,9 @@ def clap_scores(
     seed: int,
     captions: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per clip: own-caption cosine [N], mean deranged cosine [N], and the derangements used [R, N].
-
-    Several clips can share one caption text (generate.captions=file cycles its lines when generate.n exceeds
-    them): a derangement's draw of another clip with the clip's own text is left out of that clip's mean, and a
-    clip with no other-text draw gets the mean over every clip whose text differs.
-
-    Args:
-        text_emb: [N, D] embedding of clip i's caption in row i.
-        audio_emb: [N, D] embedding of clip i's audio in row i.
-        captions: clip i's caption text in item i (None: all distinct).
-    """
+    """text_emb [N, D], audio_emb [N, D] (row i: clip i) -> own-caption cosine [N], mean deranged cosine [N], and
+    the derangements [R, N]. A draw of the clip's own caption text (captions, None: all distinct) is left out; a clip
+    with no other-text draw gets the mean over every clip whose text differs."""
     own = cosine_rows(text_emb, audio_emb)  # [N]
     n = len(own)
     texts = np.asarray(captions if captions is not None else [str(i) for i in range(n)], dtype=object)  # [N]
@@ -119,8 +77,7 @@ def clap_scores(
 
 
 def kl_divergence(p_ref: np.ndarray, p_gen: np.ndarray, eps: float = KL_EPSILON) -> np.ndarray:
-    """audiocraft's kl_divergence(pred=gen, target=ref): sum_l p_ref log(p_ref / (p_gen + eps)) per row ->
-    [N]; terms with p_ref = 0 are 0 (torch.nn.functional.kl_div's convention)."""
+    """audiocraft's kl_divergence(pred=gen, target=ref): sum_l p_ref log(p_ref / (p_gen + eps)) per row -> [N]."""
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p_ref > 0, p_ref * (np.log(p_ref) - np.log(p_gen + eps)), 0.0)  # [N, L]
     return terms.sum(axis=1)
@@ -147,8 +104,8 @@ def at(audio: Audio, sample_rate: int, seconds: float | None = None) -> np.ndarr
 
 
 def kl_pairs(classifier: Any, clips: list[Clip], gen: dict[str, Audio], ref: dict[str, Audio]) -> dict[str, Any]:
-    """Per generated clip: its label distribution (cropped to its partner's length when paired) and, when paired,
-    the partner's and their KL over segment pairs (both cropped to the common length)."""
+    """Per generated clip its label distributions and, when paired, its partner's and their KL per segment pair
+    (both cropped to the common length)."""
     sr = classifier.sample_rate
     paired = [c for c in clips if c.reference_key]
     common = {
@@ -171,7 +128,7 @@ def kl_pairs(classifier: Any, clips: list[Clip], gen: dict[str, Audio], ref: dic
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:
-    """Load the models, embed and classify every clip, and return the report (see the module docstring)."""
+    """Load the models, embed and classify every clip, and return the report."""
     from adapter_trainer.evaluation.audio_models import (
         CLAP_TYPE,
         Clap,
@@ -355,61 +312,6 @@ def settings(args: argparse.Namespace, clap: Any, classifier: Any, gen: dict, re
     }
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from adapter_trainer.evaluation.audio_models import CLAP_TEXT_MAX_TOKENS, DEFAULT_CLAP, DEFAULT_CLASSIFIER
-
-    p = argparse.ArgumentParser(
-        prog="python -m adapter_trainer.audio_metrics",
-        description="CLAP score, FAD (CLAP embeddings) and classifier KL of decoded generated clips vs references.",
-    )
-    p.add_argument("--generated", required=True, help="directory of generated <key>.wav (tokenizer_pipeline.decode)")
-    p.add_argument("--reference", help="directory of reference <key>.wav|flac|ogg (decoded from shards, or originals)")
-    p.add_argument(
-        "--reference-kind",
-        choices=("codec-reconstruction", "original"),
-        default="codec-reconstruction",
-        help="what --reference holds (make listen: codec reconstructions decoded from the eval shards)",
-    )
-    p.add_argument("--reference-shards", help="own-audio shard set: references read from each sample's source window")
-    p.add_argument("--reference-split", default="eval", help="the split of --reference-shards to read")
-    p.add_argument("--audio-root", help="directory the shard samples' source_file paths are relative to")
-    p.add_argument("--reconstructed", help="the references' codec reconstructions -> fad_clap_clips_codec_floor")
-    p.add_argument("--captions", required=True, help='JSONL {"key", "caption"[, "source_key"]} per generated clip')
-    p.add_argument("--clap", default=DEFAULT_CLAP, help="ClapModel: hub id in the local cache, or a directory")
-    p.add_argument("--classifier", default=DEFAULT_CLASSIFIER, help="ASTForAudioClassification: hub id or directory")
-    p.add_argument("--out", required=True, help="report JSON to write")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
-    p.add_argument("--normalise", choices=NORMALISE, default="loudness", help="loudness-normalise to -14 LUFS first")
-    p.add_argument("--text-max-tokens", type=int, default=CLAP_TEXT_MAX_TOKENS, help="CLAP caption tokens kept")
-    p.add_argument("--fad-windows", action="store_true", help="also fad_clap_windows (fadtk's windows; ~10x CLAP)")
-    p.add_argument("--derangements", type=int, default=8, help="caption derangements averaged for the deranged score")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over clips) for the intervals")
-    p.add_argument("--seed", type=int, default=0, help="derangements, bootstrap and CLAP's random crops (>= 0)")
-    p.add_argument("--embeddings-generated", help="tokenizer_pipeline.codec_embeddings .npy of --generated")
-    p.add_argument("--embeddings-reference", help="the same for --reference; both given -> fad_codec_latents")
-    p.add_argument(
-        "--if-available",
-        action="store_true",
-        help="when a model is not available offline, print how to get it and exit 0 (for make listen)",
-    )
-    args = p.parse_args(argv)
-    if args.derangements < 1 or args.bootstrap < 1:
-        p.error("--derangements and --bootstrap must be >= 1")
-    if not 0 <= args.seed < 2**32:
-        p.error(f"--seed {args.seed}: must be in 0 .. 2**32 - 1 (numpy's seed range)")
-    if args.text_max_tokens < 2:
-        p.error("--text-max-tokens must be >= 2 (the begin and end tokens)")
-    if bool(args.embeddings_generated) != bool(args.embeddings_reference):
-        p.error("--embeddings-generated and --embeddings-reference go together")
-    if bool(args.reference) == bool(args.reference_shards):
-        p.error("give one of --reference (a directory of audio files) and --reference-shards (own-audio originals)")
-    if args.reference_shards and not args.audio_root:
-        p.error("--reference-shards needs --audio-root (where the samples' source_file paths start)")
-    if args.reconstructed and args.reference_kind != "original" and not args.reference_shards:
-        p.error("--reconstructed is the floor against ORIGINAL references: add --reference-kind original")
-    return args
-
-
 def check_writable(out: Path) -> None:
     """Fail before any model loads when --out cannot be written (nothing computed is lost to a bad path)."""
     probe = out.with_name(f".{out.name}.probe")
@@ -419,34 +321,3 @@ def check_writable(out: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise AudioMetricsError(f"--out {out}: cannot write there ({e.strerror or e}); choose a writable path") from e
-
-
-def main(argv: list[str] | None = None) -> int:
-    from adapter_trainer.evaluation.audio_models import how_to_get, is_available
-
-    args = parse_args(argv)
-    if args.if_available:
-        absent = [m for m in (args.clap, args.classifier) if not is_available(m)]
-        if absent:
-            print(f"adapter_trainer.audio_metrics: skipped: {how_to_get(absent[0])}")
-            return 0
-    out = Path(args.out)
-    try:
-        check_writable(out)
-        report = compute(args)
-    except UserError as e:  # ModelUnavailableError / WrongModelError included: one line, what to do
-        print(f"adapter_trainer.audio_metrics: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(out)
-    ci = report["clap_score_minus_deranged_ci"]
-    kl = report["kl_classifier"]
-    print(
-        f"adapter_trainer.audio_metrics: {report['n_generated']} generated vs {report['n_reference']} reference clips "
-        f"({report['reference_kind']}): CLAP score {report['clap_score']:.4f} (deranged captions "
-        f"{report['clap_score_deranged']:.4f}, difference {ci['mean']:+.4f} [{ci['lo']:+.4f}, {ci['hi']:+.4f}]), "
-        f"FAD(CLAP, per clip) {report['fad_clap_clips']:.4f}, KL {'n/a (no pairs)' if kl is None else f'{kl:.4f}'} "
-        f"over {report['n_kl_pairs']} pairs -> {out}"
-    )
-    return 0

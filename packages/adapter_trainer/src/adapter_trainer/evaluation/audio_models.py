@@ -1,16 +1,7 @@
-"""The pretrained audio models that judge decoded audio, loaded offline with their transformers classes, checked.
+"""The pretrained audio models that judge decoded audio (CLAP; an AudioSet AST classifier for the KL), loaded offline.
 
-- CLAP (`ClapModel` + `ClapProcessor`, default laion/larger_clap_music): text and audio embeddings in one space,
-  fed at the feature extractor's sampling rate (48 kHz). Texts are cut at 77 tokens (LAION CLAP's and
-  audiocraft's `max_length=77`), not at the text model's 512 positions.
-- An AudioSet classifier (`ASTForAudioClassification` + `ASTFeatureExtractor`, default
-  MIT/ast-finetuned-audioset-10-10-0.4593, 16 kHz): label distributions for the KL. audiocraft uses PaSST, which
-  is not in transformers; AST is the AudioSet classifier that is.
-
-Models load with `from_pretrained(..., local_files_only=True, output_loading_info=True)` from a local directory
-or the local Hugging Face cache: nothing is downloaded. A model is refused (one line) when its config is of
-another type (a CLAP directory passed as the classifier, or the reverse), when weights were missing from the
-checkpoint (they would be random), or when the classifier's labels are not AudioSet's 527.
+Nothing is downloaded; a model of another type, with missing weights or (the classifier) without AudioSet's 527
+labels is refused in one line.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from adapter_trainer.errors import UserError
 
 DEFAULT_CLAP = "laion/larger_clap_music"
 DEFAULT_CLASSIFIER = "MIT/ast-finetuned-audioset-10-10-0.4593"
-CLAP_TEXT_MAX_TOKENS = 77  # LAION CLAP's tokenizer and audiocraft's clap_consistency.py: max_length=77
+CLAP_TEXT_MAX_TOKENS = 77  # LAION CLAP's and audiocraft's max_length
 AUDIOSET_LABELS = 527  # the KL compares distributions over AudioSet's ontology
 CLAP_TYPE, AST_TYPE = "clap", "audio-spectrogram-transformer"  # config.json model_type of each
 CLASSIFIER_MIN_SECONDS = 0.15  # shorter trailing segments are dropped (audiocraft's PaSST KL does the same)
@@ -54,8 +45,7 @@ def how_to_get(name: str) -> str:
 
 
 def is_available(name: str) -> bool:
-    """Cheap check, nothing loaded: `name` is a directory with a config.json, or a hub id whose config.json is in
-    the local cache."""
+    """`name` is a directory with a config.json, or a hub id whose config.json is in the local cache (nothing loaded)."""
     return _config_path(name) is not None
 
 
@@ -72,16 +62,6 @@ def _config_path(name: str) -> Path | None:
     except ValueError:  # not a valid repo id
         return None
     return Path(found) if isinstance(found, str) else None
-
-
-def _load(name: str, load: Any, **kwargs: Any) -> Any:
-    """`load(name, local_files_only=True, **kwargs)`, with a missing model turned into ModelUnavailableError."""
-    if not is_available(name):
-        raise ModelUnavailableError(how_to_get(name))
-    try:
-        return load(name, local_files_only=True, **kwargs)
-    except OSError as e:  # a cached config but missing weights / processor files
-        raise ModelUnavailableError(f"{how_to_get(name)} ({type(e).__name__}: {str(e).splitlines()[0]})") from e
 
 
 def check_model_type(name: str, option: str, want: str, what: str) -> dict[str, Any]:
@@ -112,8 +92,18 @@ def check_classifier_config(name: str) -> None:
         )
 
 
-def check_loading_info(name: str, option: str, info: dict[str, Any]) -> None:
-    """Refuse a checkpoint that left weights at their random initialisation (missing or mismatched keys)."""
+def _load_pretrained(
+    name: str, option: str, preprocessor_cls: Any, model_cls: Any, device: torch.device
+) -> tuple[Any, Any]:
+    """(preprocessor, model in eval mode on `device`) of `name` from local files: a missing model is
+    ModelUnavailableError; weights that would stay random (missing or mismatched keys) are WrongModelError."""
+    if not is_available(name):
+        raise ModelUnavailableError(how_to_get(name))
+    try:
+        preprocessor = preprocessor_cls.from_pretrained(name, local_files_only=True)
+        model, info = model_cls.from_pretrained(name, local_files_only=True, output_loading_info=True)
+    except OSError as e:  # a cached config but missing weights / processor files
+        raise ModelUnavailableError(f"{how_to_get(name)} ({type(e).__name__}: {str(e).splitlines()[0]})") from e
     missing = sorted(info.get("missing_keys") or [])
     mismatched = sorted(str(k) for k in (info.get("mismatched_keys") or []))
     if missing or mismatched:
@@ -122,11 +112,11 @@ def check_loading_info(name: str, option: str, info: dict[str, Any]) -> None:
             f"{option} {name}: {len(missing)} weight(s) missing and {len(mismatched)} of another shape in the "
             f"checkpoint (first: {first}), which would stay random; pass the complete model saved with save_pretrained"
         )
+    return preprocessor, model.eval().to(device)
 
 
 def _pooled(out: Any) -> torch.Tensor:
-    """get_*_features output -> [B, D]: a BaseModelOutputWithPooling in transformers 5 (pooler_output holds the
-    projected, normalised embedding), a plain tensor in 4.x."""
+    """get_*_features output -> [B, D] (a BaseModelOutputWithPooling in transformers 5, a tensor in 4.x)."""
     return out if isinstance(out, torch.Tensor) else out.pooler_output
 
 
@@ -149,10 +139,8 @@ class Clap:
         from transformers import ClapModel, ClapProcessor
 
         check_model_type(name, "--clap", CLAP_TYPE, "a CLAP model")
-        processor = _load(name, ClapProcessor.from_pretrained)
-        model, info = _load(name, ClapModel.from_pretrained, output_loading_info=True)
-        check_loading_info(name, "--clap", info)
-        return cls(name=name, model=model.eval().to(device), processor=processor, device=device)
+        processor, model = _load_pretrained(name, "--clap", ClapProcessor, ClapModel, device)
+        return cls(name=name, model=model, processor=processor, device=device)
 
     @property
     def sample_rate(self) -> int:
@@ -164,8 +152,7 @@ class Clap:
         return int(self.processor.feature_extractor.nb_max_samples)
 
     def text_max_tokens(self, max_tokens: int = CLAP_TEXT_MAX_TOKENS) -> int:
-        """Tokens kept of a caption: max_tokens, or fewer when the text model has fewer positions (RoBERTa-style
-        positions start after the padding index: max_position_embeddings - 2 fit)."""
+        """Tokens kept of a caption: max_tokens, or fewer when the text model has fewer (RoBERTa-style) positions."""
         return min(max_tokens, self.model.config.text_config.max_position_embeddings - 2)
 
     @torch.no_grad()
@@ -186,8 +173,8 @@ class Clap:
         return np.concatenate(out)  # [N, D]
 
     def _features(self, wave: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
-        """One clip [N] -> the extractor's features with batch 1; a clip longer than the window is cropped at
-        random by ClapFeatureExtractor (global numpy RNG), seeded here with the clip's own seed."""
+        """One clip [N] -> the extractor's features, batch 1; ClapFeatureExtractor's random crop (global numpy RNG)
+        of a clip longer than the window is seeded with the clip's own seed."""
         state = np.random.get_state()
         np.random.seed(seed)
         try:
@@ -201,10 +188,8 @@ class Clap:
 
     @torch.no_grad()
     def audio_embeddings(self, waves: list[np.ndarray], seeds: list[int], batch_size: int = 8) -> np.ndarray:
-        """mono waveforms [N_i] at `sample_rate` -> L2-normalised embeddings [N, D] float64, one per clip.
-
-        seeds[i] fixes clip i's random crop when it is longer than the window (clip_seed: from --seed and its key),
-        so a clip's embedding depends on nothing but the clip."""
+        """mono waveforms [N_i] at `sample_rate` -> L2-normalised embeddings [N, D] float64; seeds[i] fixes clip i's
+        random crop (`clip_seed`)."""
         out = []
         for i in range(0, len(waves), batch_size):
             feats = [self._features(w, s) for w, s in zip(waves[i : i + batch_size], seeds[i : i + batch_size])]
@@ -214,16 +199,15 @@ class Clap:
         return np.concatenate(out)  # [N, D]
 
     def fadtk_windows(self, wave: np.ndarray, hop_s: float = FADTK_HOP_S) -> list[np.ndarray]:
-        """fadtk's clap-laion-* windowing of one clip [N]: int16-quantised, a window of `window_samples` starting
-        at every hop (the last ones running past the end zero-padded) -> windows [window_samples] each."""
+        """fadtk's clap-laion-* windowing of one clip [N]: int16-quantised windows [window_samples] every hop, the
+        last ones zero-padded."""
         q = (np.clip(wave, -1.0, 1.0) * 32767.0).astype(np.int16).astype(np.float32) / 32767.0  # [N]
         win, hop = self.window_samples, int(hop_s * self.sample_rate)
         return [np.pad(q[i : i + win], (0, max(0, win - len(q[i : i + win])))) for i in range(0, len(q), hop)]
 
     @torch.no_grad()
     def window_embeddings(self, waves: list[np.ndarray], batch_size: int = 8) -> np.ndarray:
-        """mono waveforms at `sample_rate` -> embeddings [sum of windows, D] of fadtk_windows (full windows: no
-        random crop, so no seed)."""
+        """mono waveforms at `sample_rate` -> embeddings [sum of windows, D] of fadtk_windows (no crop, no seed)."""
         windows = [w for wave in waves for w in self.fadtk_windows(wave)]
         return self.audio_embeddings(windows, seeds=[0] * len(windows), batch_size=batch_size)  # [W, D]
 
@@ -242,10 +226,10 @@ class Classifier:
         from transformers import ASTFeatureExtractor, ASTForAudioClassification
 
         check_classifier_config(name)
-        extractor = _load(name, ASTFeatureExtractor.from_pretrained)
-        model, info = _load(name, ASTForAudioClassification.from_pretrained, output_loading_info=True)
-        check_loading_info(name, "--classifier", info)
-        return cls(name=name, model=model.eval().to(device), extractor=extractor, device=device)
+        extractor, model = _load_pretrained(
+            name, "--classifier", ASTFeatureExtractor, ASTForAudioClassification, device
+        )
+        return cls(name=name, model=model, extractor=extractor, device=device)
 
     @property
     def sample_rate(self) -> int:
@@ -253,8 +237,7 @@ class Classifier:
 
     @property
     def segment_seconds(self) -> float:
-        """The audio one forward sees (10.24 s for the AudioSet AST); longer clips are cut into segments, shorter
-        segments are padded to it by ASTFeatureExtractor (zero filterbank frames)."""
+        """The audio one forward sees; ASTFeatureExtractor pads shorter segments to it."""
         return float(self.extractor.max_length) * AST_FRAME_SHIFT_S
 
     @property
@@ -262,8 +245,8 @@ class Classifier:
         return [self.model.config.id2label[i] for i in range(self.model.config.num_labels)]
 
     def segments(self, wave: np.ndarray) -> list[np.ndarray]:
-        """[N] -> consecutive segments of at most segment_seconds; trailing ones under CLASSIFIER_MIN_SECONDS are
-        dropped unless the clip has no other (audiocraft splits PaSST's input the same way instead of padding)."""
+        """[N] -> consecutive segments of at most segment_seconds; trailing ones under CLASSIFIER_MIN_SECONDS dropped
+        unless the clip has no other (as audiocraft splits PaSST's input)."""
         seg = max(1, int(self.segment_seconds * self.sample_rate))
         parts = [wave[i : i + seg] for i in range(0, max(1, len(wave)), seg)]
         keep = [p for p in parts if len(p) > CLASSIFIER_MIN_SECONDS * self.sample_rate]
@@ -271,8 +254,7 @@ class Classifier:
 
     @torch.no_grad()
     def segment_distributions(self, waves: list[np.ndarray], batch_size: int = 8) -> list[np.ndarray]:
-        """mono waveforms at `sample_rate` -> per clip [S_i, L] float64: softmax over the label logits of each of
-        its segments (audiocraft's KL takes softmax of PaSST's logits)."""
+        """mono waveforms at `sample_rate` -> per clip [S_i, L] float64: softmax of each segment's label logits."""
         segs = [(i, s) for i, w in enumerate(waves) for s in self.segments(w)]
         rows: list[list[np.ndarray]] = [[] for _ in waves]
         for j in range(0, len(segs), batch_size):
@@ -284,10 +266,6 @@ class Classifier:
             for (i, _), row in zip(chunk, p):
                 rows[i].append(row)
         return [np.stack(r) for r in rows]  # [S_i, L] each
-
-    def label_distributions(self, waves: list[np.ndarray], batch_size: int = 8) -> np.ndarray:
-        """mono waveforms -> [N, L]: each clip's segment distributions averaged (for the top labels shown)."""
-        return np.stack([d.mean(axis=0) for d in self.segment_distributions(waves, batch_size)])  # [N, L]
 
 
 def resolve_device(name: str) -> torch.device:

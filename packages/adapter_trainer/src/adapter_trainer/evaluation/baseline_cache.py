@@ -1,15 +1,8 @@
-"""The learning check's frozen baselines (MusicGen alone, and the teacher with its own and deranged captions), kept in
-the run directory so that a resumed run reads them instead of scoring them again: at real size that is 2 + the
-derangements passes of MusicGen (and T5) over the eval set at every start, and a SLURM job restarted at each time
-limit starts many times.
+"""The learning check's frozen baselines (MusicGen alone, the teacher with own and deranged captions), cached in
+`<output_dir>/baselines/<key>.npz` so that a resumed run reads them instead of scoring them again.
 
-`<output_dir>/baselines/<key>.npz`, key = sha256 over what the figures depend on: the audio LM's files (every file of
-its directory or Hub snapshot: weights, config, the T5 tokenizer), the eval set (each clip's key and text digests, in
-order: format-5 sets; an older set's baselines are scored at every start) and the shard sets' manifests (a set
-encoded again, other codes under the same keys, is another key), the window and derangement settings, and what
-changes their floats (dtype, precision, device type, batch size, ranks, torch's and transformers' versions). Any
-change is another key, so a stale figure is never read. Plain arrays (no pickle), written under a temporary name and
-renamed.
+key = sha256 over everything the figures depend on (model files, eval clips, manifests, window and derangement
+settings, dtype, device type, batch size, ranks, library versions): a stale figure is never read.
 """
 
 from __future__ import annotations
@@ -41,11 +34,8 @@ def files_sha256(model_dir: Path) -> str:
     return hashlib.sha256("".join(f"{p.name}\0{sha256_file(p)}\n" for p in files).encode()).hexdigest()
 
 
-def eval_set_sha256(index: SplitIndex) -> str | None:
-    """sha256 over the eval clips in scoring order: each one's key and text digests (format-5 indexes); None for an
-    older set, whose index has no digests: its baselines are not kept (a key alone does not pin a clip's caption)."""
-    if index.caption_digest is None or index.aspects_digest is None:
-        return None
+def eval_set_sha256(index: SplitIndex) -> str:
+    """sha256 over the eval clips in scoring order: each one's key and text digests."""
     h = hashlib.sha256()
     for i in range(len(index)):
         h.update(index.key(i).encode() + b"\0")
@@ -80,8 +70,7 @@ def save_baselines(path: Path, held_out: Any, identity: dict[str, Any]) -> None:
 
 
 def load_baselines(path: Path) -> dict[str, Any] | None:
-    """{name: TargetCE or None for BASELINES, "teacher_status": str} from `path`; None when there is no such file or
-    it cannot be read (then the baselines are scored again, and the file rewritten)."""
+    """{name: TargetCE or None for BASELINES, "teacher_status": str} from `path`; None when absent or unreadable."""
     if not path.is_file():
         return None
     try:
@@ -92,12 +81,7 @@ def load_baselines(path: Path) -> dict[str, Any] | None:
                     got[name] = None
                     continue
                 got[name] = TargetCE(**{f: z[f"{name}.{f}"] if f"{name}.{f}" in z.files else None for f in FIELDS})
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        zipfile.BadZipFile,
-    ) as e:  # a truncated or foreign file: scored again and rewritten
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:  # truncated or foreign: scored again, rewritten
         log.warning("%s cannot be read (%s); the baselines are scored again and the file rewritten", path, e)
         return None
     return got

@@ -2,17 +2,9 @@
 
     FD = ||mu1 - mu2||^2 + Tr(S1 + S2 - 2 (S1 S2)^(1/2))
 
-with mu, S the mean and the unbiased (n - 1) covariance of each set, as in fadtk and the original FAD.
-
-The trace of the matrix square root is computed from symmetric eigen-decompositions (numpy `eigh`, float64),
-not with `scipy.linalg.sqrtm`: S1 S2 is similar to A S2 A with A = S1^(1/2), and A S2 A is symmetric positive
-semi-definite, so Tr (S1 S2)^(1/2) = sum(sqrt(eigvalsh(A S2 A))). This stays real and stable
-when the covariances are singular, which they always are here (16 clips of 512-d CLAP embeddings: rank <= 15),
-where `sqrtm` returns complex parts and needs an epsilon fix; and it keeps scipy out of adapter_trainer's
-dependencies. Negative eigenvalues (round-off of a PSD matrix) are clipped to 0.
-
-FD is biased upwards at small n (the covariance estimates' noise adds a positive term that shrinks like 1/n), so
-a value is comparable only with values computed on the same number of clips.
+Tr (S1 S2)^(1/2) comes from symmetric eigen-decompositions, not `scipy.linalg.sqrtm`: it stays real when the
+covariances are singular (fewer clips than dimensions, always the case here) and keeps scipy out of the dependencies.
+FD is biased upwards at small n: compare values only at equal n.
 """
 
 from __future__ import annotations
@@ -40,12 +32,8 @@ class Gaussian:
 
 
 def trace_sqrt_product(s1: np.ndarray, s2: np.ndarray) -> float:
-    """Tr (S1 S2)^(1/2) for symmetric PSD S1, S2 [D, D] (see the module docstring for why this form).
-
-    S1 = V diag(w) V^T; only its numerical range (w above numpy's matrix_rank tolerance, D * eps * max w) is kept:
-    B = V_r diag(sqrt(w_r)) [D, r], and B^T S2 B [r, r] has the nonzero eigenvalues of S1^(1/2) S2 S1^(1/2). The
-    null space adds exactly 0 to the trace; keeping it would add sqrt(round-off) ~ 1e-8 * ||S|| per dimension.
-    """
+    """Tr (S1 S2)^(1/2) for symmetric PSD S1, S2 [D, D]: with B = V_r diag(sqrt(w_r)) over S1's numerical range,
+    B^T S2 B [r, r] has the nonzero eigenvalues of S1^(1/2) S2 S1^(1/2) (the null space, adding 0, is left out)."""
     w, v = np.linalg.eigh((s1 + s1.T) / 2.0)  # w [D], v [D, D]
     keep = w > w.max(initial=0.0) * len(w) * np.finfo(np.float64).eps  # [D] numerical range of S1
     b = v[:, keep] * np.sqrt(w[keep])  # [D, r]

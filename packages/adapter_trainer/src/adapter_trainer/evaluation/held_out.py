@@ -1,19 +1,14 @@
 """Held-out clips for the learning check: refuse eval clips that are also train clips (`check_held_out`), and score
-them: the model's CE with each clip's own caption, with deranged captions (the caption gain) and under the unigram
-baseline, on exactly the same code targets.
-
-Deterministic: every clip's sequence is `data.streaming.eval_example` (crop at the start, one audio budget whatever
-the caption's length). AUDIO_END is scored where it exists: on a second window per clip that ends at the clip's
-end (with its own caption), so the END CE is measured even when the start window never reaches an end. Under torchrun each rank scores its share of the clips once; the per-clip values are
-gathered in clip order, so the bootstrap sees what one process computes. The model is only called
-(`compute_loss`), never built here.
+them with own captions, deranged captions and the unigram baseline on the same code targets (docs/evaluation.md).
+Under torchrun each rank scores its share once; per-clip values are gathered in clip order.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -41,13 +36,8 @@ class EvalOverlapError(UserError, ValueError):
 
 
 def check_held_out(train_keys: Iterable[str], eval_keys: Iterable[str], *, allow_overlap: bool, where: str) -> int:
-    """Refuse eval clips whose keys are also train keys (unless `allow_overlap`). Returns the overlap count.
-
-    Args:
-        where: the shard sets / splits, for the message (e.g. "data.train_split='train' / data.eval_split='train'").
-    Raises:
-        EvalOverlapError: the splits overlap and `allow_overlap` is False.
-    """
+    """Refuse (EvalOverlapError) eval clips whose keys are also train keys unless `allow_overlap`; returns the overlap
+    count. where: the shard sets / splits, for the message."""
     eval_set = set(eval_keys)
     overlap = sorted(set(train_keys) & eval_set)
     eval_n = len(eval_set)
@@ -62,8 +52,8 @@ def check_held_out(train_keys: Iterable[str], eval_keys: Iterable[str], *, allow
 
 
 def unigram_baseline(index: SplitIndex, n_codebooks: int, codebook_size: int, max_clips: int = 0) -> np.ndarray:
-    """[K, C] unigram log-probs of the codes of up to `max_clips` clips of `index`, evenly spaced (0 = all). An index
-    from format-5 sidecars holds the code counts of all its clips: nothing is read, and max_clips does not apply."""
+    """[K, C] unigram log-probs of up to `max_clips` evenly spaced clips of `index` (0 = all); from the index's code
+    counts, when it holds them, without reading a clip."""
     if index.code_counts is not None:  # the same add-one estimate as unigram_log_probs, from the counts
         counts = index.code_counts.astype(np.float64) + 1.0
         return np.log(counts / counts.sum(axis=1, keepdims=True))
@@ -78,6 +68,27 @@ def unigram_baseline(index: SplitIndex, n_codebooks: int, codebook_size: int, ma
         return unigram_log_probs((reader.read(int(i)).codes for i in ids), n_codebooks, codebook_size)
     finally:
         reader.close()
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """Where and how this rank scores its share of the eval clips: `all_gather` collects one value per rank."""
+
+    batch_size: int
+    device: torch.device
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    rank: int = 0
+    world_size: int = 1
+    all_gather: Callable[[Any], list[Any]] = lambda x: [x]
+
+    def share(self, n: int) -> np.ndarray:
+        """This rank's clip rows of n, each clip on one rank."""
+        return np.array_split(np.arange(n), self.world_size)[self.rank]
+
+    def batches(self, mine: np.ndarray) -> Iterator[list[int]]:
+        """`mine` in batches of batch_size clip rows."""
+        for start in range(0, len(mine), self.batch_size):
+            yield [int(i) for i in mine[start : start + self.batch_size]]
 
 
 class HeldOutEval:
@@ -99,28 +110,23 @@ class HeldOutEval:
         self.set_spans = set_spans if set_spans is not None else [("all", 0, len(index))]
         self.reader = ClipReader(index)
         self.tokenizer = tokenizer
-        # Captions once, as small int arrays (every derangement needs all of them), and their texts (what the
-        # teacher's own tokenizer reads), at their first use (`texts`, `captions`): the first report, not before
-        # step 1, which then reads no eval clip; codes are read per eval batch.
+        # texts and caption tokens at first use (the first report); codes are read per eval batch
         self._texts: list[str] | None = None
         self._captions: list[np.ndarray] | None = None
-        # Several derangements, averaged: one shuffle alone makes the per-clip gain depend on which caption a clip
-        # happened to get (a same-instrument caption gains nothing), which widens the bootstrap interval.
+        # several derangements, averaged: with one, a clip's gain depends on which caption it happened to get
         shuffle_rng = np.random.default_rng([seed, 7])
         self.perms = [derangement(len(index), shuffle_rng) for _ in range(n_derangements)]
-        # Frames of the eval window (eval_example's fixed audio budget): the caption gain by position counts per frame.
         self.n_frames = max_frames(spec.max_seq_len - spec.max_caption_tokens - 2, spec.pattern, spec.vocab.n_codebooks)
-        self.music_lm: TargetCE | None = None  # the frozen music LM alone on the same targets (score_music_lm)
-        # MusicGen with its own text encoder on the same targets, true and (averaged) deranged captions (score_teacher)
-        self.teacher_true: TargetCE | None = None
+        self.music_lm: TargetCE | None = None  # score_music_lm
+        self.teacher_true: TargetCE | None = None  # score_teacher: true and (averaged) deranged captions
         self.teacher_shuf: TargetCE | None = None
         self.teacher_status = "not scored (trainer.eval_teacher=false or the flatten pattern)"
-        # the baselines above, when the run scores them: called once before the first report (training.eval_setup)
+        # scores the baselines above once before the first report (training.eval_setup)
         self.pending_baselines: Callable[[], None] | None = None
 
     @property
     def texts(self) -> list[str]:
-        """Each eval clip's conditioning text, read once from its json member (no codes) at first use."""
+        """Each eval clip's conditioning text (its json member only)."""
         if self._texts is None:
             self._texts = [
                 conditioning_text(*self.reader.read_text_fields(i), self.spec.text) for i in range(len(self.index))
@@ -129,57 +135,38 @@ class HeldOutEval:
 
     @property
     def captions(self) -> list[np.ndarray]:
-        """Each eval clip's caption tokens (caption_ids of its text), tokenized once at first use."""
+        """Each eval clip's caption tokens."""
         if self._captions is None:
             self._captions = [
                 np.asarray(caption_ids(self.tokenizer, None, self.spec, text=t), dtype=np.int64) for t in self.texts
             ]
         return self._captions
 
-    def _true_batch(self, ids: list[int], clips: dict[int, Any], device: torch.device) -> Batch:
-        """The eval windows of clips `ids` with their own captions, on `device`."""
-        examples = [eval_example(self.spec, self.captions[i].tolist(), clips[i]) for i in ids]
+    def _batch(
+        self,
+        ids: list[int],
+        caps: list[list[int]],
+        clips: dict[int, Any],
+        device: torch.device,
+        crop: Literal["start", "end"] = "start",
+    ) -> Batch:
+        """The eval windows of clips `ids` reading captions `caps`, on `device` (crop="end": each clip's last frames)."""
+        examples = [eval_example(self.spec, cap, clips[i], crop=crop) for cap, i in zip(caps, ids)]
         return collate(examples, pad_id=self.spec.pad_id).to(device)
 
     @torch.no_grad()
-    def score_music_lm(
-        self,
-        audio_lm: torch.nn.Module,
-        *,
-        batch_size: int,
-        device: torch.device,
-        autocast: Callable[[], contextlib.AbstractContextManager],
-        rank: int = 0,
-        world_size: int = 1,
-        all_gather: Callable[[Any], list[Any]] = lambda x: [x],
-    ) -> None:
-        """Score the frozen music LM alone (a MusicgenForCausalLM, no caption) on exactly the code targets every
-        report scores, once: it does not train, so each later report carries the same figures (`self.music_lm`)."""
-        where = {"batch_size": batch_size, "device": device, "autocast": autocast}
-        where |= {"rank": rank, "world_size": world_size, "all_gather": all_gather}
-        self.music_lm = self._music_lm_run(audio_lm, None, None, **where)
+    def score_music_lm(self, audio_lm: torch.nn.Module, run: EvalRun) -> None:
+        """Score the frozen music LM alone (no caption) on the reports' code targets, once (`self.music_lm`)."""
+        self.music_lm = self._music_lm_run(audio_lm, None, None, run)
 
     @torch.no_grad()
-    def score_teacher(
-        self,
-        teacher: Any,
-        *,
-        batch_size: int,
-        device: torch.device,
-        autocast: Callable[[], contextlib.AbstractContextManager],
-        rank: int = 0,
-        world_size: int = 1,
-        all_gather: Callable[[Any], list[Any]] = lambda x: [x],
-    ) -> None:
-        """Score MusicGen as it ships (a model.teacher.MusicgenTeacher: its decoder reading each caption through its
-        own text encoder) on the same code targets, with each clip's own caption and with the same derangements as
-        the adapter's caption gain (averaged), once: `self.teacher_true`, `self.teacher_shuf`."""
-        where = {"batch_size": batch_size, "device": device, "autocast": autocast}
-        where |= {"rank": rank, "world_size": world_size, "all_gather": all_gather}
+    def score_teacher(self, teacher: Any, run: EvalRun) -> None:
+        """Score MusicGen with its own text encoder (model.teacher.MusicgenTeacher) on the same targets with own and
+        with the adapter's deranged captions (averaged), once: `self.teacher_true`, `self.teacher_shuf`."""
         teacher.eval()
-        self.teacher_true = self._music_lm_run(teacher.decoder, teacher.condition, None, **where)
+        self.teacher_true = self._music_lm_run(teacher.decoder, teacher.condition, None, run)
         self.teacher_shuf = average_runs(
-            [self._music_lm_run(teacher.decoder, teacher.condition, perm, **where) for perm in self.perms]
+            [self._music_lm_run(teacher.decoder, teacher.condition, perm, run) for perm in self.perms]
         )
         self.teacher_status = f"MusicGen with its own text encoder ({teacher.source})"
 
@@ -188,30 +175,24 @@ class HeldOutEval:
         decoder: torch.nn.Module,
         condition: Callable[[list[str], torch.device], tuple[torch.Tensor, torch.Tensor]] | None,
         perm: np.ndarray | None,
-        *,
-        batch_size: int,
-        device: torch.device,
-        autocast: Callable[[], contextlib.AbstractContextManager],
-        rank: int,
-        world_size: int,
-        all_gather: Callable[[Any], list[Any]],
+        run: EvalRun,
     ) -> TargetCE:
         """One pass of MusicGen's decoder over this rank's eval windows, gathered in clip order: unconditional
-        (condition None) or reading clip i's caption (perm None) / clip perm[i]'s (a derangement) via `condition`."""
+        (condition None), or reading clip i's caption (perm None) or clip perm[i]'s."""
         if self.spec.pattern != "delay":
             raise ValueError(f"the music LM baseline reads the delay pattern, not {self.spec.pattern!r}")
         decoder.eval()
         acc = CEAccumulator(self.spec.vocab.n_codebooks)
-        mine = np.array_split(np.arange(len(self.index)), world_size)[rank]
-        for start in range(0, len(mine), batch_size):
-            ids = [int(i) for i in mine[start : start + batch_size]]
-            batch = self._true_batch(ids, {i: self.reader.read(i) for i in ids}, device)
+        mine = run.share(len(self.index))
+        for ids in run.batches(mine):
+            clips = {i: self.reader.read(i) for i in ids}
+            batch = self._batch(ids, [self.captions[i].tolist() for i in ids], clips, run.device)
             cond: dict[str, torch.Tensor] = {}
             if condition is not None:
                 texts = [self.texts[i if perm is None else int(perm[i])] for i in ids]
-                states, mask = condition(texts, device)  # [B, T, d], [B, T]
+                states, mask = condition(texts, run.device)  # [B, T, d], [B, T]
                 cond = {"encoder_hidden_states": states, "encoder_attention_mask": mask}
-            with autocast():
+            with run.autocast():
                 ce = music_lm_ce_per_target(decoder, batch, self.spec.vocab, **cond)  # [B, S, K]
             frames = target_frames(batch.tokens, batch.labels, vocab=self.spec.vocab, pattern=self.spec.pattern)
             is_code = frames >= 0  # [B, S, K] the code targets (END targets have no frame)
@@ -222,42 +203,34 @@ class HeldOutEval:
                 is_code.sum((1, 2)),
                 per_frame_sums(ce, frames, self.n_frames),
             )
-        return gather_target_ce(acc.result(self.n_frames), mine, len(self.index), all_gather)
+        return gather_target_ce(acc.result(self.n_frames), mine, len(self.index), run.all_gather)
 
     @torch.no_grad()
     def __call__(
         self,
         model: torch.nn.Module,
+        run: EvalRun,
         *,
         step: int,
-        batch_size: int,
-        device: torch.device,
-        autocast: Callable[[], contextlib.AbstractContextManager],
-        rank: int = 0,
-        world_size: int = 1,
-        all_gather: Callable[[Any], list[Any]] = lambda x: [x],
         n_bootstrap: int,
         seed: int,
         n_overlap_clips: int = 0,
     ) -> EvalReport:
-        """Score this rank's share of the clips with `model` and return the gathered report (same on every rank).
-        The model's train/eval mode is restored afterwards."""
+        """Score this rank's share of the clips; returns the gathered report (the same on every rank)."""
         was_training = model.training
         model.eval()
         K = self.spec.vocab.n_codebooks
-        runs = [("true", None), *((f"shuf{r}", perm) for r, perm in enumerate(self.perms))]
-        sums = {name: CEAccumulator(K) for name in [*(n for n, _ in runs), "uni"]}
+        passes = [("true", None), *((f"shuf{r}", perm) for r, perm in enumerate(self.perms))]
+        sums = {name: CEAccumulator(K) for name in [*(n for n, _ in passes), "uni"]}
         end_sum, end_n = 0.0, 0
         n_eval = len(self.index)
-        mine = np.array_split(np.arange(n_eval), world_size)[rank]  # this rank's clips, each once
-        for start in range(0, len(mine), batch_size):
-            ids = [int(i) for i in mine[start : start + batch_size]]
+        mine = run.share(n_eval)  # this rank's clips, each once
+        for ids in run.batches(mine):
             clips = {i: self.reader.read(i) for i in ids}
-            for name, perm in runs:
+            for name, perm in passes:
                 caps = [self.captions[i if perm is None else int(perm[i])].tolist() for i in ids]
-                examples = [eval_example(self.spec, cap, clips[i]) for cap, i in zip(caps, ids)]
-                batch = collate(examples, pad_id=self.spec.pad_id).to(device)
-                with autocast():
+                batch = self._batch(ids, caps, clips, run.device)
+                with run.autocast():
                     out = model.compute_loss(batch)
                 frames = target_frames(batch.tokens, batch.labels, vocab=self.spec.vocab, pattern=self.spec.pattern)
                 sums[name].add(
@@ -268,25 +241,20 @@ class HeldOutEval:
                     per_frame_sums(out.ce_per_target, frames, self.n_frames),  # [B, F] x2
                 )
                 if name == "true":
-                    end_batch = collate(
-                        [eval_example(self.spec, cap, clips[i], crop="end") for cap, i in zip(caps, ids)],
-                        pad_id=self.spec.pad_id,
-                    ).to(device)
-                    with autocast():
-                        end_out = model.compute_loss(end_batch)  # only its END targets count (one per clip)
+                    with run.autocast():  # only the END targets of the end windows count (one per clip)
+                        end_out = model.compute_loss(self._batch(ids, caps, clips, run.device, crop="end"))
                     end_sum += float(end_out.end_ce_sum)
                     end_n += int(end_out.end_count)
                     u = unigram_ce(batch.labels, self.spec.vocab, self.unigram_logp)
                     sums["uni"].add(u.sum_per_codebook, u.count_per_codebook, u.sum_per_example, u.count_per_example)
-        # Per-clip values from every rank, in clip order: the bootstrap sees what one process would compute.
         final = {
-            k: gather_target_ce(v.result(0 if k == "uni" else self.n_frames), mine, n_eval, all_gather)
+            k: gather_target_ce(v.result(0 if k == "uni" else self.n_frames), mine, n_eval, run.all_gather)
             for k, v in sums.items()
         }  # the unigram run has no per-frame sums (the gain by position compares the model's runs)
-        end_parts = all_gather((end_sum, end_n))
+        end_parts = run.all_gather((end_sum, end_n))
         end_sum, end_n = sum(p[0] for p in end_parts), sum(p[1] for p in end_parts)
         model.train(was_training)
-        shuffled = average_runs([final[name] for name, perm in runs if perm is not None])  # mean over derangements
+        shuffled = average_runs([final[name] for name, perm in passes if perm is not None])  # mean over derangements
         report = make_report(
             step=step,
             model_true=final["true"],

@@ -25,15 +25,12 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
         "caption_gain_ci95": [r.caption_gain_lo, r.caption_gain_hi],
         "caption_gain_pass": r.caption_gain_verdict == "PASS",
         "caption_gain_verdict": r.caption_gain_verdict,
-        # the same gain over the window's first 10 frames, frames 10-49 and the rest (FRAME_BINS)
         "caption_gain_by_position": {
             k: {"gain": g["gain"], "ci95": list(g["ci95"]), "n_codes": g["n_codes"]}
             for k, g in r.caption_gain_by_position.items()
         },
-        # the bins add back (weighted by n_codes) to this code-weighted gain, not to caption_gain (per-clip means)
         "caption_gain_by_position_total": r.caption_gain_by_position_total,
-        # the frozen music LM alone (MusicGen, no caption) on the same targets; gain = its CE - the adapter's (> 0:
-        # the adapter adds to it); null when not scored (flatten pattern, trainer.eval_music_lm=false)
+        # the frozen music LM alone; gain = its CE - the adapter's; null when not scored
         "music_lm_ce": r.music_lm_ce if r.music_lm_ce_per_codebook else None,
         "music_lm_ce_per_codebook": r.music_lm_ce_per_codebook or None,
         "gain_over_music_lm": r.gain_over_music_lm if r.music_lm_ce_per_codebook else None,
@@ -46,19 +43,15 @@ def learning_check_summary(r: EvalReport, *, target_rel_pct: float = TARGET_REL_
             for k, g in r.gain_over_music_lm_by_position.items()
         }
         or None,
-        # the teacher: MusicGen as it ships, reading each caption through its own text encoder, on the same targets
-        # with true and with the same deranged captions; null when not scored (`teacher` says why)
         **_teacher_summary(r),
         "held_out": r.held_out,
         "eval_overlap_clips": r.n_overlap_clips,
         "per_shard_set": r.per_shard_set,
-        # what training saw: train clips and their distinct captions (data.text), training windows and those with
-        # an AUDIO_END target (from step train_counted_from_step on; 0 = the whole run); null outside a run
+        # what training saw; null outside a run
         "n_train_clips": r.n_train_clips,
         "n_train_captions": r.n_train_captions,
-        "train_windows": r.train_windows,
+        "train_sequences": r.train_sequences,
         "train_end_targets": r.train_end_targets,
-        "train_counted_from_step": r.train_counted_from_step,
     }
 
 
@@ -80,9 +73,8 @@ def _ci(gain: float, lo: float, hi: float) -> str:
 
 
 def _versus_musicgen_line(r: EvalReport) -> list[str]:
-    """One line: the adapter against MusicGen's null and against MusicGen with its own text encoder (the teacher),
-    and each one's caption-specific gain (true vs deranged captions) with its interval. A gain over a baseline is its
-    CE minus the adapter's: > 0 = the adapter predicts the codes better."""
+    """One line: the adapter against MusicGen's null and the teacher, with each one's caption gain (a gain over a
+    baseline is its CE minus the adapter's)."""
     if not r.music_lm_ce_per_codebook and not math.isfinite(r.music_lm_text_ce):
         return []
     parts = [
@@ -146,17 +138,11 @@ def _trained_on(r: EvalReport) -> str:
 
 def _end_seen(r: EvalReport) -> str:
     """The END CE line's note on how often training saw AUDIO_END as a target (empty outside a run)."""
-    if r.train_windows is None or r.train_end_targets is None:
+    if r.train_sequences is None or r.train_end_targets is None:
         return ""
-    if r.train_counted_from_step:
-        s = r.train_counted_from_step
-        return (
-            f"  (AUDIO_END was a training target in {r.train_end_targets} of {r.train_windows} windows since step "
-            f"{s}; the checkpoint this run resumed at step {s} did not count its earlier windows)"
-        )
-    if r.train_windows == 0:
-        return "  (no training window yet)"
-    return f"  (AUDIO_END was a training target in {r.train_end_targets} of {r.train_windows} windows)"
+    if r.train_sequences == 0:
+        return "  (no training sequence yet)"
+    return f"  (AUDIO_END was a training target in {r.train_end_targets} of {r.train_sequences} sequences)"
 
 
 def learning_check_text(r: EvalReport, *, target_rel_pct: float = TARGET_REL_PCT) -> str:

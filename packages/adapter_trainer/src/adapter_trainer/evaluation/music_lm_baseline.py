@@ -1,17 +1,10 @@
-"""The frozen music LM on the learning check's own targets: "how much does the adapter add to MusicGen?"
+"""The frozen music LM on the learning check's own targets: MusicGen alone (its null condition) and the teacher
+(MusicGen reading the caption through its own T5: `encoder_hidden_states` / `encoder_attention_mask`).
 
-Two readings: MusicGen alone (its null condition: no encoder states, which equals zero cross-attention input with
-mask 0) and MusicGen as it ships, reading the caption through its own T5 encoder and projection (the teacher,
-model/teacher.py: pass `encoder_hidden_states` / `encoder_attention_mask`). Each eval row's audio part (AUDIO_START onwards)
-is what transformers' MusicGen reads at those positions: AUDIO_START -> its decoder-start (BOS) id (position 0, every codebook;
-the same id, 2048, as its pad id in every MusicGen config, which build_delay_pattern_mask writes there),
-AUDIO_PAD -> its pad id (the delay pattern's triangles), code (k, c) in slot k -> c, and AUDIO_END -> its pad id (it
-has no end token; a sequence it stops is pad from there on). Its logits at audio position i predict position i + 1,
-as the adapter's labels do, so the scored targets are exactly the adapter's code targets; AUDIO_END targets, which
-MusicGen has no id for, are left out of both (the report's CE counts code targets only). MusicGen's positions start at
-0 on AUDIO_START: the caption before it does not exist for it.
-
-Only the delay pattern has a MusicGen reading (flatten interleaves codebooks MusicGen never saw in that order).
+Each eval row's audio part becomes what transformers' MusicGen reads there: AUDIO_START -> its BOS id, AUDIO_PAD and
+AUDIO_END -> its pad id, code (k, c) in slot k -> c; its logits at audio position i predict position i + 1, so the
+scored targets are exactly the adapter's code targets (AUDIO_END, which MusicGen has no id for, is left out). Only
+the delay pattern has a MusicGen reading.
 """
 
 from __future__ import annotations
@@ -27,11 +20,8 @@ def music_lm_view(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A delay-pattern batch -> what MusicGen reads and is scored on, one row per example.
 
-    Returns:
-        input_ids [B*K, A] MusicGen ids (A = the longest audio part; shorter rows right-padded with pad_id),
-        labels [B, A, K] raw code targets, IGNORE_INDEX where the adapter scores no code,
-        where [B, A] long: each audio position's index in the batch's sequence (-1 on padding), to put per-target
-        values back in the batch's [B, S, K] layout.
+    -> input_ids [B*K, A] MusicGen ids (A: the longest audio part, right-padded), labels [B, A, K] (IGNORE_INDEX
+    where the adapter scores no code), where [B, A]: each position's index in the batch's sequence (-1 on padding).
     """
     tokens, labels, is_audio = batch.tokens, batch.labels, batch.is_audio & batch.attention_mask  # [B, S, K] x2, [B, S]
     B, S, K = tokens.shape

@@ -1,28 +1,9 @@
-"""Does generation follow the caption? An attribute probe on codes (an offline analogue of MusicGen's classifier KL).
+"""The attribute probe: does generation follow the caption? (an offline analogue of MusicGen's classifier KL).
 
-    python -m adapter_trainer.probe --shards build/demo/shards --generated RUN/generated --out RUN/generation_report.json
-
-1. Labels: a few binary attributes read from a clip's aspect list (or its caption when it has none) by keyword:
-   drums, fast-vs-slow, minor-vs-major, piano, guitar, vocal. "vs" attributes are undefined (skipped) when the
-   text names neither side or both.
-2. Features: per-clip code histograms of codebooks 0 and 1 (normalised per codebook, square-rooted, standardised
-   with the train statistics), so clips of any length compare.
-3. Probe: one L2-regularised logistic regression per attribute (torch, full batch, LBFGS), fitted on the TRAIN
-   split's clips. (Hand-written here because adapter_trainer does not depend on scikit-learn; it is 20 lines.)
-4. Scores, per generated clip, the fraction of its defined attributes the probe predicts correctly against
-   (a) the attributes of its own caption, (b) those of deranged captions (other clips' captions, averaged over
-   several derangements). (b) is the null: the same predictions scored against captions they were not made for.
-   The real eval clips are scored the same way: their own-caption accuracy is the ceiling, their deranged-caption
-   accuracy that ceiling's null.
-5. Verdict: "follows its captions" when the 95% bootstrap interval (over clips) of true - deranged is above 0,
-   otherwise "not detected at this clip count" (never "does not follow": the probe is weak per clip and needs
-   many clips; `mde` says how large an effect this clip count would detect).
-
-Writes generation_report.json: accuracy_true_captions (+ _ci95), accuracy_deranged_captions, true_minus_deranged
-(+ _ci95), verdict, n_clips, probe_ceiling_real_eval, probe_deranged_real_eval, fraction_of_ceiling (+ _ci95):
-(true - deranged) / (ceiling - deranged on real clips), mde (minimum detectable effect, MDE_METHOD) and
-mde_fraction_of_ceiling, per-attribute figures, per_clip [{key, caption_attributes, predicted_attributes,
-accuracy_true, accuracy_deranged}], and the generated set's sampling settings.
+Keyword attributes of each caption (drums, fast, minor, piano, guitar, vocal), one logistic regression per attribute
+on code histograms of codebooks 0 and 1 fitted on the train split, and each generated clip's accuracy against its
+own caption vs deranged captions (the null), with the real eval clips as the ceiling (docs/architecture.md,
+"Listening").
 """
 
 from __future__ import annotations
@@ -30,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,61 +20,34 @@ import torch
 
 from adapter_trainer.data.samples import Clip, load_split
 from adapter_trainer.data.shards import ShardFormatError, read_manifest
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.errors import UserError
 from adapter_trainer.evaluation.stats import bootstrap_mean_ci, derangement
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w.strip() for w in text.split(","))
+
 
 # attribute -> (positive words, negative words or None = "absence is negative"); whole words / phrases, lowercase
 ATTRIBUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "drums": (
-        (
-            "drums",
-            "drum",
-            "drumming",
-            "percussion",
-            "percussive",
-            "beat",
-            "beats",
-            "kick",
-            "snare",
-            "hi hat",
-            "hi-hat",
-            "cymbal",
-            "cymbals",
-            "tambourine",
-            "claps",
-            "drum machine",
-            "bongo",
-            "bongos",
+        _words(
+            "drums, drum, drumming, percussion, percussive, beat, beats, kick, snare, hi hat, hi-hat, cymbal, "
+            "cymbals, tambourine, claps, drum machine, bongo, bongos"
         ),
         None,
     ),
     "fast": (
-        (
-            "fast",
-            "upbeat",
-            "uptempo",
-            "up-tempo",
-            "energetic",
-            "dance",
-            "danceable",
-            "edm",
-            "techno",
-            "lively",
-            "quick",
-            "high tempo",
-        ),
-        ("slow", "mellow", "calm", "calming", "ballad", "relaxing", "relaxed", "lullaby", "soothing", "slow tempo"),
+        _words("fast, upbeat, uptempo, up-tempo, energetic, dance, danceable, edm, techno, lively, quick, high tempo"),
+        _words("slow, mellow, calm, calming, ballad, relaxing, relaxed, lullaby, soothing, slow tempo"),
     ),
     "minor": (
-        ("sad", "melancholic", "melancholy", "dark", "minor", "sinister", "eerie", "haunting", "emotional"),
-        ("happy", "cheerful", "joyful", "uplifting", "bright", "major", "playful", "fun"),
+        _words("sad, melancholic, melancholy, dark, minor, sinister, eerie, haunting, emotional"),
+        _words("happy, cheerful, joyful, uplifting, bright, major, playful, fun"),
     ),
-    "piano": (("piano", "keyboard", "keyboards", "keys", "rhodes", "e-piano", "harpsichord"), None),
-    "guitar": (
-        ("guitar", "guitars", "e-guitar", "acoustic guitar", "electric guitar", "banjo", "ukulele", "mandolin"),
-        None,
-    ),
-    "vocal": (("vocal", "vocals", "voice", "singer", "singing", "sings", "choir", "rapping", "rap"), None),
+    "piano": (_words("piano, keyboard, keyboards, keys, rhodes, e-piano, harpsichord"), None),
+    "guitar": (_words("guitar, guitars, e-guitar, acoustic guitar, electric guitar, banjo, ukulele, mandolin"), None),
+    "vocal": (_words("vocal, vocals, voice, singer, singing, sings, choir, rapping, rap"), None),
 }
 NAMES = tuple(ATTRIBUTES)
 PROBE_BOOKS = (0, 1)  # codebooks whose histograms are the features
@@ -180,8 +133,7 @@ def per_clip_accuracy(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
 FOLLOWS = "follows its captions"
 NOT_DETECTED = "not detected at this clip count"
 TOO_FEW = "too few clips"
-# below this many scored clips the percentile bootstrap's 95% interval is too narrow: a caption-blind generator
-# passes 5.5-12.8% of the time at 3-8 clips (nominal 2.5%); no verdict is given there
+# below this many scored clips the percentile bootstrap's interval is too narrow to give a verdict (docs/results.md)
 MIN_VERDICT_CLIPS = 30
 # z_(1 - alpha/2) + z_(power) for alpha = 0.05 two-sided and 80% power: 1.960 + 0.842
 MDE_Z = 2.8
@@ -191,18 +143,15 @@ MDE_METHOD = (
 
 
 def verdict(ci95: tuple[float, float] | list[float], n_clips: int) -> str:
-    """The probe's verdict from the 95% interval of true - deranged: FOLLOWS only when its low end is above 0 and
-    at least MIN_VERDICT_CLIPS clips were scored (TOO_FEW below). An interval that includes 0 (or lies below it) is
-    NOT_DETECTED: absence of evidence at this clip count, never evidence that generation ignores the caption (see
-    `minimum_detectable_effect`)."""
+    """FOLLOWS when the 95% interval of true - deranged is above 0 over >= MIN_VERDICT_CLIPS clips (TOO_FEW below),
+    else NOT_DETECTED: absence of evidence at this clip count, never evidence of ignoring the caption."""
     if n_clips < MIN_VERDICT_CLIPS:
         return TOO_FEW
     return FOLLOWS if ci95[0] > 0 else NOT_DETECTED
 
 
 def minimum_detectable_effect(diffs: np.ndarray, z: float = MDE_Z) -> float:
-    """diffs [N] per-clip true - deranged -> the smallest mean effect this many clips would detect with 80% power at
-    alpha 0.05 (two-sided): z * sd / sqrt(N), the normal approximation with the observed per-clip spread."""
+    """diffs [N] per-clip true - deranged -> z * sd / sqrt(N): the smallest mean effect this many clips detect (MDE_METHOD)."""
     d = np.asarray(diffs, dtype=np.float64)
     if d.size < 2:
         return float("nan")
@@ -212,14 +161,8 @@ def minimum_detectable_effect(diffs: np.ndarray, z: float = MDE_Z) -> float:
 def fraction_of_ceiling(
     gen_diffs: np.ndarray, real_diffs: np.ndarray, n_bootstrap: int, seed: int, level: float = 0.95
 ) -> tuple[float, float, float]:
-    """How much of the probe's reach the generator shows: mean(gen true - deranged) / mean(real true - deranged).
-
-    gen_diffs [N] per generated clip, real_diffs [M] per real eval clip (the same scoring: own captions minus
-    deranged captions, so the denominator is ceiling - deranged-on-real-clips). Percentile bootstrap resampling
-    both sets independently (both are samples). NaN when the denominator's own interval is not above 0 (the probe
-    does not tell real clips' own captions from deranged ones: nothing to compare with; a ratio over a
-    denominator near 0 is unbounded, and dropping the resamples whose denominator is <= 0 would truncate its
-    interval into a falsely narrow one)."""
+    """mean(gen_diffs [N]) / mean(real_diffs [M]) (true - deranged per clip) with a percentile bootstrap resampling
+    both sets. NaN when the denominator's own interval is not above 0: a ratio over a denominator near 0 is unbounded."""
     g, r = np.asarray(gen_diffs, dtype=np.float64), np.asarray(real_diffs, dtype=np.float64)
     if g.size == 0 or r.size == 0 or r.mean() <= 0:
         return float("nan"), float("nan"), float("nan")
@@ -243,11 +186,9 @@ def _deranged_accuracy(
     rng: np.random.Generator,
     texts: list[str] | None = None,
 ) -> np.ndarray:
-    """pred [N, A], labels [N, A] -> [N] each clip's accuracy against other clips' labels, averaged over derangements
-    (the null: what the same predictions score against captions they were not made for).
-
-    texts [N] (None: all distinct): a draw of another clip with the clip's own caption text (generate.captions=file
-    cycles its lines) is left out; a clip left with no draw gets the mean over every clip whose text differs."""
+    """pred [N, A], labels [N, A] -> [N] each clip's accuracy against other clips' labels, averaged over derangements.
+    A draw of the clip's own caption text (texts, None: all distinct) is left out; a clip with no other-text draw gets
+    the mean over every clip whose text differs."""
     n = len(labels)
     t = np.asarray(texts if texts is not None else [str(i) for i in range(n)], dtype=object)  # [N]
     perms = [derangement(n, rng) for _ in range(derangements)]
@@ -279,11 +220,8 @@ def make_report(
     seed: int = 0,
     source_keys: list[str] | None = None,
 ) -> dict:
-    """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling and its null).
-
-    source_keys: the eval clips whose captions generated the set (the generated manifest's source_key). When they
-    are a subset of `real_eval` (generate.n below the eval clips), the ceiling is that subset's: a fraction of
-    the ceiling compares the generator with the real clips of the same captions."""
+    """Fit on `train`, score `generated` (true vs deranged captions) and `real_eval` (the ceiling and its null); the
+    ceiling is over the eval clips whose captions generated the set (`source_keys`) when there are >= 2."""
     subset = sorted(set(source_keys or []) & {c.key for c in real_eval})
     if len(subset) >= 2:
         real_eval = [c for c in real_eval if c.key in set(subset)]
@@ -367,30 +305,8 @@ def make_report(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m adapter_trainer.probe", description=__doc__.splitlines()[0])
-    ap.add_argument("--shards", required=True, type=Path, help="the training shard set (train + eval splits)")
-    ap.add_argument("--generated", required=True, type=Path, help="a set written by adapter_trainer.generate")
-    ap.add_argument("--out", required=True, type=Path, help="generation_report.json to write")
-    ap.add_argument("--train-split", default="train")
-    ap.add_argument("--eval-split", default="eval")
-    ap.add_argument("--derangements", type=int, default=8)
-    ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    try:
-        report = _probe(args)
-    except UserError as e:  # ShardFormatError: a set that breaks the contract or mixes codecs
-        print(f"adapter_trainer.probe: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    for line in summary_lines(report):
-        print(f"probe: {line}")
-    print(f"probe: wrote {args.out}")
-    return 0
-
-
-def _probe(args: argparse.Namespace) -> dict:
-    """Read both sets, score, write the report JSON; returns it."""
+def run_probe(args: argparse.Namespace) -> dict:
+    """Read both sets (the options of `python -m adapter_trainer.probe`), score, write the report JSON; returns it."""
     real, gen = read_manifest(args.shards), read_manifest(args.generated)
     if (real.n_codebooks, real.codebook_size) != (gen.n_codebooks, gen.codebook_size):
         raise ShardFormatError(
@@ -463,8 +379,7 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def _finite_or_none(x: object) -> object:
-    """NaN/inf -> None recursively (an accuracy over no defined attribute is NaN): the report is strict JSON.
-    The same rule as training.metric_logging.finite_or_none, which this room may not import."""
+    """NaN/inf -> None recursively: the report is strict JSON (training.metric_logging's rule; not importable here)."""
     if isinstance(x, float):
         return x if np.isfinite(x) else None
     if isinstance(x, dict):
@@ -472,7 +387,3 @@ def _finite_or_none(x: object) -> object:
     if isinstance(x, (list, tuple)):
         return [_finite_or_none(v) for v in x]
     return x
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,12 +1,6 @@
-"""Where `audio_metrics` reads its reference clips: a directory of audio files, or the original audio of a shard set.
-
-- `--reference DIR`: `<key>.wav|flac|ogg` (any case). `make listen` decodes the eval shards there: codec
-  reconstructions, which leave the codec's own error out of FAD and KL (`--reference-kind codec-reconstruction`,
-  the default). MusicCaps originals named by ytid are `--reference-kind original`.
-- `--reference-shards SHARDS --audio-root ROOT`: the original audio of an own-audio shard set (format version 3 or 4):
-  each sample's `source_file` (relative to ROOT, or absolute) read over its `[start_s, end_s)` window. The keys are
-  the sample keys, which generated clips name as their `source_key`. Only the samples' `<key>.json` members are
-  read (json.loads; nothing is unpickled).
+"""Where `audio_metrics` reads its reference clips: a directory of audio files (`--reference`), or the original audio
+of an own-audio shard set (`--reference-shards`: each sample's `source_file` over its `[start_s, end_s)` window, read
+from the samples' `<key>.json` members only).
 """
 
 from __future__ import annotations

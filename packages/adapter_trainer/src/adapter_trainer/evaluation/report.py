@@ -1,8 +1,5 @@
-"""The learning-check report (`EvalReport`): the model's CE vs the unigram baseline, the caption gain with its
-bootstrap interval, by position in the eval window (`FRAME_BINS`) and per shard set, from the runs' `TargetCE`s.
-
-Units: cross-entropies are in nats per code target; perplexity = exp(CE).
-"""
+"""The learning-check report (`EvalReport`): CE vs the unigram baseline, the caption gain with its bootstrap interval,
+by window position (`FRAME_BINS`) and per shard set. CE in nats per code target."""
 
 from __future__ import annotations
 
@@ -15,8 +12,8 @@ import numpy as np
 from adapter_trainer.evaluation.stats import bootstrap_mean_ci, bootstrap_ratio_ci, caption_gain_verdict, safe_div
 from adapter_trainer.evaluation.target_ce import TargetCE
 
-# The caption gain by position: frames [lo, hi) of the eval window (hi None = to the window's end). 10 frames =
-# 0.2 s at 50 frames/s: the window's first frames, where the caption is all the model has (no audio yet).
+# The caption gain by position: frames [lo, hi) of the eval window (hi None = its end); the first frames are where
+# the caption is all the model has.
 FRAME_BINS: tuple[tuple[str, int, int | None], ...] = (
     ("frames_0_10", 0, 10),
     ("frames_10_50", 10, 50),
@@ -27,15 +24,8 @@ FRAME_BINS: tuple[tuple[str, int, int | None], ...] = (
 def caption_gain_by_position(
     model_true: TargetCE, model_shuf: TargetCE, n_bootstrap: int, seed: int
 ) -> tuple[dict[str, dict[str, Any]], list[float]]:
-    """The caption gain per frame range of the eval window (FRAME_BINS) with bootstrap intervals over clips, and
-    the gain curve by frame.
-
-    Each range's gain is sum over clips of (CE deranged - CE true) over the range's codes / their count, so the
-    ranges weighted by their code counts add up to the code-weighted whole-window gain (equal to the headline
-    `caption_gain`, a mean of per-clip means, whenever every clip fills the window, as in the demo).
-    Returns:
-        ({key: {"gain", "ci95": [lo, hi], "n_codes"}}, [F] gain per frame (nan where no code was scored)).
-    """
+    """({FRAME_BINS key: {"gain", "ci95", "n_codes"}}, [F] gain per frame (nan: no code)): code-weighted, so the bins
+    weighted by n_codes add up to the code-weighted whole-window gain."""
     diff = model_shuf.sum_per_frame - model_true.sum_per_frame  # [N, F] summed CE difference per clip and frame
     counts = model_true.count_per_frame  # [N, F]
     F = diff.shape[1]
@@ -71,33 +61,24 @@ class EvalReport:
     caption_gain_verdict: str = "INSUFFICIENT"  # PASS | FAIL | INSUFFICIENT (< MIN_GAIN_CLIPS clips)
     held_out: bool = True  # False when data.allow_eval_overlap let eval clips that are also train clips through
     n_overlap_clips: int = 0  # eval clips whose keys are also train keys
-    # what training saw (None: not known, e.g. a report built outside a run); set by the recipe
+    # what training saw (None outside a run); set by the recipe
     n_train_clips: int | None = None  # clips of the train split
     n_train_captions: int | None = None  # distinct conditioning texts (data.text) among them
-    train_windows: int | None = None  # training windows (examples, all ranks) up to this report's step
+    train_sequences: int | None = None  # training sequences (examples, all ranks) up to this report's step
     train_end_targets: int | None = None  # those with an AUDIO_END target in their loss mask
-    train_counted_from_step: int = 0  # > 0: the counts start at this step (resumed from a checkpoint without them)
-    # FRAME_BINS key -> {"gain", "ci95": [lo, hi], "n_codes"}: the caption gain over those frames of the window
-    caption_gain_by_position: dict = field(default_factory=dict)
+    caption_gain_by_position: dict = field(default_factory=dict)  # caption_gain_by_position()[0]
     caption_gain_by_frame: list = field(default_factory=list)  # [F] gain per window frame (nan: no code scored)
-    # what the bins add back to (weighted by n_codes): the code-weighted gain over the window; caption_gain is a mean
-    # of per-clip means, equal to it only when every clip has the same code count
-    caption_gain_by_position_total: float = float("nan")
-    # the frozen music LM alone (MusicGen, no caption) on the same code targets (music_lm_baseline), NaN / empty when
-    # not scored (flatten pattern, trainer.eval_music_lm=false); gain = its CE minus the adapter's, > 0 = the adapter
-    # predicts better: per-clip means with a bootstrap interval, by window position, and with deranged captions
+    caption_gain_by_position_total: float = float("nan")  # code-weighted whole-window gain (what the bins add to)
+    # the frozen music LM alone on the same targets (NaN / empty when not scored); gain = its CE minus the adapter's
     music_lm_ce: float = float("nan")
     music_lm_ce_per_codebook: list = field(default_factory=list)
     gain_over_music_lm: float = float("nan")
     gain_over_music_lm_lo: float = float("nan")
     gain_over_music_lm_hi: float = float("nan")
-    gain_over_music_lm_shuffled: float = float("nan")  # music LM CE minus the adapter's with deranged captions,
-    # code-weighted over all targets (music_lm_ce - ce_shuffled), not a mean of per-clip means like gain_over_music_lm
+    gain_over_music_lm_shuffled: float = float("nan")  # music_lm_ce - ce_shuffled (code-weighted)
     gain_over_music_lm_by_position: dict = field(default_factory=dict)
-    # the teacher: MusicGen as it ships, reading each caption through its own text encoder (model/teacher.py), on the
-    # same code targets with true and with the adapter's deranged captions (averaged); NaN when not scored, and
-    # teacher_status says why. Its caption gain = its shuffled CE - its true CE (per-clip means, bootstrap interval);
-    # gain_over_teacher = its CE - the adapter's (> 0: the adapter predicts better than MusicGen with its own T5)
+    # the teacher (MusicGen with its own text encoder) with true and deranged captions; NaN when not scored
+    # (teacher_status says why); gain_over_teacher = its CE - the adapter's
     music_lm_text_ce: float = float("nan")
     music_lm_text_ce_shuffled: float = float("nan")
     teacher_caption_gain: float = float("nan")
@@ -108,9 +89,7 @@ class EvalReport:
     gain_over_teacher_hi: float = float("nan")
     teacher_status: str = ""
     extra: dict = field(default_factory=dict)
-    # per entry of data.shards (its path as written): ce, n_clips, n_code_targets, unigram_ce, rel_to_unigram_pct,
-    # ce_shuffled, caption_gain; from the same per-clip sums as the overall figures (`per_set_figures`)
-    per_shard_set: dict = field(default_factory=dict)
+    per_shard_set: dict = field(default_factory=dict)  # per entry of data.shards: `per_set_figures`
 
     def scalars(self, prefix: str = "eval/") -> dict[str, float]:
         """Flat dict for MetricLogger.log_dict."""
@@ -166,10 +145,8 @@ def make_report(
     music_lm: TargetCE | None = None,
     teacher: tuple[TargetCE, TargetCE] | None = None,
 ) -> EvalReport:
-    """Combine per-target sums into the report. Raises if the runs did not score the same targets.
-
-    music_lm: the frozen music LM alone on the same targets (music_lm_baseline), or None (not scored).
-    teacher: (true captions, deranged captions) of MusicGen with its own text encoder, or None (not scored)."""
+    """Combine per-target sums into the report; raises if the runs did not score the same targets. music_lm, teacher
+    (true, deranged): the baselines on the same targets, or None (not scored)."""
     others = [("shuffled-caption", model_shuf), ("unigram", unigram)]
     others += [("music LM", music_lm)] if music_lm is not None else []
     others += [("teacher", teacher[0]), ("shuffled teacher", teacher[1])] if teacher is not None else []
@@ -286,6 +263,6 @@ def _set_figures(true: TargetCE, shuf: TargetCE, uni: TargetCE, rows: slice) -> 
 def per_set_figures(
     true: TargetCE, shuf: TargetCE, uni: TargetCE, spans: list[tuple[str, int, int]]
 ) -> dict[str, dict[str, Any]]:
-    """{set name: figures} over the clip rows [start, stop) of each set (`spans`: (name, start, stop) in clip
-    order). A set with no eval clips (e.g. cut off by data.eval_max_clips) reports n_clips 0 and NaN figures."""
+    """{set name: figures} over the clip rows [start, stop) of each set (`spans`); a set without eval clips reports
+    n_clips 0 and NaN figures."""
     return {name: _set_figures(true, shuf, uni, slice(start, stop)) for name, start, stop in spans}

@@ -1,8 +1,5 @@
-"""Learning-check statistics: the add-one unigram baseline, caption derangements, percentile-bootstrap intervals and
-the caption-gain verdict. Plain numpy on per-clip values; no model, no tensors.
-
-Units: cross-entropies are in nats per code target.
-"""
+"""Learning-check statistics on per-clip values (numpy): the add-one unigram baseline, caption derangements,
+percentile-bootstrap intervals and the caption-gain verdict."""
 
 from __future__ import annotations
 
@@ -14,21 +11,14 @@ MIN_GAIN_CLIPS = 30  # fewer eval clips: the caption-gain bootstrap interval is 
 
 
 def caption_gain_verdict(n_clips: int, lo: float) -> str:
-    """PASS when the bootstrap interval's lower end is above 0 over >= MIN_GAIN_CLIPS clips; FAIL when it is not;
-    INSUFFICIENT with fewer clips (a percentile bootstrap over a handful of clips is too narrow to trust)."""
+    """PASS when the interval's lower end is above 0 over >= MIN_GAIN_CLIPS clips, else FAIL; INSUFFICIENT below."""
     if n_clips < MIN_GAIN_CLIPS:
         return "INSUFFICIENT"
     return "PASS" if lo > 0.0 else "FAIL"
 
 
 def unigram_log_probs(codes: Iterable[np.ndarray], n_codebooks: int, codebook_size: int) -> np.ndarray:
-    """Per-codebook unigram log-probabilities with add-one smoothing, from train-split codes.
-
-    Args:
-        codes: arrays [T, K] of raw codes (the train split).
-    Returns:
-        [K, C] float64 natural-log probabilities; each row sums to 1 in probability space.
-    """
+    """Codes [T, K] of the train split -> [K, C] float64 per-codebook add-one unigram log-probabilities."""
     counts = np.ones((n_codebooks, codebook_size), dtype=np.float64)  # add-one: no code gets probability 0
     for c in codes:  # c: [T, K]
         for k in range(n_codebooks):
@@ -64,12 +54,7 @@ def bootstrap_mean_ci(
 def bootstrap_ratio_ci(
     num: np.ndarray, den: np.ndarray, n_resamples: int, seed: int, level: float = 0.95
 ) -> tuple[float, float, float]:
-    """sum(num) / sum(den) and a percentile-bootstrap interval resampling the items (clips) with replacement.
-
-    The caption gain of a frame range: num = per-clip summed CE difference over the range's codes, den = their count,
-    so the point is the code-weighted mean gain (= the mean of per-clip means when every clip has the same count).
-    nan (and a nan interval) when den sums to 0: no code of the range was scored.
-    """
+    """sum(num) / sum(den) and a percentile-bootstrap interval over the items; nan when den sums to 0."""
     n, d = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     if n.size == 0:
         raise ValueError("bootstrap over an empty set of values")

@@ -1,9 +1,5 @@
-"""Summed CE over the scored code targets (`TargetCE`): per codebook, per clip and per frame of the eval window,
-accumulated over eval batches, gathered across ranks in clip order, averaged over caption derangements; and the
-unigram baseline's CE on exactly the same targets.
-
-Units: cross-entropies are in nats per code target.
-"""
+"""Summed CE over the scored code targets (`TargetCE`) per codebook, clip and window frame: accumulated over batches,
+gathered across ranks in clip order, averaged over derangements; and the unigram CE on the same targets (nats)."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ from adapter_trainer.data.token_layout import AudioVocab
 
 @dataclass
 class TargetCE:
-    """Summed CE over code targets, split per codebook and per example (same fields as LossOutput's), and
-    optionally per example and audio frame of the eval window (token_layout.target_frames: frame t = its K codes)."""
+    """Summed CE over code targets per codebook and per example (as LossOutput's), optionally per window frame."""
 
     sum_per_codebook: np.ndarray  # [K] float64
     count_per_codebook: np.ndarray  # [K] int64
@@ -31,15 +26,8 @@ class TargetCE:
 
 
 def per_frame_sums(ce_per_target: torch.Tensor, frames: torch.Tensor, n_frames: int) -> tuple[np.ndarray, np.ndarray]:
-    """CE summed per example and window frame.
-
-    Args:
-        ce_per_target: [B, S, J] CE of each label cell (LossOutput.ce_per_target).
-        frames: [B, S, J] the frame of each cell's code target, -1 where none (token_layout.target_frames).
-        n_frames: F, frames of the eval window; targets of frames >= F are refused (the window is fixed).
-    Returns:
-        sums [B, F] float64, counts [B, F] int64.
-    """
+    """ce_per_target [B, S, J], frames [B, S, J] (-1: no code target; token_layout.target_frames) -> CE sums [B, F]
+    float64 and counts [B, F] int64 per example and window frame (F = n_frames)."""
     ce = ce_per_target.detach().cpu().double().numpy()  # [B, S, J]; cast after the copy: MPS has no float64
     fr = frames.detach().cpu().numpy()  # [B, S, J]
     B = fr.shape[0]
@@ -71,8 +59,7 @@ class CEAccumulator:
         n_b: torch.Tensor | np.ndarray,
         frame_sums: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """sum_k/n_k: [K]; sum_b/n_b: [B] (tensors on any device, or arrays); frame_sums: ([B, F], [B, F]) from
-        `per_frame_sums`, given for every batch or for none."""
+        """sum_k/n_k [K], sum_b/n_b [B] (tensors or arrays); frame_sums from `per_frame_sums`, every batch or none."""
         self.sum_k += _np(sum_k, np.float64)
         self.n_k += _np(n_k, np.int64)
         self.sum_b.append(_np(sum_b, np.float64))
@@ -82,8 +69,7 @@ class CEAccumulator:
             self.n_bf.append(np.asarray(frame_sums[1], np.int64))
 
     def result(self, n_frames: int = 0) -> TargetCE:
-        """The sums so far (a rank with no eval clips has empty per-example arrays; per-frame arrays [B, n_frames]
-        when frame sums were added, or when none were and n_frames > 0)."""
+        """The sums so far (per-frame arrays [B, n_frames] when frame sums were added or n_frames > 0)."""
         sum_b = np.concatenate(self.sum_b) if self.sum_b else np.zeros(0, np.float64)
         n_b = np.concatenate(self.n_b) if self.n_b else np.zeros(0, np.int64)
         if self.sum_bf:
@@ -98,15 +84,8 @@ class CEAccumulator:
 def gather_target_ce(
     part: TargetCE, clip_ids: np.ndarray, n_clips: int, all_gather: Callable[[Any], list[Any]]
 ) -> TargetCE:
-    """Every rank's TargetCE over its eval clips -> the whole eval set's, per-example parts in clip order.
-
-    Args:
-        part: this rank's sums; part.sum_per_example[j] belongs to clip clip_ids[j].
-        clip_ids: [b] this rank's clip ids.
-        n_clips: size of the eval set; every clip must be scored by exactly one rank.
-        all_gather: RankInfo.all_gather_object (returns [obj] for one process).
-    The result equals one process's up to float summation order, so the bootstrap over clips is the same.
-    """
+    """Every rank's TargetCE over its clips (part.sum_per_example[j]: clip clip_ids[j]) -> the eval set's, per-example
+    parts in clip order; every clip of 0..n_clips-1 scored by exactly one rank. all_gather: RankInfo's."""
     parts = all_gather((np.asarray(clip_ids, dtype=np.int64), part))
     ids = np.concatenate([p[0] for p in parts])  # [N]
     if not np.array_equal(np.sort(ids), np.arange(n_clips)):
@@ -139,14 +118,8 @@ def _np(x: torch.Tensor | np.ndarray, dtype: type) -> np.ndarray:
 
 
 def unigram_ce(labels: torch.Tensor, vocab: AudioVocab, log_probs: np.ndarray) -> TargetCE:
-    """Unigram CE on EXACTLY the code targets the model is scored on.
-
-    Args:
-        labels: [B, S, J] combined-vocab target ids (IGNORE_INDEX where not scored), as in `Batch.labels`.
-        log_probs: [K, C] from `unigram_log_probs`.
-    Code targets are labels in [V, V + K*C); AUDIO_END targets are not codes and are left out, as in the model's
-    per-codebook CE.
-    """
+    """Unigram CE (log_probs [K, C]) on exactly the code targets of labels [B, S, J] (`Batch.labels`); AUDIO_END
+    targets are not codes and are left out, as in the model's per-codebook CE."""
     K, C = vocab.n_codebooks, vocab.codebook_size
     lab = labels.detach().cpu().long()  # [B, S, J]
     B = lab.shape[0]

@@ -1,40 +1,23 @@
 """Sample audio codes from a trained adapter: `python -m adapter_trainer.generate +experiment=demo [generate.*=...]`.
 
-    python -m adapter_trainer.generate +experiment=demo generate.checkpoint=latest generate.captions=eval \
-        generate.n=0 generate.seconds=5          # n=0: every eval caption once
-
-Same config tree and experiments as training (conf/adapter_trainer/generate.yaml = config.yaml + `generate`).
-Loads the frozen models and the checkpoint's adapter weights (refusing a checkpoint whose fingerprint differs
-from this config), samples codes for the captions (eval split / a text file / given strings) with the KV cache
-(`MoTAdapterModel.forward_step`), and writes them as a shard set (docs/shard-format.md) in `generate.out_dir`
-(default `<trainer.output_dir>/generated`), with generation_stats.json and captions.jsonl (key, caption,
-source_key per clip, for `adapter_trainer.audio_metrics`) beside it. Decode it to audio in ANOTHER process:
-`python -m tokenizer_pipeline.decode <generated set> out_dir=...` (this process never builds a codec).
-
-From an exported adapter folder alone (`python -m adapter_trainer.export`; no experiment, run dir or shards):
-`python -m adapter_trainer.generate generate.adapter=DIR generate.captions=texts 'generate.texts=["calm solo piano"]'`
-(`generation/model_source.py`).
+From a run's checkpoint (its fingerprint must match this config) or an exported adapter folder (`generate.adapter`),
+writes a shard set in `generate.out_dir` with generation_stats.json and captions.jsonl.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from adapter_trainer.conf_dir import find_conf_dir
 from adapter_trainer.config import ConfigError, shard_paths
 from adapter_trainer.data.sample_keys import MAX_KEY_LEN
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
 from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
 from adapter_trainer.generation.model_source import GenerationSource, adapter_generate_config, adapter_source
-from adapter_trainer.overrides import check_overrides
 from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 
 
@@ -66,8 +49,7 @@ def _caption_rows(cfg: GenerateRunConfig, eval_clips: list) -> list[dict[str, An
 
 
 def generated_key(index: int, source_key: str) -> str:
-    """Row `index`'s sample key: gen-NNNN, then -<source clip's key> cut to the key rule's length (the full source
-    key is in the sample's JSON). The row number alone keeps keys unique; a source key may itself be 90 long."""
+    """Row `index`'s sample key: gen-NNNN-<source key>, cut to the key rule's length (gen-NNNN keeps it unique)."""
     key = f"gen-{index:04d}"
     return (f"{key}-{source_key}" if source_key else key)[:MAX_KEY_LEN]
 
@@ -99,9 +81,10 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
     g = cfg.generate
     ckpt_dir = find_checkpoint(g.checkpoint, cfg.trainer.output_dir)
     check_uncond_trained(g, ckpt_dir)
-    dec_cfg = load_audio_lm_config(cfg)
+    dec_cfg = load_audio_lm_config(cfg.model.audio_lm)
     c = cfg.data.cache
-    paths = pin_all(shard_paths(cfg), tries=c.retries)  # a Hub revision: its commit; sets at URLs via data.cache
+    # a Hub revision: its commit; sets at URLs via data.cache
+    paths = pin_all(shard_paths(cfg.data.shards), tries=c.retries)
     shard_sets = open_shard_sets(
         paths,
         model_n_codebooks=dec_cfg.num_codebooks,
@@ -110,11 +93,9 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
         cache=cache_for(paths, cache_dir=c.dir, max_bytes=c.max_bytes, policy=c.policy, tries=c.retries),
         tries=c.retries,
     )
-    # The training precision: trainable tensors fp32 (as trained), frozen towers in model.dtype, and the forward
-    # under trainer.precision's autocast (below), exactly as the training step runs it.
-    built = build_mot_model(cfg, device, fp32_trainable=True)
+    # the training precision: trainable tensors fp32, frozen towers in model.dtype, trainer.precision's autocast
+    built = build_mot_model(cfg.model, cfg.data.pattern, device, fp32_trainable=True)
     model, tokenizer, vocab = built.model.eval(), built.tokenizer, built.vocab
-    # The training run's fingerprint (one definition of "same run"), computed on this config and model.
     fingerprint = run_fingerprint(cfg, vocab, model, shard_sets)
     ckpt = load_checkpoint(ckpt_dir)
     try:
@@ -276,37 +257,3 @@ def to_generate_config(cfg: DictConfig, given: set[str] | None = None) -> Genera
     assert isinstance(typed, GenerateRunConfig), type(typed)
     validate_generate(typed.generate)
     return typed
-
-
-@hydra.main(config_path=str(find_conf_dir()), config_name="generate", version_base="1.3")
-def _hydra_main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
-    given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
-    try:
-        run_generate(to_generate_config(cfg, given))
-    except UserError as e:  # ConfigError, ShardFormatError, ResumeError: the message names the fix
-        print(f"adapter_trainer.generate: error: {e}", file=sys.stderr)
-        sys.exit(USER_ERROR_EXIT)
-
-
-def main() -> None:
-    """`python -m adapter_trainer.generate [overrides]`: the overrides checked (an unknown key is refused in one
-    line, adapter_trainer.overrides), then Hydra composes generate.yaml."""
-    try:
-        sys.argv[1:] = check_overrides(
-            sys.argv[1:],
-            schema=GenerateRunConfig,
-            conf_dir=find_conf_dir(),
-            primary="generate",
-            keys_hint="python -m adapter_trainer.generate +experiment=demo --cfg job, docs/configuration.md",
-            list_keys=("data.shards",),
-        )
-    except UserError as e:
-        print(f"adapter_trainer.generate: error: {e}", file=sys.stderr)
-        sys.exit(USER_ERROR_EXIT)
-    _hydra_main()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,19 +1,18 @@
 """Write generated codes as a shard set in the contract format (docs/shard-format.md), from the trainer side.
 
-adapter_trainer never depends on the pipeline package, so this module writes the same layout itself: WebDataset tars
-(`webdataset.TarWriter`, fixed integer member mtime, so reruns are byte-identical and no member needs a PAX header)
-with `<key>.codes.npy` (int16 [T, K]) and `<key>.json` (every SampleRecord field), `failures.jsonl` (empty), and
-`manifest.json` last. Keys follow the contract's rule (`data.sample_keys`). The codec identity is copied verbatim
-from the training shards' manifest (so `python -m tokenizer_pipeline.decode` finds the codec whose weights hash
-and config match; only the location hint `path_from_set` is re-based to the new set), and an extra `generated` section says where the codes came from.
+The codec identity is copied verbatim from the source manifest (only `path_from_set` is re-based), so
+`python -m tokenizer_pipeline.decode` finds the codec that made the training codes; a `generated` section says where
+the codes came from. Member mtimes are a fixed integer: reruns are byte-identical and no member needs a PAX header.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import shutil
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import numpy as np
 import webdataset as wds
 
 from adapter_trainer.data.sample_keys import KEY_RULE, key_problem
-from adapter_trainer.data.shards import FORMAT_NAME, ShardFormatError, sha256_file
+from adapter_trainer.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardFormatError, sha256_file
 
 SPLIT = "generated"  # the one split of a generated set
 MAX_PER_SHARD = 256  # like the pipeline's shard.max_samples
@@ -69,10 +68,52 @@ def _sample_json(clip: GeneratedClip, frame_rate: float) -> bytes:
     return json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
+def _digest(text: str) -> int:
+    """docs/shard-format.md#the-split-index: the first 8 bytes of BLAKE2b of the UTF-8 text, little-endian."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _write_index(out: Path, entries: list[dict[str, Any]], clips: list[GeneratedClip], K: int, C: int) -> dict:
+    """`<out>/generated/index.safetensors` from the written tars (docs/shard-format.md#the-split-index); returns the
+    manifest's `index` entry."""
+    from safetensors.numpy import save
+
+    members: dict[str, tuple[int, int]] = {}  # member name -> (payload offset, size)
+    for e in entries:
+        with tarfile.open(out / e["path"], "r:") as tar:
+            members |= {m.name: (m.offset_data, m.size) for m in tar}
+    keys = [c.key.encode("ascii") for c in clips]
+    width = max(map(len, keys), default=1)
+    counts = np.zeros((K, C), np.int64)
+    for c in clips:
+        for k in range(K):
+            counts[k] += np.bincount(c.codes[:, k].astype(np.int64), minlength=C)
+    at = [(members[f"{c.key}.codes.npy"], members[f"{c.key}.json"]) for c in clips]
+    tensors = {
+        "key": np.array([list(k.ljust(width, b"\0")) for k in keys], np.uint8).reshape(len(keys), width),
+        "codes_offset": np.array([a[0][0] for a in at], np.int64),
+        "codes_size": np.array([a[0][1] for a in at], np.int64),
+        "json_offset": np.array([a[1][0] for a in at], np.int64),
+        "json_size": np.array([a[1][1] for a in at], np.int64),
+        "weight": np.ones(len(clips), np.float64),  # generated samples carry no `weight`
+        "caption_digest": np.array([_digest(c.caption) for c in clips], np.uint64),
+        "aspects_digest": np.array([_digest(", ".join(c.aspects)) for c in clips], np.uint64),
+        "code_counts": counts,  # [K, C]
+    }
+    data = save(tensors, metadata={"format": "musiccaps-encodec-shards-index/1"})
+    rel = f"{SPLIT}/index.safetensors"
+    (out / rel).write_bytes(data)
+    return {
+        "path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "n_samples": len(clips),
+        "n_distinct_captions": len(set(tensors["caption_digest"].tolist())),
+        "n_distinct_aspects": len(set(tensors["aspects_digest"].tolist())),
+        "weight_min": 1.0, "weight_max": 1.0, "weight_sum": float(len(clips)),
+    }  # fmt: skip
+
+
 def _relocated_codec(codec: dict[str, Any], generated: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The source manifest's codec section, verbatim except `path_from_set` (format version 2), which locates the
-    codec directory relative to a set: re-based from the first source set (or the adapter folder the codes came from,
-    whose adapter_config.json records it relative to itself) to `out`, or dropped when unknown."""
+    """The source manifest's codec section, `path_from_set` re-based from the first source set (or adapter folder)
+    to `out`, or dropped when unknown."""
     if not codec.get("path_from_set"):
         return codec
     sources = generated.get("source_shards") or ([generated["adapter"]] if generated.get("adapter") else [])
@@ -91,13 +132,9 @@ def write_generated_set(
     config: dict[str, Any],
     overwrite: bool = False,
 ) -> Path:
-    """Write `clips` as `<out_dir>/generated/shard-NNNNNN.tar` + failures.jsonl + manifest.json. Returns out_dir.
-
-    Raises:
-        ShardFormatError: out_dir already holds files (and overwrite is False), a key breaks the contract's key
-            rule (data.sample_keys), or a clip's codes do not fit the source codec (K, C). Checked before anything
-            is written or deleted.
-    """
+    """Write `clips` as `<out_dir>/generated/shard-NNNNNN.tar` + failures.jsonl + manifest.json; returns out_dir.
+    A non-empty out_dir (without overwrite), a bad key or codes that do not fit the codec are refused before anything
+    is written or deleted."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ShardFormatError(
@@ -145,13 +182,21 @@ def write_generated_set(
     seconds = n_frames / frame_rate
     manifest = {
         "format": FORMAT_NAME,
-        "format_version": source_manifest["format_version"],
+        "format_version": FORMAT_VERSION,
         "created_by": {"package": "adapter_trainer", "version": PACKAGE_VERSION},
         "codec": codec,  # verbatim: the decoder must be the codec that made the training codes
         "codes": source_manifest.get(
             "codes", {"member": "codes.npy", "dtype": "int16", "layout": "[T, K] frame-major"}
         ),
-        "splits": {SPLIT: {"shards": entries, "n_samples": len(clips), "audio_seconds": seconds, "n_frames": n_frames}},
+        "splits": {
+            SPLIT: {
+                "shards": entries,
+                "n_samples": len(clips),
+                "audio_seconds": seconds,
+                "n_frames": n_frames,
+                "index": _write_index(out, entries, clips, K, C),
+            }
+        },
         "totals": {
             "rows": len(clips),
             "encoded": len(clips),

@@ -1,9 +1,5 @@
-"""Where generation's model and codec come from: a run's checkpoint (`generate.run_source`) or an exported adapter folder
-(`adapter_source`, `generate.adapter=DIR`), handed to the sampling loop as one `GenerationSource`.
-
-With `generate.adapter` no experiment, run directory or shard set is needed: `adapter_generate_config` builds the
-run config from the folder's adapter_config.json (`model.adapter_io`) and, on the command line, takes each sampling
-key not given there from its generation_config.json.
+"""Where generation's model comes from: a run's checkpoint (`generate.run_source`) or an exported adapter folder
+(`adapter_source`, `generate.adapter=DIR`, configured from the folder alone by `adapter_generate_config`).
 """
 
 from __future__ import annotations
@@ -31,18 +27,14 @@ class GenerationSource:
     bos_id: int
     pad_id: int
     frame_rate: float  # code frames per second of the codec
-    source_manifest: dict[str, Any]  # format_version, codec, codes: what write_generated_set copies
+    source_manifest: dict[str, Any]  # codec, codes: what write_generated_set copies
     provenance: dict[str, Any]  # the generated manifest's checkpoint / source fields
     eval_clips: list = field(default_factory=list)  # captions=eval: the first n eval clips (run source only)
 
 
 def adapter_generate_config(cfg: DictConfig, given: set[str] | None = None) -> GenerateRunConfig:
-    """Composed `generate` config with generate.adapter=DIR -> GenerateRunConfig built from the folder.
-
-    given: the dotted keys the command line set (None: every key counts as given, as for Python callers); sampling
-    keys not given take generation_config.json's values; +experiment, data.*, model.*, optimizer.* and trainer.*
-    overrides but trainer.device are refused.
-    """
+    """Composed `generate` config with generate.adapter=DIR -> GenerateRunConfig built from the folder. Sampling keys
+    not in `given` (the command line's keys; None: all given) take generation_config.json's values."""
     from adapter_trainer.model.adapter_io import SAMPLING_KEYS, AdapterError, adapter_train_config, read_adapter_config
 
     g = OmegaConf.to_object(cfg.generate)
@@ -101,7 +93,7 @@ def adapter_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
         bos_id=loaded.bos_id,
         pad_id=loaded.pad_id,
         frame_rate=float(acfg["codec"]["frame_rate"]),
-        source_manifest={"format_version": shards["format_version"], "codec": acfg["codec"], "codes": shards["codes"]},
+        source_manifest={"codec": acfg["codec"], "codes": shards["codes"]},
         provenance={
             "adapter": str(folder),  # the codec's path_from_set is relative to it (generated_shards)
             "checkpoint": acfg["training"]["checkpoint"],

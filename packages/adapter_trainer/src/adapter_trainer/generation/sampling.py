@@ -1,28 +1,13 @@
 """Sampling audio codes from a MoT adapter: KV-cached decoding, classifier-free guidance, top-k / top-p.
 
-One `generate_codes` call samples a batch of clips, one audio position per step:
-
     prefill   [BOS, caption..., AUDIO_START]   (left-padded; with CFG also [BOS, AUDIO_START] rows = empty caption)
     step s    logits of the last position -> CFG -> per-head masks -> temperature -> top-k -> top-p -> sample
               -> feed the sampled position (J slots) back through `model.forward_step` with the KV cache
 
-Every step stays on the model's device and is vectorised over rows (no Python loop over rows, no host copy of the
-logits, no host sync: the model's `decode_step` reads nothing either); the host reads the rows' state every
-`stop_check_every` steps and once at the end of the batch.
-
-CFG as MusicGen does it (audiocraft `LMModel._sample_next_token`): the batch holds the conditioned rows and
-the same rows with an empty caption, both continue with the SAME sampled tokens, and the raw logits are
-mixed as `uncond + cfg_scale * (cond - uncond)` (cfg_scale = 1 switches the unconditioned rows off).
-
-Layouts and AUDIO_END as training lays them out (token_layout's module docstring): delay -> step s carries slot
-k = code of frame s - k (AUDIO_PAD where s - k is outside [0, T)); head 0 sampling AUDIO_END at step T means "T
-frames": END is fed back in slot 0 of step T, and the row finishes its last K - 1 steps with pads forced into the
-slots that are done. flatten -> step s carries code (s % K) of frame s // K; END only at a frame boundary.
-`max_frames` stops a row without END (a crop that does not reach the clip's end).
-
-Reproducible: row b's random numbers are uniforms drawn once per batch by its own `torch.Generator` seeded by
-`row_seeds[b]` (inverse-CDF sampling reads them), so a clip's sample does not depend on which other clips share its
-batch (up to float differences in batched logits).
+CFG as audiocraft's `LMModel._sample_next_token`: both branches continue with the same sampled tokens, logits mixed
+as `uncond + cfg_scale * (cond - uncond)`. AUDIO_END and the layouts as training lays them out (token_layout). Each
+step stays on the device (the host reads the rows' state every `stop_check_every` steps); row b's uniforms come from
+its own generator seeded by `row_seeds[b]`, so a clip's sample does not depend on its batch.
 """
 
 from __future__ import annotations
@@ -66,9 +51,7 @@ class GenerationResult:
     steps: int  # decoding steps run (audio positions per row, the longest row)
     seconds: float  # wall time of prefill + decoding
     positions_per_s: float  # rows * steps / seconds (conditioned rows only; CFG doubles the compute)
-    # per row: steps (while its length was open) whose draw landed on a non-finite logit and took the best allowed id
-    # instead (`draw`; NaN logits or a non-monotone cdf). 0 in a healthy run.
-    invalid_draws: list[int] = field(default_factory=list)
+    invalid_draws: list[int] = field(default_factory=list)  # per row: draws `draw` replaced (0 in a healthy run)
 
 
 def apply_cfg(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
@@ -77,12 +60,8 @@ def apply_cfg(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.T
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """logits [..., V] -> same shape with everything outside the top-k / top-p nucleus set to -inf.
-
-    Same rules as transformers' TopKLogitsWarper then TopPLogitsWarper: top-k keeps every token tied with the k-th
-    value; top-p keeps the smallest prefix of the sorted tokens whose mass reaches top_p (at least one token; tokens
-    tied at the nucleus' edge may fall on either side, as with any sort). Temperature is applied before (`warp`).
-    """
+    """logits [..., V] -> same shape, -inf outside the top-k / top-p nucleus (transformers' TopK then TopP warpers:
+    top-k keeps ties with the k-th value; top-p the smallest sorted prefix whose mass reaches top_p)."""
     out = logits.clone()
     V = out.shape[-1]
     if 0 < top_k < V:
@@ -99,10 +78,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
-    """logits [..., V] -> temperature, then top-k, then top-p (transformers' and audiocraft's order), as float32.
-
-    The temperature comes first so the nucleus is measured on the distribution that is sampled.
-    """
+    """logits [..., V] -> temperature, then top-k, then top-p (transformers' and audiocraft's order), as float32."""
     logits = logits.float()
     if cfg.temperature > 0:
         logits = logits / cfg.temperature
@@ -110,10 +86,7 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 
 
 def row_uniforms(generators: list[torch.Generator], n_steps: int, n_heads: int) -> torch.Tensor:
-    """uniforms [B, n_steps, n_heads] in [0, 1): row b's from generators[b] only (per-clip determinism).
-
-    Drawn once per batch on the CPU (one call per row, not per step) and moved to the device in one transfer.
-    """
+    """uniforms [B, n_steps, n_heads] in [0, 1): row b's from generators[b] only, drawn once per batch on the CPU."""
     return torch.stack([torch.rand(n_steps, n_heads, generator=g) for g in generators])  # [B, n_steps, H]
 
 
@@ -125,10 +98,8 @@ def _cdf(probs: torch.Tensor) -> torch.Tensor:
 def draw(logits: torch.Tensor, cfg: SamplingConfig, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample_rows`, plus invalid [B, H] bool: the draw landed on an id whose warped logit is not finite.
 
-    Such a draw is replaced by the head's best allowed id (its largest finite logit; NaN counts below every finite
-    value and above -inf), so a sample is never an id the step forbids. It happens when the cdf is not exactly
-    monotone (CUDA's parallel cumsum rounds each running sum in its own order: the sums over a zero-probability tail
-    may come out above the last allowed id's) or when the logits are NaN; the caller counts it, on the device.
+    Such a draw takes the head's best allowed id instead, so a sample is never an id the step forbids. It happens
+    with NaN logits, or when CUDA's parallel cumsum makes the cdf over a zero-probability tail not exactly monotone.
     """
     logits = warp(logits, cfg)  # [B, H, V] float32
     if cfg.temperature <= 0:
@@ -144,12 +115,8 @@ def draw(logits: torch.Tensor, cfg: SamplingConfig, uniforms: torch.Tensor) -> t
 
 
 def sample_rows(logits: torch.Tensor, cfg: SamplingConfig, uniforms: torch.Tensor) -> torch.Tensor:
-    """logits [B, H, V] (disallowed entries already -inf), uniforms [B, H] -> sampled indices [B, H], on the device.
-
-    Inverse-CDF sampling: the first index whose cumulative probability exceeds u * total. Each row reads only its
-    own uniforms and its own logits, so a row's draw does not depend on the other rows of the batch. Never an id
-    whose warped logit is -inf or NaN (`draw`).
-    """
+    """logits [B, H, V] (disallowed entries -inf), uniforms [B, H] -> indices [B, H]: inverse-CDF sampling, the first
+    index whose cumulative probability exceeds u * total; never an id whose warped logit is -inf or NaN (`draw`)."""
     return draw(logits, cfg, uniforms)[0]
 
 
@@ -181,15 +148,10 @@ def generate_codes(
     new_cache: Callable[[int], object] | None = None,
     stop_check_every: int = 16,
 ) -> GenerationResult:
-    """Sample codes for every caption; stops per row at AUDIO_END or `max_frames` frames.
+    """Sample codes [T_b, K] int16 (1 <= T_b <= max_frames) for every caption; a row stops at AUDIO_END or max_frames.
 
-    Everything per step stays on `device` and is vectorised over rows; the host reads the state only every
-    `stop_check_every` steps (have all rows finished?) and once at the end. `new_cache(max_len)` makes the empty
-    KV cache the prefill starts from (e.g. `MoTKVCache.allocate`: room for the whole batch, written in place);
-    None lets forward_step make its own.
-
-    Returns:
-        GenerationResult with codes [T_b, K] int16 per row (1 <= T_b <= max_frames).
+    `new_cache(max_len)` makes the empty KV cache the prefill starts from (e.g. `MoTKVCache.allocate`); None lets
+    forward_step make its own.
     """
     if not captions:
         raise ValueError("generate_codes got no captions")

@@ -1,16 +1,6 @@
-"""The shareable adapter folder (`python -m adapter_trainer.export`) and `load_adapter`, which rebuilds the model
-from it alone: no experiment config, no run directory, no shard set.
-
-    adapter.safetensors     trainable weights only (`MoTAdapterModel.trainable_state_dict`), fp32
-    adapter_config.json     everything needed to rebuild the model (`ADAPTER_FORMAT`, version 1): the base towers
-                            (id or path, weights sha256, sizes), the MoT variant, the token layout and pattern, the
-                            codec identity copied from the training shards' manifest, caption handling, precision
-    generation_config.json  sampling defaults (cfg_scale, top_k, top_p, temperature, seconds)
-    README.md               the Hugging Face model card
-
-A tower's "weights sha256" is the pipeline's codec identity rule applied to the tower: sha256 over the bytes of its
-top-level weight files, sorted by name, back to back (`*.safetensors`, else `*.bin`/`*.pt`/`*.pth`, what
-`from_pretrained` reads). A hub id is looked up in the local Hugging Face cache only (no download).
+"""The shareable adapter folder (`python -m adapter_trainer.export`; its files: docs/configuration.md) and
+`load_adapter`, which rebuilds the model from it alone. A tower's weights sha256 is over its top-level weight
+files, sorted by name, back to back; a hub id is looked up in the local Hugging Face cache only.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 
-from adapter_trainer.config import DataConfig, ModelConfig, MoTSchema, TrainConfig, TrainerConfig
+from adapter_trainer.config import DataConfig, ModelConfig, MoTConfig, TrainConfig, TrainerConfig
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.errors import UserError
 from adapter_trainer.model.builders import build_mot_model, load_musicgen_decoder_config, source_kwargs
@@ -60,11 +50,6 @@ class LoadedAdapter:
     adapter_config: dict[str, Any]
     generation_config: dict[str, Any] = field(default_factory=dict)
     path: Path = Path(".")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Base-tower identity
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def local_model_dir(name_or_path: str | os.PathLike) -> Path:
@@ -104,11 +89,6 @@ def weights_sha256(name_or_path: str | os.PathLike) -> dict[str, Any]:
     return {"weights_sha256": h.hexdigest(), "weight_files": [p.name for p in files]}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Reading the folder
-# ---------------------------------------------------------------------------------------------------------------
-
-
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object from `path`, or AdapterError naming the file."""
     if not path.is_file():
@@ -142,11 +122,8 @@ def read_adapter_config(folder: str | Path) -> dict[str, Any]:
 def adapter_train_config(
     acfg: dict[str, Any], *, llm: str | None = None, audio_lm: str | None = None, device: str = "auto"
 ) -> TrainConfig:
-    """The TrainConfig sections that build the model and encode captions, from adapter_config.json.
-
-    llm / audio_lm: local directories that replace the recorded base ids or paths (None = the recorded ones).
-    data.shards stays empty: nothing here reads shards.
-    """
+    """The TrainConfig sections that build the model and encode captions (llm / audio_lm replace the recorded
+    towers; data.shards stays empty)."""
     base, layout, captions = acfg["base_models"], acfg["token_layout"], acfg["captions"]
     return TrainConfig(
         data=DataConfig(
@@ -161,19 +138,10 @@ def adapter_train_config(
             llm=str(llm or base["llm"]["name_or_path"]),
             audio_lm=str(audio_lm or base["audio_lm"]["name_or_path"]),
             dtype=acfg["precision"]["frozen_dtype"],
-            mot=MoTSchema(**_mot_of(acfg)),
+            mot=MoTConfig(**acfg["model"]["mot"]),
         ),
         trainer=TrainerConfig(device=device, precision=acfg["precision"]["train"], output_dir="outputs"),
     )
-
-
-def _mot_of(acfg: dict[str, Any]) -> dict[str, Any]:
-    """adapter_config.json's model.mot; a musicgen-tower folder exported before caption_init existed trained
-    zero_gate (tanh-gated) caption paths, and says so by leaving the key out."""
-    mot = dict(acfg["model"]["mot"])
-    if mot.get("audio_tower") == "musicgen":
-        mot.setdefault("caption_init", "zero_gate")
-    return mot
 
 
 def check_towers(acfg: dict[str, Any], folder: Path, cfg: TrainConfig, *, check_weights: bool = True) -> None:
@@ -225,23 +193,14 @@ def load_adapter(
     device: torch.device | str = "cpu",
     check_weights: bool = True,
 ) -> LoadedAdapter:
-    """Rebuild the MoT adapter from an exported folder alone and load its trainable weights.
-
-    Args:
-        folder: a directory written by `python -m adapter_trainer.export`.
-        llm, audio_lm: local directories of the base towers (None = the ids/paths recorded in adapter_config.json).
-        device: where the model goes.
-        check_weights: refuse towers whose weight files hash to other values than recorded.
-
-    Raises:
-        AdapterError: the folder is incomplete, or its vocabulary layout / codec / weights do not match the towers.
-    """
+    """Rebuild the MoT adapter from an exported folder alone and load its trainable weights; llm / audio_lm replace
+    the recorded towers. AdapterError: the folder is incomplete or does not fit the towers."""
     path = Path(folder)
     acfg = read_adapter_config(path)
     gen = read_json(path / GENERATION_FILE, "sampling defaults") if (path / GENERATION_FILE).exists() else {}
     cfg = adapter_train_config(acfg, llm=llm and str(llm), audio_lm=audio_lm and str(audio_lm))
     check_towers(acfg, path, cfg, check_weights=check_weights)
-    built = build_mot_model(cfg, device, fp32_trainable=True)
+    built = build_mot_model(cfg.model, cfg.data.pattern, device, fp32_trainable=True)
     layout = acfg["token_layout"]
     ids = {"bos_id": built.bos_id, "pad_id": built.pad_id}
     if any(layout.get(k) != v for k, v in ids.items()):

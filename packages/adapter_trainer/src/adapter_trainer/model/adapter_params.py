@@ -17,20 +17,14 @@ class AdapterParams(nn.Module):
         """Only the trainable tensors (adapters, audio norms/embeddings/heads, LoRA...), detached, by stable name."""
         return {name: p.detach().clone() for name, p in self.named_parameters() if p.requires_grad}
 
-    def upgrade_trainable_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """A state written by an earlier version, made loadable (the default: as it is)."""
-        return state
-
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load what trainable_state_dict wrote; refuses missing/unexpected names and shape changes."""
         params = {name: p for name, p in self.named_parameters() if p.requires_grad}
-        state = self.upgrade_trainable_state(state)
         missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
         if missing or unexpected:
             raise ValueError(
                 f"adapter checkpoint does not match this model: missing {missing[:8]}, unexpected {unexpected[:8]}; "
-                f"resume with the same model config (audio_tower, pattern, audio_attention, lora_rank, init choices, "
-                f"freeze_audio_ffn, layer_map)"
+                f"resume with the same model config (audio_tower, pattern, audio_attention, lora_rank, init choices)"
             )
         for name, p in params.items():
             if tuple(state[name].shape) != tuple(p.shape):

@@ -1,11 +1,4 @@
-"""The MoT layer's one attention over all positions, shaped for the fused kernels.
-
-`sdpa_mask` picks the mask (none when causal order alone is exact, which flash attention needs; otherwise an explicit
-causal + key-padding mask, `attention_mask_4d`); `attend` runs scaled_dot_product_attention with grouped k/v heads in
-the form the fused kernels take: grouped (enable_gqa) where flash or cuDNN run, expanded to the query heads where the
-memory-efficient kernel runs (it rejects enable_gqa); the math kernel is only the fallback. The kernel rules
-themselves are `sdpa_kernels`' replay of torch's.
-"""
+"""The MoT layer's one attention over all positions, shaped for the fused kernels (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -19,9 +12,7 @@ def attention_mask_4d(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
     """attention_mask [B, S_k] bool (True = real token) -> allowed [B, 1, S_new, S_k] for the last n_new queries.
 
     Query i (absolute position S_k - n_new + i) sees key j when j <= i (causal) and key j is real (padding).
-    Each query also sees itself, so a pad query is never fully masked (a fully masked row would make sdpa return
-    NaN, and NaN values leak through zero attention weights). Hand-written: transformers' create_causal_mask needs
-    a model config and cache objects; this is four lines.
+    Each query also sees itself, so a pad query is never fully masked (sdpa returns NaN for a fully masked row).
     """
     S_k = attention_mask.shape[1]
     q_pos = torch.arange(S_k - n_new, S_k, device=attention_mask.device)[:, None]  # [S_new, 1]
@@ -33,13 +24,9 @@ def attention_mask_4d(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor:
 def sdpa_mask(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor | None:
     """attention_mask [B, S_k] bool (True = real) -> attn_mask [B, 1, n_new, S_k] for `attend`, or None.
 
-    None means causal order alone is exact, so sdpa can run without a mask (flash attention takes none):
-      - no past (n_new == S_k) and no row has a pad before a real token (right padding or none): a real query i
-        sees keys j <= i, all real. Pad queries see earlier pads too, unlike attention_mask_4d; their outputs are
-        never read by a real position (every later query of the row is a pad) and carry no loss target.
-      - one new query against a cache (n_new == 1) and no pad anywhere: it sees every key.
-    Otherwise attention_mask_4d's explicit mask (left padding, pads inside a cache, several new queries after a
-    past: sdpa's is_causal aligns the triangle top-left, which is wrong when n_new < S_k). One host sync per call.
+    None when causal order alone is exact (flash attention takes no mask): no past and no pad before a real token
+    (pad queries' outputs are never read and carry no target), or one new query and no pad anywhere. Otherwise
+    attention_mask_4d's (sdpa's is_causal aligns the triangle top-left, wrong when n_new < S_k).
     """
     S_k = attention_mask.shape[1]
     m = attention_mask.bool()
@@ -51,9 +38,7 @@ def sdpa_mask(attention_mask: torch.Tensor, n_new: int) -> torch.Tensor | None:
 
 
 def _flash_takes_it(q: torch.Tensor) -> bool:
-    """Whether a maskless call can keep grouped k/v (enable_gqa): fp16/bf16 compute (q's dtype, or autocast's) on
-    CUDA sm80+ or CPU, whose flash kernels take it. Elsewhere (fp32, older GPUs, MPS) k/v are expanded so the
-    memory-efficient kernel, which rejects enable_gqa, stays reachable."""
+    """Whether a maskless call can keep grouped k/v (enable_gqa): fp16/bf16 compute on CUDA sm80+ or CPU (flash)."""
     dev = q.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else q.dtype
     if dtype not in (torch.float16, torch.bfloat16):
@@ -62,8 +47,7 @@ def _flash_takes_it(q: torch.Tensor) -> bool:
 
 
 def _cudnn_takes_grouped(q, k, v, allowed, is_causal: bool, dropout_p: float) -> bool:
-    """Whether CUDA would run this call with grouped k/v (enable_gqa) on cuDNN (sdpa_kernels' replay of torch's
-    rules; host-side queries only). False off CUDA, so CPU keeps its calls."""
+    """Whether CUDA would run this call with grouped k/v on cuDNN (sdpa_kernels' rules); False off CUDA."""
     if q.device.type != "cuda":
         return False
     call = sdpa_kernels.Call.of(q, k, v, allowed, dropout_p, is_causal, enable_gqa=True)
@@ -80,13 +64,9 @@ def attend(
 ) -> torch.Tensor:
     """Scaled dot-product attention with grouped k/v heads, in the form the fused kernels accept -> [B, H, S, hd].
 
-    Kernel eligibility (torch 2.11's sdp_utils, restated in sdpa_kernels): flash takes no attn_mask and needs
-    fp16/bf16 but takes enable_gqa; cuDNN (first on sm90) takes a mask and enable_gqa but needs fp16/bf16;
-    memory-efficient takes a mask but not enable_gqa. So k/v are expanded to the H query heads (as transformers'
-    repeat_kv) unless there is no mask and flash can run (`_flash_takes_it`), or a mask and cuDNN runs
-    (`_cudnn_takes_grouped`), with enable_gqa and the un-expanded k/v. One query (S == 1, a decoding step) with grouped heads folds each group into the query axis
-    instead, so the cache's k/v are read in place. allowed=None means causal (S == S_k) or one query seeing every key
-    (S == 1).
+    k/v stay grouped (enable_gqa) where flash or cuDNN run, and are expanded to the H query heads for the
+    memory-efficient kernel (it rejects enable_gqa). A decoding step (S == 1) folds each group into the query axis.
+    allowed=None means causal (S == S_k) or one query seeing every key (S == 1).
     """
     S, S_k = q.shape[2], k.shape[2]
     if allowed is None and S not in (1, S_k):
@@ -100,15 +80,13 @@ def attend(
     KV = k.shape[1]
     rep = H // KV
     if rep > 1 and S > 1 and _cudnn_takes_grouped(q, k, v, allowed, is_causal, dropout_p):
-        # A mask and half precision on a GPU where cuDNN runs first (sm90: H100): cuDNN takes enable_gqa, so the
-        # k/v stay grouped (the x4 expansion exists for the memory-efficient kernel, which rejects enable_gqa).
+        # cuDNN runs first (sm90) and takes enable_gqa with a mask: k/v stay grouped.
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=allowed, is_causal=is_causal, scale=scale, dropout_p=dropout_p, enable_gqa=True
         )  # [B, H, S, hd]
     if S == 1 and rep > 1:
-        # One query (a decoding step): fold each group's query heads into the query axis, so k/v stay the cache's
-        # own buffers (expanding them would copy the whole past every step, H/KV times what torch.cat copied).
-        # Query head h reads k/v head h // rep, as repeat_interleave pairs them; the mask [B, 1, 1, S_k] broadcasts.
+        # Fold each group's query heads into the query axis, so k/v stay the cache's own buffers (no copy of the
+        # past per step). Query head h reads k/v head h // rep, as repeat_interleave pairs them.
         o = F.scaled_dot_product_attention(
             q.reshape(B, KV, rep, hd), k, v, attn_mask=allowed, scale=scale, dropout_p=dropout_p
         )  # [B, KV, rep, hd]

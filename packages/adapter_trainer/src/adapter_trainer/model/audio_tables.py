@@ -1,13 +1,6 @@
 """The audio side's tables and heads of `MoTAdapterModel` (a mixin: the parameters stay the model's, by the same
-names): the embedding of audio ids into the Llama's width and the heads that read audio positions.
-
-`audio_embed_init/audio_head_init`:
-    musicgen: code (k, c) is row c of MusicGen's embed_tokens[k] (a trainable copy, `code_embed`), the slots of a
-              position summed in MusicGen's width and mapped to the Llama's (`embed_adapter`); AUDIO_START reads
-              MusicGen's BOS row of every codebook, AUDIO_PAD / AUDIO_END its pad row (`special_code_embed`), plus a
-              zero-init offset per special id (`special_embed`). Heads: `out_adapter` back to MusicGen's width, a copy of
-              its final LayerNorm, copies of its lm_heads, and one AUDIO_END logit per head (`end_head`).
-    random:   one table over the audio range in the Llama's width (`audio_embed`) and one linear head (`head`).
+names). `audio_embed_init/audio_head_init`: `musicgen` starts from MusicGen's tables and heads (docs/architecture.md,
+"The model (MoT)"), `random` is one table over the audio range (`audio_embed`) and one linear head (`head`).
 """
 
 from __future__ import annotations
@@ -19,6 +12,8 @@ from torch import nn
 from transformers import MusicgenForCausalLM
 
 from adapter_trainer.data.token_layout import AudioVocab
+
+RANDOM_INIT_SCALE = 0.1  # random-init tables: std as a fraction of the text embeddings' std
 
 
 def _musicgen_row(audio_lm: MusicgenForCausalLM, name: str) -> int:
@@ -69,13 +64,13 @@ class AudioTables(nn.Module):
                 sample = self.embed_adapter(codes[:: max(1, n_codes // 1024)])  # [<=1024, d_llm]
                 self.embed_adapter.weight.mul_(text_std / max(float(sample.float().std()), 1e-8))
             self.special_embed = nn.Parameter(
-                torch.randn(3, d_llm, device=dev, dtype=dt) * cfg.random_init_scale * text_std
+                torch.randn(3, d_llm, device=dev, dtype=dt) * RANDOM_INIT_SCALE * text_std
             )  # [3, d_llm] START, END, PAD: trainable offsets on top of their MusicGen rows, zero at init
             with torch.no_grad():
                 self.special_embed.zero_()  # (drawn first all the same: the RNG stream of later inits is unchanged)
         else:
             self.audio_embed = nn.Embedding(vocab.n_audio_ids, d_llm, device=dev, dtype=dt)
-            nn.init.normal_(self.audio_embed.weight, std=cfg.random_init_scale * text_std)
+            nn.init.normal_(self.audio_embed.weight, std=RANDOM_INIT_SCALE * text_std)
 
         # ---- heads (audio positions): delay K x (C + 1), flatten 1 x (K*C + 1)
         self.n_heads = K if pattern == "delay" else 1

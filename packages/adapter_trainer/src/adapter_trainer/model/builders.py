@@ -1,9 +1,6 @@
-"""Model builders (torchtune style): literal-size config builders, the tower loaders, and `build_mot_model`,
-the one place the MoT adapter is assembled (training and generation both call it).
+"""Model builders: literal-size configs, the tower loaders, and `build_mot_model` (training and generation).
 
-`load_llm` gives a `LlamaForCausalLM`; `load_musicgen_decoder` gives only MusicGen's decoder
-(`MusicgenForCausalLM`) out of a `facebook/musicgen-small`-style composite checkpoint. Neither ever
-constructs MusicGen's T5 text encoder or its EnCodec audio codec: this process only sees integer codes.
+Only MusicGen's decoder is ever built, never its T5 text encoder or EnCodec: this process sees integer codes.
 """
 
 from __future__ import annotations
@@ -11,10 +8,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -28,10 +24,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from adapter_trainer.config import ConfigError, TrainConfig, mot_fields
+from adapter_trainer.config import ConfigError, ModelConfig, MoTConfig
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.model.hub_source import ModelSourceError, cache_only
-from adapter_trainer.model.mot import MoTAdapterModel, MoTConfig
+from adapter_trainer.model.mot import MoTAdapterModel
 from adapter_trainer.model.musicgen_rows import MusicgenRowsMoT
 
 OFFLINE_HINT = (
@@ -41,22 +37,28 @@ OFFLINE_HINT = (
 )
 
 # facebook/musicgen-small stores the decoder as `decoder.model.decoder.*` / `decoder.lm_heads.*` next to
-# `text_encoder.*`, `audio_encoder.*` and `enc_to_dec_proj.*`; MusicgenForCausalLM expects the part after `decoder.`.
-MUSICGEN_DECODER_KEY_MAPPING = {r"^decoder\.": ""}
+# `text_encoder.*`, `audio_encoder.*` and `enc_to_dec_proj.*`; each part's model class expects the key after its prefix.
 MUSICGEN_COMPOSITE_PARTS = ("decoder", "text_encoder", "audio_encoder", "enc_to_dec_proj")
 
 
-@contextmanager
-def composite_part(cls: type, part: str) -> Iterator[None]:
-    """While `cls.from_pretrained` loads one part of a composite MusicGen checkpoint, the other parts' tensors are
-    expected: transformers would list each as UNEXPECTED in a load report (hundreds of lines for musicgen-small's
-    EnCodec). Adds their prefixes to `cls._keys_to_ignore_on_load_unexpected` for the call, restored afterwards."""
+def load_composite_part(
+    cls: type, part: str, name_or_path: str | os.PathLike, **kwargs: Any
+) -> tuple[torch.nn.Module, dict]:
+    """(model, loading info) of one part of a composite MusicGen checkpoint, its `part.` prefix stripped.
+
+    The other parts' prefixes join `_keys_to_ignore_on_load_unexpected` for the call: transformers would list
+    each of their tensors as UNEXPECTED. A failed load is an OSError naming the part and the fix."""
     others = "|".join(p for p in MUSICGEN_COMPOSITE_PARTS if p != part)
     saved = cls.__dict__.get("_keys_to_ignore_on_load_unexpected", None)
     inherited = getattr(cls, "_keys_to_ignore_on_load_unexpected", None)
     cls._keys_to_ignore_on_load_unexpected = {*(inherited or ()), rf"^({others})\."}
     try:
-        yield
+        mapping = {rf"^{part}\.": ""}
+        return cls.from_pretrained(
+            str(name_or_path), output_loading_info=True, key_mapping=mapping, **kwargs, **source_kwargs(name_or_path)
+        )
+    except OSError as e:
+        raise _not_available(f"MusicGen {part.replace('_', ' ')}", name_or_path, e) from e
     finally:
         if saved is None and "_keys_to_ignore_on_load_unexpected" in cls.__dict__:
             del cls._keys_to_ignore_on_load_unexpected
@@ -64,24 +66,28 @@ def composite_part(cls: type, part: str) -> Iterator[None]:
             cls._keys_to_ignore_on_load_unexpected = saved
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Config builders with literal sizes
-# ---------------------------------------------------------------------------------------------------------------
-
-
 def llama3_2_1b_config() -> LlamaConfig:
-    """Llama 3.2 1B (meta-llama/Llama-3.2-1B) sizes: hidden 2048, 16 layers, 32 heads / 8 KV heads, vocab 128,256.
+    """Llama 3.2 1B sizes (shape documentation and tests; the weights come from `load_llm`)."""
+    return _llama_config(hidden_size=2048, intermediate_size=8192, layers=16, heads=32, kv_heads=8, head_dim=64)
 
-    For shape documentation and tests only: the weights come from `load_llm`.
-    """
+
+def tiny_llama_config() -> LlamaConfig:
+    """A tiny Llama 3.2-shaped model with the REAL Llama 3 vocabulary (128,256 ids), for the demo and tests."""
+    return _llama_config(hidden_size=128, intermediate_size=512, layers=4, heads=4, kv_heads=2, head_dim=32)
+
+
+def _llama_config(
+    *, hidden_size: int, intermediate_size: int, layers: int, heads: int, kv_heads: int, head_dim: int
+) -> LlamaConfig:
+    """Llama 3.2's layout (the real tokenizer's 128,256 ids, tied embeddings, llama3 rope) at the given sizes."""
     return LlamaConfig(
         vocab_size=128_256,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
         hidden_act="silu",
         max_position_embeddings=131_072,
         rms_norm_eps=1e-5,
@@ -94,36 +100,9 @@ def llama3_2_1b_config() -> LlamaConfig:
     )
 
 
-def tiny_llama_config() -> LlamaConfig:
-    """A tiny Llama 3.2-shaped model with the REAL Llama 3 vocabulary (128,256 ids), for the demo and tests."""
-    return LlamaConfig(
-        vocab_size=128_256,  # the real tokenizer's ids, so captions tokenize exactly as for Llama 3.2
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        hidden_act="silu",
-        max_position_embeddings=131_072,
-        rms_norm_eps=1e-5,
-        rope_parameters=_llama3_rope(),
-        tie_word_embeddings=True,  # like 3.2-1B
-        bos_token_id=128_000,
-        eos_token_id=128_001,
-        attention_bias=False,
-        mlp_bias=False,
-    )
-
-
 class MusicgenSpecialIdsFilter(logging.Filter):
-    """Drops exactly transformers' two warnings that MusicGen's pad and bos ids (2048) lie outside its vocabulary.
-
-    They do not: each codebook holds codes 0..2047 (`vocab_size` 2048) and MusicGen's embedding tables have one row
-    more, so 2048 is the pad / decoder-start row (the real facebook/musicgen-small config has the same ids).
-    transformers checks special ids against `vocab_size` alone and says so on every MusicGen config. Every other
-    warning, a wrong id in another config included, still shows.
-    """
+    """Drops transformers' two warnings that MusicGen's pad and bos ids (2048) lie outside its vocabulary: the
+    embedding tables have one row more than the 2048 codes, and 2048 is that pad / decoder-start row."""
 
     PATTERN = re.compile(r"Model config: (pad|bos)_token_id must be .*\(between 0 and 2047\), got 2048\.")
 
@@ -177,37 +156,23 @@ def _llama3_rope() -> dict:
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Loaders
-# ---------------------------------------------------------------------------------------------------------------
-
-
 def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; allowed: {sorted(table)}")
-    return table[dtype]
+    """model.dtype (float32 | bfloat16 | float16, checked by config.validate_config) or a torch dtype."""
+    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
 
 
-def _looks_like_path(name_or_path: str | os.PathLike) -> bool:
-    """A directory meant, not a Hub id: an absolute, relative or home path, more than one `/`, or `a/b` where `a` is a
-    directory here (`build/x` before it is built is a missing directory, not a Hub repository named `build/x`)."""
+# Copied from tokenizer_pipeline/codec/encode.py; tests/test_copies.py keeps them identical
+def _looks_like_path(name_or_path: str | Path) -> bool:
+    """A directory meant, not a Hub id: a Path, an absolute, relative or home path, more than one `/`, anything that
+    exists here, or `a/b` where `a` is a directory here (`build/x` before it is built is a missing
+    directory, not a Hub repository named `build/x`)."""
     s = str(name_or_path)
     first = s.split("/", 1)[0]
     return (
         isinstance(name_or_path, Path)
-        or s.startswith(("/", "./", "../", "~"))
+        or s.startswith((".", "/", "~"))
         or s.count("/") > 1
-        or os.sep * 2 in s
+        or Path(s).exists()
         or ("/" in s and bool(first) and Path(first).is_dir())
     )
 
@@ -228,18 +193,25 @@ def _check_source(what: str, name_or_path: str | os.PathLike) -> None:
 
 
 def source_kwargs(name_or_path: str | os.PathLike) -> dict[str, bool]:
-    """`from_pretrained` / `get_config_dict` keywords for where a model is read from: none for a local directory; for
-    a Hub id, `local_files_only` as `hub_source.cache_only` decides (offline mode, or the Hub unreachable with the
-    model cached). Raises hub_source.ModelSourceError (an OSError) naming the cause and fix."""
+    """`from_pretrained` keywords: none for a local directory; for a Hub id, `local_files_only` as
+    `hub_source.cache_only` decides (raises its ModelSourceError)."""
     if Path(name_or_path).expanduser().is_dir() or _looks_like_path(name_or_path):
         return {}
     return {"local_files_only": cache_only(str(name_or_path))}
 
 
-def check_model_sources(cfg: TrainConfig) -> None:
-    """Ask once about each tower named by a Hub id (hub_source.cache_only) before anything is loaded; a model neither
-    the Hub nor the cache can give is a ConfigError naming its key."""
-    for key, name in (("model.llm", cfg.model.llm), ("model.audio_lm", cfg.model.audio_lm)):
+def config_dict(name_or_path: str | os.PathLike, model: str, what: str) -> dict[str, Any]:
+    """The checkpoint's config.json as a dict (no model built); `model` and `what` (the file) name it in the errors."""
+    _check_source(model, name_or_path)
+    try:
+        return PreTrainedConfig.get_config_dict(str(name_or_path), **source_kwargs(name_or_path))[0]
+    except OSError as e:
+        raise _not_available(what, name_or_path, e) from e
+
+
+def check_model_sources(model: ModelConfig) -> None:
+    """Ask once about each tower named by a Hub id before anything loads; an unavailable one is a ConfigError."""
+    for key, name in (("model.llm", model.llm), ("model.audio_lm", model.audio_lm)):
         try:
             source_kwargs(name)
         except ModelSourceError as e:
@@ -256,20 +228,12 @@ def load_text_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerB
 
 
 def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> LlamaForCausalLM:
-    """`LlamaForCausalLM` from a hub id (`meta-llama/Llama-3.2-1B`) or a local directory, with sdpa attention.
-
-    Raises:
-        OSError: the weights are not available locally (no downloads here); the message says what to pass.
-        ValueError: the checkpoint is not a Llama.
-    """
-    _check_source("LLM", name_or_path)
-    try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path), **source_kwargs(name_or_path))
-    except OSError as e:
-        raise _not_available("LLM", name_or_path, e) from e
-    if config_dict.get("model_type") != "llama":
+    """`LlamaForCausalLM` (sdpa attention) from a hub id or a local directory; OSError if unavailable,
+    ValueError if not a Llama."""
+    model_type = config_dict(name_or_path, "LLM", "LLM").get("model_type")
+    if model_type != "llama":
         raise ValueError(
-            f"model.llm={str(name_or_path)!r} is a {config_dict.get('model_type')!r} checkpoint; this trainer "
+            f"model.llm={str(name_or_path)!r} is a {model_type!r} checkpoint; this trainer "
             f"needs a Llama (model_type 'llama', e.g. meta-llama/Llama-3.2-1B)"
         )
     try:
@@ -281,25 +245,18 @@ def load_llm(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.f
 
 
 def load_musicgen_decoder_config(name_or_path: str | os.PathLike) -> MusicgenDecoderConfig:
-    """The decoder config out of a composite `musicgen` config.json or a decoder-only `musicgen_decoder` one.
-
-    Reads config dicts only: the composite's T5/EnCodec sub-configs stay plain configs, no model is built.
-    """
-    _check_source("MusicGen", name_or_path)
-    try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(str(name_or_path), **source_kwargs(name_or_path))
-    except OSError as e:
-        raise _not_available("MusicGen config", name_or_path, e) from e
-    model_type = config_dict.get("model_type")
+    """The decoder config out of a composite `musicgen` or a decoder-only `musicgen_decoder` config.json."""
+    found = config_dict(name_or_path, "MusicGen", "MusicGen config")
+    model_type = found.get("model_type")
     if model_type == MusicgenConfig.model_type:
         # MusicgenDecoderConfig.base_config_key is "decoder_config" but the composite stores "decoder": read it here.
-        if "decoder" not in config_dict:
+        if "decoder" not in found:
             raise ValueError(f"composite musicgen config at {str(name_or_path)!r} has no 'decoder' entry")
-        dec = dict(config_dict["decoder"])
+        dec = dict(found["decoder"])
         dec.pop("model_type", None)
         return MusicgenDecoderConfig(**dec)
     if model_type == MusicgenDecoderConfig.model_type:
-        return MusicgenDecoderConfig.from_dict(config_dict)
+        return MusicgenDecoderConfig.from_dict(found)
     raise ValueError(
         f"model.audio_lm={str(name_or_path)!r} has model_type {model_type!r}; expected 'musicgen' "
         f"(facebook/musicgen-small layout) or 'musicgen_decoder' (decoder-only checkpoint)"
@@ -309,31 +266,12 @@ def load_musicgen_decoder_config(name_or_path: str | os.PathLike) -> MusicgenDec
 def load_musicgen_decoder(
     name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32
 ) -> MusicgenForCausalLM:
-    """Only MusicGen's decoder (`MusicgenForCausalLM`), from a composite or a decoder-only checkpoint.
-
-    Composite (`facebook/musicgen-small`): loads the `decoder.`-prefixed tensors through the regular
-    `from_pretrained` path with `key_mapping` (sharded safetensors work the same way); `text_encoder.*`,
-    `audio_encoder.*` and `enc_to_dec_proj.*` are skipped, never materialised as modules.
-
-    Raises:
-        OSError: weights not available locally; the message says what to pass.
-        ValueError: a decoder tensor is missing from the checkpoint (named in the message).
-    """
+    """Only MusicGen's decoder, from a composite or a decoder-only checkpoint; OSError if unavailable, ValueError
+    naming missing or mis-shaped tensors."""
     decoder_config = load_musicgen_decoder_config(name_or_path)
-    try:
-        # The mapping only matches keys that start with `decoder.`: a decoder-only checkpoint
-        # (`model.decoder.*`, `lm_heads.*`) passes through unchanged.
-        with composite_part(MusicgenForCausalLM, "decoder"):
-            model, info = MusicgenForCausalLM.from_pretrained(
-                str(name_or_path),
-                config=decoder_config,
-                dtype=_resolve_dtype(dtype),
-                output_loading_info=True,
-                key_mapping=MUSICGEN_DECODER_KEY_MAPPING,
-                **source_kwargs(name_or_path),
-            )
-    except OSError as e:
-        raise _not_available("MusicGen decoder", name_or_path, e) from e
+    model, info = load_composite_part(
+        MusicgenForCausalLM, "decoder", name_or_path, config=decoder_config, dtype=_resolve_dtype(dtype)
+    )
     missing = sorted(info.get("missing_keys", []))
     if missing:
         raise ValueError(
@@ -350,35 +288,21 @@ def load_musicgen_decoder(
 
 
 def musicgen_small_decoder_config() -> MusicgenDecoderConfig:
-    """facebook/musicgen-small's decoder sizes: 4 codebooks x 2048 codes, hidden 1024, 24 layers, 16 heads, ffn 4096.
-
-    For shape documentation and the real-size benchmark (random weights): the weights come from `load_musicgen_decoder`.
-    """
+    """facebook/musicgen-small's decoder sizes (shape documentation and the real-size benchmark)."""
     return _musicgen_decoder_config(
         hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, ffn_dim=4096, dropout=0.1
     )
 
 
 def upcast_trainable_to_fp32(model: torch.nn.Module) -> int:
-    """Make every trainable parameter an fp32 master weight in place; frozen ones keep `model.dtype`.
-
-    The MoT builds its new modules (adapters, audio embeddings/heads/norms, LoRA) in the towers' dtype; AdamW on
-    bf16 weights rounds every update below bf16's resolution (~0.4% of the weight) away, and GradScaler refuses to
-    unscale fp16 gradients. Autocast then runs each matmul in the low dtype. Assigning `.data` keeps the Parameter
-    objects (and any optimizer references) alive, as peft's `cast_mixed_precision_params` does. Returns the number
-    of parameters that were cast.
-    """
+    """Make every trainable parameter an fp32 master weight in place (AdamW on bf16 drops small updates; GradScaler
+    refuses fp16 gradients); assigning `.data` keeps the Parameter objects. Returns the number cast."""
     n = 0
     for p in model.parameters():
         if p.requires_grad and p.dtype != torch.float32:
             p.data = p.data.to(torch.float32)
             n += p.numel()
     return n
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The MoT adapter, built once for training and generation alike
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -398,12 +322,12 @@ def special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
     return bos_id, int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else bos_id)
 
 
-def load_audio_lm_config(cfg: TrainConfig) -> MusicgenDecoderConfig:
-    """The audio LM's config alone (no weights): shard sets are checked against it before any weight is loaded."""
+def load_audio_lm_config(audio_lm: str) -> MusicgenDecoderConfig:
+    """model.audio_lm's config alone (no weights): shard sets are checked against it before any weight is loaded."""
     try:
-        return load_musicgen_decoder_config(cfg.model.audio_lm)
+        return load_musicgen_decoder_config(audio_lm)
     except OSError as e:
-        raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
+        raise ConfigError(f"model.audio_lm={audio_lm}: {e}") from e
 
 
 def mot_model(
@@ -412,39 +336,27 @@ def mot_model(
     """The adapter of `cfg.audio_tower`: `llm` (audio rows ride the Llama's layers with MusicGen's FFNs) or `musicgen`
     (audio rows run MusicGen's own layers and read the caption through their cross-attention)."""
     if cfg.audio_tower == "musicgen":
-        return MusicgenRowsMoT(
-            llm,
-            audio_lm,
-            vocab,
-            pattern,
-            cfg.layer_map,
-            caption_init=cfg.caption_init,
-            caption_projection=cfg.caption_projection,
-            caption_layer=cfg.caption_layer,
-            cross_attention=cfg.cross_attention,
-        )
+        return MusicgenRowsMoT(llm, audio_lm, vocab, pattern)
     return MoTAdapterModel(llm, audio_lm, vocab, pattern, cfg)
 
 
-def build_mot_model(cfg: TrainConfig, device: torch.device | str, *, fp32_trainable: bool = True) -> MoTBuild:
-    """Load the tokenizer and both frozen towers of `cfg.model`, build the MoT adapter and move it to `device`.
-
-    fp32_trainable: make every trainable tensor an fp32 master weight (`upcast_trainable_to_fp32`), as training
-    needs; the frozen towers keep model.dtype. Raises ConfigError (naming model.llm / model.audio_lm and the fix)
-    when a model cannot be loaded.
-    """
+def build_mot_model(
+    cfg: ModelConfig, pattern: str, device: torch.device | str, *, fp32_trainable: bool = True
+) -> MoTBuild:
+    """Load the tokenizer and both frozen towers, build the MoT adapter for token `pattern` on `device`
+    (fp32_trainable: `upcast_trainable_to_fp32`, as training needs). A model that cannot load is a ConfigError."""
     try:
-        tokenizer = load_text_tokenizer(cfg.model.llm)
-        llm = load_llm(cfg.model.llm, cfg.model.dtype)
-        audio_lm = load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype)
+        tokenizer = load_text_tokenizer(cfg.llm)
+        llm = load_llm(cfg.llm, cfg.dtype)
+        audio_lm = load_musicgen_decoder(cfg.audio_lm, cfg.dtype)
     except OSError as e:
-        raise ConfigError(f"model.llm={cfg.model.llm} / model.audio_lm={cfg.model.audio_lm}: {e}") from e
+        raise ConfigError(f"model.llm={cfg.llm} / model.audio_lm={cfg.audio_lm}: {e}") from e
     K, C = audio_lm.config.num_codebooks, audio_lm.config.vocab_size
     vocab = AudioVocab(text_vocab_size=llm.config.vocab_size, n_codebooks=K, codebook_size=C)
     bos_id, pad_id = special_ids(tokenizer)
     try:
-        model = mot_model(llm, audio_lm, vocab, cfg.data.pattern, MoTConfig(**mot_fields(cfg)))
-    except ValueError as e:  # a setting the models cannot take (sizes, layer_map): one line naming it
+        model = mot_model(llm, audio_lm, vocab, pattern, cfg.mot)
+    except ValueError as e:  # a setting the models cannot take (sizes): one line naming it
         raise ConfigError(str(e)) from e
     if fp32_trainable:
         upcast_trainable_to_fp32(model)

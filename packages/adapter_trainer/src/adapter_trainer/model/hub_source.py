@@ -1,18 +1,10 @@
-"""Where a model named by a Hugging Face Hub id is read from, decided once per id before transformers is asked.
+"""Where a model named by a Hugging Face Hub id is read from, decided once per id before transformers is asked
+(docs/real-data.md, "Models named by a Hub id").
 
-transformers alone, on a machine that cannot reach the Hub, retries each file's request five times (about 23 s, each
-warning printed twice) and then says only that it could not connect; a gated Llama without a login fails the same
-slow way. Here, for a Hub id (a local directory is never looked up):
-- offline mode (`HF_HUB_OFFLINE=1` or `TRANSFORMERS_OFFLINE=1`): the local cache only, at once; a model missing there
-  is one line naming `hf download` and the cache directory.
-- otherwise one request that is not retried (`HfApi.model_info`, which mirrors set by HF_ENDPOINT serve too, and
-  `auth_check` after it for a gated model) tells whether the Hub serves the id to this account: then transformers
-  downloads or refreshes it as usual. Gated without access, not found, a refused token, a page that is not the Hub's
-  answer (a proxy's), or the Hub unreachable fail in one line naming the fix, unless the cache holds the model (its
-  config and weights): then it is read from there, with a one-line note. A 429 or 5xx with nothing cached is left to
-  transformers' downloads, which retry those. Under torchrun rank 0 asks and sends its answers to every rank
-  (`decisions`, `adopt`; training.recipe): one request per id for the whole job.
-A name that is neither an existing directory nor a valid id (a Windows path, `org/name@rev`) is refused first.
+transformers alone, without the Hub, retries each file slowly and then says only that it could not connect. Here:
+offline mode reads the local cache only; otherwise one unretried request (`HfApi.model_info`, then `auth_check` for
+a gated model) decides, and a refusal falls back to a cached copy with a note or fails in one line naming the fix. A
+429 or 5xx with nothing cached is left to transformers' downloads, which retry those.
 """
 
 from __future__ import annotations

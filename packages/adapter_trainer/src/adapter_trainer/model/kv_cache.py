@@ -1,9 +1,4 @@
-"""The generation cache of the MoT adapter: every layer's keys and values of the positions seen so far.
-
-`MoTAdapterModel.forward_step` fills a `MoTKVCache` (a prompt) and `decode_step` appends one position per row to it;
-`MoTLayer.forward` writes through its layer's handle (`LayerKV`). Kept apart from the model and the loss, as torchtune
-keeps `kv_cache.py` and transformers its cache classes: a change to the cache never opens the model or the loss.
-"""
+"""The generation cache of the MoT adapter: every layer's keys and values of the positions seen so far."""
 
 from __future__ import annotations
 
@@ -16,16 +11,9 @@ import torch.nn.functional as F
 class MoTKVCache:
     """Keys and values of every MoT layer for the positions seen so far (what `forward_step` returns and takes).
 
-    Preallocated and written in place, like transformers' `StaticCache`: `MoTKVCache.allocate(max_len)` reserves
-    room for max_len positions; layer l's buffers [B, n_kv_heads, capacity, head_dim] are made on its first
-    `update` (dtype and device of its keys), and each `update` writes the new positions at `seq_len` and returns
-    the filled views, so a decoding step copies only its own keys (growing by torch.cat copied the whole past
-    every step). `forward_step(cache=None)` returns a cache that is exactly full; if a cache runs out of room its
-    buffers double (an amortised copy, never per step).
-
-    keys[l], values[l]: [B, n_kv_heads, S_total, head_dim], layer l's keys after RoPE and values, before the GQA
-    repeat. S_total is the length of the attention_mask passed to the last `forward_step` (pads included: they
-    stay masked). Each position's key/value comes from its own modality's projections.
+    Preallocated and written in place (like transformers' `StaticCache`), so a decoding step copies only its own
+    keys; a full cache doubles its buffers. keys[l], values[l]: [B, n_kv_heads, S_total, head_dim], after RoPE,
+    before the GQA repeat; S_total counts pads (they stay masked).
     """
 
     def __init__(self, keys: list[torch.Tensor] | None = None, values: list[torch.Tensor] | None = None) -> None:
@@ -33,8 +21,6 @@ class MoTKVCache:
         self._k, self._v = list(keys or []), list(values or [])  # per layer [B, KV, capacity, hd]
         self._len = int(self._k[0].shape[2]) if self._k else 0
         self.capacity = self._len
-        # layer -> (sum [B, D], count [B, 1]) of the normed text rows seen so far (caption_cond_rank > 0)
-        self.summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.has_pads = False  # a pad among the cached positions (set by forward_step; decode_step needs a mask)
 
     @classmethod
@@ -91,9 +77,6 @@ class MoTKVCache:
         out._k = [k.index_select(0, batch_idx) for k in self._k]  # [B', n_kv, capacity, hd]
         out._v = [v.index_select(0, batch_idx) for v in self._v]
         out._len, out.capacity, out.has_pads = self._len, self.capacity, self.has_pads
-        out.summaries = {
-            l: (s.index_select(0, batch_idx), n.index_select(0, batch_idx)) for l, (s, n) in self.summaries.items()
-        }  # [B', D], [B', 1]
         return out
 
 

@@ -1,10 +1,8 @@
 """One MoT layer: a frozen Llama decoder layer whose audio positions get a MusicGen FFN block as their expert.
 
-`MoTLayer` routes rows by modality (index_select / index_copy over the flattened [B*S] positions, so each MLP runs
-only on its own rows): text rows take the frozen Llama's norm, q/k/v/o and MLP; audio rows the `AudioExpert` and, by
-`audio_attention`, the Llama's projections (shared), a LoRA delta on q and v (lora) or their own copies (separate).
-`CaptionCond` is the optional caption summary added to a layer's audio rows. Every trainable path that is new
-starts at zero (the expert's up projection, CaptionCond's up), so at init the layer equals the Llama's at text rows.
+Rows are routed by modality over the flattened [B*S] positions, so each MLP runs only on its own rows; audio rows
+use, by `audio_attention`, the Llama's projections (shared), a LoRA delta on q and v (lora) or their own copies
+(separate). The expert's up projection starts at zero.
 """
 
 from __future__ import annotations
@@ -21,11 +19,8 @@ from adapter_trainer.model.lora import LoRADelta
 
 
 class AudioExpert(nn.Module):
-    """Audio FFN of one MoT layer: RMSNorm(d_llm) -> down -> MusicGen FFN block -> up (zero init).
-
-    The MusicGen block (final_layer_norm, fc1, activation, fc2) is referenced, not copied: several
-    MoT layers may share one MusicGen layer when the LLM is deeper than the audio LM.
-    """
+    """Audio FFN of one MoT layer: RMSNorm(d_llm) -> down -> MusicGen FFN block -> up (zero init). The MusicGen
+    block is referenced, not copied: MoT layers may share one when the LLM is deeper than the audio LM."""
 
     def __init__(
         self, d_llm: int, d_audio: int, eps: float, musicgen_layer: nn.Module, norm_init: torch.Tensor
@@ -50,35 +45,8 @@ class AudioExpert(nn.Module):
         return self.up(a)  # [N, d_llm]
 
 
-class CaptionCond(nn.Module):
-    """The caption summary of one MoT layer into its audio rows: a rank-r map, up initialised to zero (so training
-    starts exactly from the model without it), like a conditioning vector added to MusicGen's input.
-
-    The summary is the mean over a row's text positions (BOS + caption) of the layer's input after the Llama layer's
-    own input norm: text rows are the frozen LLM's, so it is a fixed function of the caption, available to every
-    audio position at full strength from the first frame, whatever attention makes of the caption keys.
-    """
-
-    def __init__(self, d_llm: int, rank: int, ref: torch.Tensor) -> None:
-        super().__init__()
-        self.down = nn.Linear(d_llm, rank, bias=False, device=ref.device, dtype=ref.dtype)
-        self.up = nn.Linear(rank, d_llm, bias=False, device=ref.device, dtype=ref.dtype)
-        nn.init.zeros_(self.up.weight)
-
-    def forward(self, summary: torch.Tensor) -> torch.Tensor:
-        """summary [B, D] -> update [B, D] for the row's audio positions."""
-        return self.up(self.down(summary))  # [B, D]
-
-
 class MoTLayer(nn.Module):
-    """One Llama decoder layer with a second (audio) FFN path and modality-routed attention projections.
-
-    Args:
-        llm_layer: LlamaDecoderLayer (frozen); its input_layernorm, q/k/v/o, post_attention_layernorm and MLP serve
-            text rows (and audio rows under audio_attention="shared"/"lora").
-        expert: the audio FFN path.
-        audio_attention: "shared" | "lora" | "separate" (module docstring).
-    """
+    """A frozen LlamaDecoderLayer with a second (audio) FFN path and modality-routed attention projections."""
 
     def __init__(
         self, llm_layer: nn.Module, expert: AudioExpert, audio_attention: str, lora_rank: int, lora_alpha: float
@@ -156,9 +124,7 @@ class MoTLayer(nn.Module):
         v = v.view(B, S, -1, hd).transpose(1, 2)  # [B, KV, S, hd]
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin)  # [B, H, S, hd], [B, KV, S, hd]
-        # cos/sin are in the towers' dtype (fp32 under bf16 autocast) and promote q and k: back to v's (the compute
-        # dtype), so the cache stores K as V and sdpa gets one dtype (autocast made this same cast in every call,
-        # re-casting the whole cached K every layer every step). A no-op without autocast.
+        # fp32 cos/sin promote q and k under bf16 autocast: back to v's dtype, so the cache stores K as V.
         q, k = q.to(v.dtype), k.to(v.dtype)
         if past is not None:
             k, v = past.update(k, v)  # [B, KV, S_past + S, hd], written in place into the cache

@@ -1,12 +1,8 @@
 """The training loss of the MoT adapter: cross-entropy on audio targets only (codes and AUDIO_END).
 
-`compute_loss(model, batch)` runs the model's trunk, then its audio heads only at positions that have a target, and
-returns the mean CE (the loss, differentiable) with detached per-codebook, per-example and per-cell sums (the
-learning check's figures). `local_targets` maps combined-vocab labels to each head's own indices. Text positions are
-never targets: the caption conditions the audio, and the loss is on the audio alone.
-
-The loss knows the model only as `LossModel`, what it calls: both towers (`mot.MoTAdapterModel`,
-`musicgen_rows.MusicgenRowsMoT`) are one, and each model's own `compute_loss` method calls this module.
+`compute_loss(model, batch)` runs the trunk, then the audio heads only where there is a target, and returns the
+mean CE with detached per-codebook, per-example and per-cell sums (the learning check's figures). Both towers are a
+`LossModel`.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch, target_frames
+from adapter_trainer.data.token_layout import IGNORE_INDEX, AudioVocab, Batch
 
 
 class LossModel(Protocol):
@@ -26,7 +22,6 @@ class LossModel(Protocol):
     vocab: AudioVocab
     pattern: str  # token_layout's codebook pattern: "delay" (K heads) or "flatten" (one head)
     head_size: int  # logits per head
-    early_frame_weight: tuple[int, float]  # (first frames of each window, their loss weight); (0, 1.0) = plain CE
 
     def hidden_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -96,16 +91,7 @@ def compute_loss(model: LossModel, batch: Batch) -> LossOutput:
     is_code = book >= 0  # [N, J]
     is_end = valid & ~is_code
     n_valid = valid.sum()
-    n_early, w_early = model.early_frame_weight
-    if n_early > 0 and w_early != 1.0:  # weigh the codes of each window's first n_early frames w_early times
-        frames = target_frames(tokens, labels, vocab=model.vocab, pattern=model.pattern)  # [B, S, J]
-        frames = frames.reshape(B * S, J).index_select(0, idx)  # [N, J]
-        early = (frames >= 0) & (frames < n_early)  # [N, J]
-        ce_w = ce * torch.where(early, torch.full_like(ce, w_early), torch.ones_like(ce))  # [N, J]
-    else:
-        ce_w = ce
-    # [] summed (weighted) CE / number of targets (0 with a graph when there is no target); plain CE by default
-    loss = (ce_w * valid).sum() / n_valid.clamp(min=1)
+    loss = (ce * valid).sum() / n_valid.clamp(min=1)  # [] mean CE over the targets (0 with a graph when none)
 
     ce_d = ce.detach()
     example = (idx // S)[:, None].expand_as(book)  # [N, J] batch row of each target

@@ -1,73 +1,28 @@
-"""Mixture-of-Transformers adapter: a frozen Llama whose audio positions get MusicGen's FFNs as experts.
+"""Mixture-of-Transformers adapter, `audio_tower=llm`: a frozen Llama whose audio positions get MusicGen's FFNs as
+experts (docs/architecture.md, "The model (MoT)", draws it; the layer itself is `layers.MoTLayer`).
 
-Per Llama layer l (names/shapes here are the contract with recipe.py; the layer itself is `layers.MoTLayer`):
+One scaled_dot_product_attention runs over all positions (causal AND key padding); positions are
+cumsum(attention_mask) - 1. At init the model equals the frozen LLM at every text position.
 
-    x ─ input_layernorm ─ q/k/v ─ RoPE ─ ONE attention over all positions ─ o ─────────────────────────────── + ─┐
-    ┌───────────────────────────────────────────────────────────────────────────────────────────────────────┘
-    ├ text positions : post_attention_layernorm ─ Llama MLP (frozen) ─────────────────────────────────────── +
-    └ audio positions: RMSNorm(d_llm) ─ down d_llm→d_audio ─ MusicGen layer m(l) FFN block
-                       (final_layer_norm, fc1, act, fc2; frozen by default) ─ up d_audio→d_llm (ZERO init) ───── +
-
-Attention (`MoTConfig.audio_attention`; text rows always use the frozen Llama's norm and q/k/v/o):
-    shared   : audio rows use the Llama's norm and projections too (frozen).
-    lora     : audio rows add a LoRA delta to q and v (trainable); text rows get none.
-    separate : audio rows use their own input norm and q/k/v/o, copies of the Llama layer's, trainable.
-Every position's key/value comes from its own modality's projections; one scaled_dot_product_attention runs over
-all positions (causal AND key padding), so the attention implementation the Llama was loaded with (eager/sdpa/...)
-does not matter and left or right padding both work. Positions (RoPE) are cumsum(attention_mask) - 1, as in HF
-generation. The call's shape for the fused kernels: `attention` (`sdpa_mask`, `attend`, rules in `sdpa_kernels`).
-
-At init the up adapters are zero (and LoRA / separate projections start equal to the Llama's), so the model
-equals the frozen LLM at every text position; text positions never depend on audio-side parameters.
-
-Rooms of this model, one concern each: `layers` (the MoT layer, its audio expert, CaptionCond), `attention`,
-`kv_cache` (generation: `forward_step` / `decode_step` run new positions against a `MoTKVCache`), `loss`.
-
-Inputs: tokens [B, S, J] combined-vocab ids (token_layout), is_audio [B, S]. Audio positions embed through one
-table over the audio range (K*C codes + START/END/PAD), summing the J slot embeddings (delay: J = K).
-Heads (audio positions only): delay -> K heads over C + 1 (codes of codebook k, then AUDIO_END);
-flatten -> one head over K*C + 1 (code (k, c) at k*C + c, then AUDIO_END).
+Inputs: tokens [B, S, J] combined-vocab ids (token_layout), is_audio [B, S]. Heads (audio positions only): delay -> K
+heads over C + 1 (codes of codebook k, then AUDIO_END); flatten -> one head over K*C + 1.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-from adapter_trainer.config import AUDIO_ATTENTION  # the choices of model.mot.audio_attention, defined once
+from adapter_trainer.config import MoTConfig
 from adapter_trainer.data.token_layout import AudioVocab, Batch, n_slots
 from adapter_trainer.model.adapter_params import AdapterParams
 from adapter_trainer.model.attention import sdpa_mask
 from adapter_trainer.model.audio_tables import AudioTables
 from adapter_trainer.model.kv_cache import MoTKVCache
-from adapter_trainer.model.layers import AudioExpert, CaptionCond, MoTLayer
+from adapter_trainer.model.layers import AudioExpert, MoTLayer
 from adapter_trainer.model.loss import LossOutput, compute_loss
-
-
-@dataclass
-class MoTConfig:
-    layer_map: list[int] | None = None  # llm layer l -> musicgen layer m(l); None = evenly spaced
-    freeze_audio_ffn: bool = True
-    audio_attention: Literal["shared", "lora", "separate"] = "shared"  # attention projections of audio positions
-    lora_rank: int = 0  # LoRA rank on q/v of audio rows; > 0 exactly when audio_attention="lora"
-    lora_alpha: float = 16.0
-    audio_embed_init: Literal["musicgen", "random"] = "musicgen"
-    audio_head_init: Literal["musicgen", "random"] = "musicgen"
-    random_init_scale: float = 0.1  # x text-embedding std, for "random" init
-    caption_cond_rank: int = 0  # > 0: CaptionCond per layer (the caption summary into audio rows); 0 = off
-    # llm: audio rows ride the Llama's layers (this module); musicgen: they run MusicGen's own decoder layers and read
-    # the caption through zero-gated cross-attention (musicgen_rows.MusicgenRowsMoT); builders.mot_model picks
-    audio_tower: Literal["llm", "musicgen"] = "llm"
-    # audio_tower=musicgen's caption path (musicgen_rows; config.MoTSchema says what each value does)
-    caption_init: Literal["zero_proj", "zero_gate"] = "zero_proj"
-    caption_projection: Literal["per_layer", "shared"] = "per_layer"
-    caption_layer: int = -1  # shared: the Llama layer read (-1 = the last, after the final norm)
-    cross_attention: Literal["train", "freeze"] = "train"
 
 
 def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
@@ -80,15 +35,8 @@ def default_layer_map(n_llm_layers: int, n_audio_layers: int) -> list[int]:
 class MoTAdapterModel(AudioTables, AdapterParams):
     """forward(tokens [B,S,J], is_audio [B,S]) -> logits; compute_loss(batch) -> LossOutput.
 
-    Args:
-        llm: LlamaForCausalLM (frozen, left untouched; any attn_implementation: the MoT layers run their own attention).
-        audio_lm: MusicgenForCausalLM decoder; its FFN blocks, lm_heads and final layer_norm are referenced.
-        vocab: the combined vocabulary (token_layout.AudioVocab).
-        pattern: "delay" or "flatten".
-        cfg: MoTConfig.
-
-    Raises:
-        ValueError: sizes of vocab / layer_map / init names that do not match the models (message says which).
+    `llm` stays frozen and untouched; `audio_lm`'s FFN blocks, lm_heads and final layer_norm are referenced.
+    ValueError: vocab sizes or init names that do not match the models.
     """
 
     def __init__(
@@ -107,34 +55,14 @@ class MoTAdapterModel(AudioTables, AdapterParams):
                 f"vocab.text_vocab_size={vocab.text_vocab_size} exceeds the LLM's vocab_size={lcfg.vocab_size}; "
                 f"build AudioVocab with the LLM's tokenizer size"
             )
-        if cfg.audio_tower != "llm":
-            raise ValueError(
-                f"MoTConfig.audio_tower={cfg.audio_tower!r} is MusicgenRowsMoT's; build with builders.mot_model"
-            )
+        assert cfg.audio_tower == "llm", cfg.audio_tower  # the musicgen tower is MusicgenRowsMoT (builders.mot_model)
+        assert (cfg.lora_rank > 0) == (cfg.audio_attention == "lora"), cfg  # config.validate_config
         self.n_slots = n_slots(pattern, K)  # validates the pattern name
-        for name in ("audio_embed_init", "audio_head_init"):
-            if getattr(cfg, name) not in ("musicgen", "random"):
-                raise ValueError(f"MoTConfig.{name}={getattr(cfg, name)!r}; allowed: ['musicgen', 'random']")
-        if cfg.audio_attention not in AUDIO_ATTENTION:
-            raise ValueError(f"MoTConfig.audio_attention={cfg.audio_attention!r}; allowed: {list(AUDIO_ATTENTION)}")
-        if (cfg.lora_rank > 0) != (cfg.audio_attention == "lora"):
-            raise ValueError(
-                f"model.mot.lora_rank={cfg.lora_rank} with audio_attention={cfg.audio_attention!r}: LoRA is the "
-                f"'lora' variant; set model.mot.audio_attention=lora model.mot.lora_rank=16 (or lora_rank=0)"
-            )
         self.vocab, self.pattern, self.cfg = vocab, pattern, cfg
         # trainer.activation_checkpointing: recompute each MoT layer in backward (training with grad enabled only)
         self.activation_checkpointing = False
-        # trainer.early_frames / early_frame_loss_weight: the loss weight of each window's first frames (training)
-        self.early_frame_weight: tuple[int, float] = (0, 1.0)
         L, M = lcfg.num_hidden_layers, acfg.num_hidden_layers
-        layer_map = list(cfg.layer_map) if cfg.layer_map is not None else default_layer_map(L, M)
-        if len(layer_map) != L or not all(0 <= m < M for m in layer_map):
-            raise ValueError(
-                f"layer_map={layer_map} must have one entry per LLM layer ({L}) with values in [0, {M}); "
-                f"leave it null for an evenly spaced map"
-            )
-        self.layer_map = layer_map
+        self.layer_map = layer_map = default_layer_map(L, M)
         d_llm, d_audio = lcfg.hidden_size, acfg.hidden_size
         self.d_llm, self.d_audio = d_llm, d_audio
         ref = llm.model.embed_tokens.weight
@@ -162,21 +90,9 @@ class MoTAdapterModel(AudioTables, AdapterParams):
             )
             for l in range(L)
         )
-        for layer in self.layers:
-            for mod in (layer.audio.ffn_norm, layer.audio.fc1, layer.audio.fc2):
-                mod.requires_grad_(not cfg.freeze_audio_ffn)
 
         self._init_audio_tables(audio_lm, vocab, pattern, cfg, float(ref.detach().float().std()))
-        if cfg.caption_cond_rank < 0:
-            raise ValueError(f"MoTConfig.caption_cond_rank={cfg.caption_cond_rank} must be >= 0 (0 = off)")
-        # ---- caption summary into the audio rows of every layer (CaptionCond), trainable
-        self.caption_cond = (
-            nn.ModuleList(CaptionCond(d_llm, cfg.caption_cond_rank, ref) for _ in range(L))
-            if cfg.caption_cond_rank > 0
-            else None
-        )
 
-    # ------------------------------------------------------------------------------------------- embeddings
     def embed(self, tokens: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
         """tokens [B, S, J], is_audio [B, S] -> input embeddings [B, S, D]."""
         B, S, J = tokens.shape
@@ -204,7 +120,6 @@ class MoTAdapterModel(AudioTables, AdapterParams):
                 f"build batches with token_layout.encode_example/collate and a pad_id < {V}"
             )
 
-    # -------------------------------------------------------------------------------------------- trunk
     def _trunk(
         self,
         tokens: torch.Tensor,
@@ -215,8 +130,8 @@ class MoTAdapterModel(AudioTables, AdapterParams):
     ) -> tuple[torch.Tensor, MoTKVCache | None]:
         """tokens [B, S, J], is_audio [B, S], attention_mask [B, S_past + S] -> (final-normed h [B, S, D], cache).
 
-        keep_kv=False (training, scoring: cache is None) keeps no layer's keys/values and returns no cache: under
-        activation checkpointing they would otherwise all stay alive until the last layer (backward recomputes them).
+        keep_kv=False (training, scoring) keeps no keys/values: under activation checkpointing they would all stay
+        alive until the last layer.
         """
         self._check_ids(tokens, is_audio)
         B, S, _ = tokens.shape
@@ -237,12 +152,8 @@ class MoTAdapterModel(AudioTables, AdapterParams):
         idx_text = (~flat_audio).nonzero().squeeze(1)  # [N_text]
         keys, values = [], []
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
-        text_rows = (~is_audio) & attention_mask[:, S_past:]  # [B, S] real text positions of this call
-        summaries = cache.summaries if cache is not None else {}  # layer -> (sum, count) of text rows (CaptionCond)
         for l, layer in enumerate(self.layers):
             past = cache.layer(l) if cache is not None else None
-            if self.caption_cond is not None:
-                h = self._add_caption_summary(l, h, text_rows, is_audio, summaries)  # [B, S, D]
             if recompute:
                 # Keeps only the layer's inputs; backward reruns it. Non-reentrant: restores the RNG state (dropout
                 # draws the same masks; CPU and CUDA only: torch 2.11 keeps no MPS RNG state, harmless while every
@@ -259,36 +170,9 @@ class MoTAdapterModel(AudioTables, AdapterParams):
             cache.advance(S)
         elif keep_kv:
             cache = MoTKVCache(keys, values)
-            cache.summaries = summaries
         if cache is not None:  # the mask covers every position so far; decode_step's steps add real ones only
             cache.has_pads = not bool(attention_mask.all())
         return self.llm.model.norm(h), cache  # [B, S, D]
-
-    def _add_caption_summary(
-        self,
-        l: int,
-        h: torch.Tensor,  # [B, S, D] layer l's input
-        text_rows: torch.Tensor,  # [B, S] bool, real text positions of this call
-        is_audio: torch.Tensor,  # [B, S] bool
-        summaries: dict[int, tuple[torch.Tensor, torch.Tensor]],  # the cache's (sum, count) per layer, updated here
-    ) -> torch.Tensor:
-        """h + CaptionCond_l(summary) on audio rows; summary = the mean of the row's normed text rows seen so far: in
-        this call (training, scoring, a prompt) and in earlier calls (the cache), so a prompt fed in pieces or a
-        decoding step with no text gets what one full call gets (a row's text always precedes its audio)."""
-        if bool(text_rows.any()):
-            x = self.layers[l].llm_layer.input_layernorm(h)  # [B, S, D] what the frozen attention sees
-            m = text_rows.to(x.dtype)[..., None]  # [B, S, 1]
-            total, count = (x * m).sum(1).detach(), m.sum(1)  # [B, D], [B, 1]
-            if l in summaries:
-                total, count = total + summaries[l][0], count + summaries[l][1]
-            summaries[l] = (total, count)
-        elif l in summaries:
-            total, count = summaries[l]  # [B, D], [B, 1]
-        else:
-            return h  # audio only and nothing cached: no caption to summarise
-        summary = total / count.clamp(min=1)  # [B, D] mean over the row's text positions
-        delta = self.caption_cond[l](summary)  # [B, D]
-        return h + delta[:, None, :].to(h.dtype) * is_audio[..., None].to(h.dtype)  # [B, S, D]
 
     def hidden_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -308,21 +192,10 @@ class MoTAdapterModel(AudioTables, AdapterParams):
         attention_mask: torch.Tensor,
         cache: MoTKVCache | None = None,
     ) -> tuple[torch.Tensor, MoTKVCache]:
-        """Incremental forward for generation: new positions against the cache of the earlier ones.
-
-        Args:
-            tokens: [B, S_new, J] combined-vocab ids of the new positions.
-            is_audio: [B, S_new] bool.
-            attention_mask: [B, S_past + S_new] bool, True = real token, covering the cached and the new positions
-                (left-padded prompts work: positions are cumsum(attention_mask) - 1).
-            cache: what the previous call returned, an empty `MoTKVCache.allocate(max_len)`, or None for the first
-                call (S_past = 0). The call writes the new positions into it in place and returns it; `select` copies.
-
-        Returns:
-            logits [B, S_new, H, head_size] from the audio heads at EVERY new position (at a text position they are
-            whatever the heads make of it; the AUDIO_START position's logits predict the first audio step), and the
-            cache now holding S_past + S_new positions.
-        """
+        """Generation: tokens [B, S_new, J], is_audio [B, S_new] against `cache` (None, or an empty
+        `MoTKVCache.allocate(max_len)`, for the first call; written in place), attention_mask [B, S_past + S_new]
+        (True = real; left padding works) -> (audio-head logits [B, S_new, H, head_size] at every new position,
+        the cache holding S_past + S_new positions)."""
         h, cache = self._trunk(tokens, is_audio, attention_mask, cache)  # [B, S_new, D]
         B, S, D = h.shape
         logits = self.audio_logits(h.reshape(B * S, D))  # [B*S_new, H, size]
@@ -331,21 +204,9 @@ class MoTAdapterModel(AudioTables, AdapterParams):
     def decode_step(
         self, tokens: torch.Tensor, attention_mask: torch.Tensor, cache: MoTKVCache
     ) -> tuple[torch.Tensor, MoTKVCache]:
-        """`forward_step` for one new AUDIO position per row (a decoding step), reading nothing from the device.
-
-        The same logits as forward_step(tokens, all-audio, attention_mask, cache), without its host syncs (the id
-        check, nonzero routing, the mask choice, CaptionCond's text test): every row is audio, and whether the cache
-        holds pads was recorded when it was filled. The ids are not checked (that reads them): they come from the
-        sampler, which builds them from the vocab.
-
-        Args:
-            tokens: [B, 1, J] combined-vocab audio ids.
-            attention_mask: [B, S_past + 1] bool, the cache's positions then the new one (real).
-            cache: what forward_step (the prefill) or decode_step returned; written in place.
-
-        Returns:
-            logits [B, 1, H, head_size] and the cache holding S_past + 1 positions.
-        """
+        """`forward_step` for one new AUDIO position per row, tokens [B, 1, J], attention_mask [B, S_past + 1], with
+        no host sync (no id check, no nonzero routing): the sampler builds the ids -> (logits [B, 1, H, head_size],
+        the cache, written in place)."""
         B, S, J = tokens.shape
         if S != 1 or self.n_slots != J or cache.seq_len == 0:
             raise ValueError(
@@ -366,9 +227,6 @@ class MoTAdapterModel(AudioTables, AdapterParams):
         idx_audio = torch.arange(B, device=h.device)  # [B] every row is audio
         idx_text = idx_audio[:0]  # [0]
         for l, layer in enumerate(self.layers):
-            if self.caption_cond is not None and l in cache.summaries:
-                total, count = cache.summaries[l]  # [B, D], [B, 1]
-                h = h + self.caption_cond[l](total / count.clamp(min=1))[:, None, :].to(h.dtype)  # [B, 1, D]
             h, _ = layer(h, position_embeddings, idx_text, idx_audio, allowed, cache.layer(l))  # [B, 1, D]
         cache.advance(1)
         h = self.llm.model.norm(h)  # [B, 1, D]
@@ -388,7 +246,6 @@ class MoTAdapterModel(AudioTables, AdapterParams):
         out = logits_a.new_zeros(B * S, self.n_heads, self.head_size)  # [B*S, H, size]
         return out.index_copy(0, idx_audio, logits_a).reshape(B, S, self.n_heads, self.head_size)  # [B, S, H, size]
 
-    # --------------------------------------------------------------------------------------------- loss
     def compute_loss(self, batch: Batch) -> LossOutput:
         """CE over the audio targets of a token_layout.Batch (`loss.compute_loss`: heads run only where a target is)."""
         return compute_loss(self, batch)
@@ -411,21 +268,12 @@ class MoTAdapterModel(AudioTables, AdapterParams):
 
     def pretrained_copy_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters that START as pretrained weights (optimizer.pretrained_copy_lr_scale): `separate`
-        attention's norm and q/k/v/o, each audio expert's norm (from the Llama's post-attention norm), MusicGen's
-        FFN blocks when freeze_audio_ffn=false (trained in place), and under musicgen init the code embeddings,
-        audio output norm and lm_heads. Everything else trainable (down/up adapters, LoRA, random-init tables) is new."""
-        in_layer = (".audio_attn.", ".audio.norm.", ".audio.ffn_norm.", ".audio.fc1.", ".audio.fc2.")
+        attention's norm and q/k/v/o, each audio expert's norm (from the Llama's post-attention norm), and under
+        musicgen init the code embeddings, audio output norm and lm_heads. Everything else trainable (down/up adapters, LoRA, random-init tables) is new."""
+        in_layer = (".audio_attn.", ".audio.norm.")
         prefixes = ("code_embed", "special_code_embed", "audio_out_norm.", "lm_heads.")
         return [
             p
             for name, p in self.named_parameters()
             if p.requires_grad and (any(s in name for s in in_layer) or name.startswith(prefixes))
         ]
-
-    def upgrade_trainable_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """A checkpoint written before START/PAD/END read MusicGen's rows (special_embed alone did) has no
-        special_code_embed: zero rows give exactly that model."""
-        params = dict(self.named_parameters())
-        if "special_code_embed" in params and "code_embed" in state and "special_code_embed" not in state:
-            return {**state, "special_code_embed": torch.zeros_like(params["special_code_embed"])}
-        return state

@@ -1,10 +1,5 @@
-"""The generation state of `model.mot.audio_tower=musicgen` (musicgen_rows.MusicgenRowsMoT): the caption as every
-MusicGen layer's cross-attention reads it (`CaptionKeys`, training's too), the cache that generation keeps between
-steps (`MusicgenRowsCache`: those keys/values and the audio rows' self-attention keys/values), and the decoding step's
-one-position layer (`decode_layer`) with the constants it reads (`DecodeConstants`, made once per batch at the prompt).
-
-Kept apart from the model as `kv_cache` is from `mot`: a change to how generation steps never opens the training path.
-"""
+"""The generation state of `model.mot.audio_tower=musicgen`: the caption's cross-attention keys (`CaptionKeys`,
+training's too), the cache kept between steps (`MusicgenRowsCache`) and the one-position decoding layer."""
 
 from __future__ import annotations
 
@@ -34,10 +29,8 @@ class MusicgenRowsCache:
     """What generation keeps between steps: the caption's keys/values per MusicGen layer and the audio rows'
     self-attention keys/values per MusicGen layer.
 
-    The self-attention keys/values live in a `MoTKVCache` (the `llm` tower's): buffers reserved once for the whole
-    clip and written in place, one position per step. transformers' `DynamicCache` would grow by torch.cat, copying
-    the whole past at every step (benchmarks/bench_generate.py measured that cost on the `llm` tower), and
-    `StaticCache` wants a config-sized layout of its own; MoTKVCache also gives `select` for reordering rows.
+    The self-attention keys/values live in a `MoTKVCache`, written in place (transformers' `DynamicCache` copies
+    the whole past every step).
     """
 
     caption: CaptionKeys | None  # None until the prompt (forward_step with an empty cache)

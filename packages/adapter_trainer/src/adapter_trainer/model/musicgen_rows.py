@@ -1,40 +1,11 @@
 """The `model.mot.audio_tower=musicgen` variant: audio rows run MusicGen's own decoder, text rows the frozen Llama, and
-the caption reaches the audio through MusicGen's own cross-attention in every MusicGen layer.
+the caption reaches the audio through MusicGen's own cross-attention in every MusicGen layer (docs/architecture.md,
+"The model (MoT)", draws it).
 
-    text rows  (BOS caption):   Llama (frozen, all L layers) ─ hidden states after each layer ℓ ──────────────┐
-    audio rows (AUDIO_START…):  MusicGen's K tables summed + sinusoidal positions (from 0 at AUDIO_START)     │
-                                for m in 0..M-1, MusicGen decoder layer m (frozen unless named):               │
-                                  self-attention over the audio rows (its norm and q/k/v/o, causal)           │
-                                  + g_m · cross-attention (its encoder_attn_layer_norm and q/k/v/o) ◄─────────┘
-                                        keys/values from RMSNorm → Linear(d_llm → d_audio) of the caption rows
-                                  + its FFN block
-                                MusicGen's final LayerNorm ─ its K lm_heads (codes) + an AUDIO_END logit per head
-
-Options (`model.mot.*`, config.MoTSchema):
-    caption_init        zero_proj (default): the projection starts at 0 and g_m is a plain scalar starting at 1, so
-                        the cross-attention reads all-zero states (v = 0: its output is exactly 0) while the
-                        projection gets gradient from the first step. zero_gate: g_m = tanh(gate_m), gate_m = 0 and a
-                        normal-init projection (the first version; AdamW moves the gate ~lr per step).
-    caption_projection  per_layer (default): MusicGen layer m has its own norm and projection of Llama layer ℓ(m)'s
-                        caption states (`layer_map`, evenly spaced: 24 MusicGen layers over 16 Llama layers). shared:
-                        one norm and projection of Llama layer `caption_layer` (-1: the last, after the Llama's final
-                        norm) feed all M cross-attentions, as musicgen-small's `enc_to_dec_proj` feeds all 24 from T5.
-    cross_attention     train (default): MusicGen's cross-attention (encoder_attn, its norm) trains in place, at
-                        lr x optimizer.pretrained_copy_lr_scale; freeze: it stays frozen and only the caption norm,
-                        projection, gates and the AUDIO_END head train.
-
-Keys come from the CAPTION rows only, the text rows after BOS (BOS is a caption-independent attention sink for the
-Llama), so an empty caption (BOS alone: what caption dropout trains and classifier-free guidance's unconditional rows
-are) has no keys and its cross-attention output is exactly 0: MusicGen's own null condition (transformers'
-`get_unconditional_inputs`: zero states, mask 0; audiocraft's condition dropout), whatever the projection learnt.
-At init both options give audio logits that ARE `MusicgenForCausalLM`'s unconditional logits on the same codes
-(tested to fp32 tolerance) and text rows that are the Llama's. `caption_scale()` tracks how far the path has opened.
-
-The same interface as `MoTAdapterModel` (`hidden_states` / `audio_logits` / `compute_loss`, `forward_step` and
-`decode_step` for the sampler, `trainable_state_dict`): the learning check, training, checkpoints and generation use
-either. Generation keeps the caption's keys/values and every layer's self-attention keys/values of the audio rows in
-`MusicgenRowsCache`, so each decoding step runs one new position per row (musicgen_cache: the cache, the caption's
-`CaptionKeys` and `decode_step`'s one-position layer).
+MusicGen layer m reads Llama layer ℓ(m)'s caption states (evenly spaced) through its own norm and a projection that
+starts at 0 (g_m starts at 1), so at init the audio logits ARE MusicGen's unconditional ones. Keys come from the
+caption rows after BOS only: an empty caption has no keys, MusicGen's own null condition. The interface is
+`MoTAdapterModel`'s; generation keeps its keys/values in `MusicgenRowsCache` (musicgen_cache).
 """
 
 from __future__ import annotations
@@ -47,7 +18,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM, MusicgenForCausalLM
 
-from adapter_trainer.config import CAPTION_INITS, CAPTION_PROJECTIONS, CROSS_ATTENTION
 from adapter_trainer.data.token_layout import AudioVocab, Batch
 from adapter_trainer.model.adapter_params import AdapterParams
 from adapter_trainer.model.kv_cache import LayerKV, MoTKVCache
@@ -62,15 +32,11 @@ def default_caption_layer_map(n_audio_layers: int, n_llm_layers: int) -> list[in
     return [round(m * (n_llm_layers - 1) / (n_audio_layers - 1)) for m in range(n_audio_layers)]
 
 
-def new_projection(d_llm: int, d_audio: int, eps: float, zero: bool, ref: torch.Tensor) -> tuple[nn.RMSNorm, nn.Linear]:
-    """The caption path's RMSNorm(d_llm) and Linear(d_llm -> d_audio, no bias): zero, or normal with std d_llm^-0.5
-    (unit-variance outputs for unit-RMS inputs)."""
+def new_projection(d_llm: int, d_audio: int, eps: float, ref: torch.Tensor) -> tuple[nn.RMSNorm, nn.Linear]:
+    """The caption path's RMSNorm(d_llm) and Linear(d_llm -> d_audio, no bias), the projection zero."""
     norm = nn.RMSNorm(d_llm, eps=eps, device=ref.device, dtype=ref.dtype)
     proj = nn.Linear(d_llm, d_audio, bias=False, device=ref.device, dtype=ref.dtype)
-    if zero:
-        nn.init.zeros_(proj.weight)
-    else:
-        nn.init.normal_(proj.weight, std=d_llm**-0.5)
+    nn.init.zeros_(proj.weight)
     return norm, proj
 
 
@@ -81,24 +47,16 @@ def projection_rms(norm: nn.RMSNorm, proj: nn.Linear) -> torch.Tensor:
 
 
 class CaptionCrossAttention(nn.Module):
-    """MusicGen layer m's caption path: its own cross-attention (encoder_attn, trained in place or frozen) reading the
-    projected caption states, added to the audio rows times g_m (tanh(gate) with caption_init=zero_gate, else the
-    gate itself). With per_layer projections it owns the norm and projection (`norm`, `proj`) too."""
+    """MusicGen layer m's caption path: its own norm and projection of the caption states (`norm`, `proj`) and its
+    own cross-attention (encoder_attn, trained in place) reading them, added to the audio rows times the gate g_m."""
 
-    def __init__(self, mg_layer: nn.Module, caption_init: str, d_llm: int | None, eps: float) -> None:
+    def __init__(self, mg_layer: nn.Module, d_llm: int, eps: float) -> None:
         super().__init__()
         ref = mg_layer.fc1.weight
-        if d_llm is not None:  # per_layer: this layer's own norm and projection
-            self.norm, self.proj = new_projection(d_llm, mg_layer.embed_dim, eps, caption_init == "zero_proj", ref)
+        self.norm, self.proj = new_projection(d_llm, mg_layer.embed_dim, eps, ref)
         self.query_norm = mg_layer.encoder_attn_layer_norm  # MusicGen's own
         self.attn = mg_layer.encoder_attn
-        self.tanh_gate = caption_init == "zero_gate"
-        init = torch.zeros if self.tanh_gate else torch.ones
-        self.gate = nn.Parameter(init((), device=ref.device, dtype=ref.dtype))
-
-    def gate_value(self) -> torch.Tensor:
-        """[] g_m, the factor the cross-attention's output enters the audio rows with."""
-        return torch.tanh(self.gate) if self.tanh_gate else self.gate
+        self.gate = nn.Parameter(torch.ones((), device=ref.device, dtype=ref.dtype))  # [] g_m
 
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, T, d_audio] projected caption states -> keys, values [B, heads, T, head_dim]."""
@@ -117,15 +75,14 @@ class CaptionCrossAttention(nn.Module):
         out = a.out_proj(out.transpose(1, 2).reshape(B, A, -1))  # [B, A, d_audio]
         if a.out_proj.bias is not None:  # MusicGen's has none: the zeroed values already give 0
             out = out.masked_fill(~keys.present, 0.0)
-        return h + self.gate_value().to(h.dtype) * out
+        return h + self.gate.to(h.dtype) * out
 
 
 class MusicgenRowsMoT(AdapterParams):
     """forward(tokens [B,S,K], is_audio [B,S], attention_mask) -> logits [B, S, K, C + 1]; see the module docstring.
 
     Raises:
-        ValueError: pattern other than delay, sizes that do not match, a layer_map of the wrong length or given with a
-            shared projection, a caption_layer outside the Llama, an unknown option value; each names the fix.
+        ValueError: sizes that do not match; the message names the fix.
     """
 
     def __init__(
@@ -134,64 +91,20 @@ class MusicgenRowsMoT(AdapterParams):
         audio_lm: MusicgenForCausalLM,
         vocab: AudioVocab,
         pattern: str,
-        layer_map: list[int] | None = None,
-        *,
-        caption_init: str = "zero_proj",
-        caption_projection: str = "per_layer",
-        caption_layer: int = -1,
-        cross_attention: str = "train",
     ) -> None:
         super().__init__()
         acfg = audio_lm.config
         K, C = vocab.n_codebooks, vocab.codebook_size
-        if pattern != "delay":
-            raise ValueError(
-                f"model.mot.audio_tower=musicgen runs MusicGen's own layers, which read its delay pattern; "
-                f"data.pattern={pattern!r} cannot be read by them: set data.pattern=delay (or audio_tower=llm)"
-            )
+        assert pattern == "delay", pattern  # MusicGen's layers read its delay pattern (config.validate_config)
         if (acfg.num_codebooks, acfg.vocab_size) != (K, C):
             raise ValueError(
                 f"audio LM has {acfg.num_codebooks} codebooks x {acfg.vocab_size} codes but the vocab/shards have "
                 f"{K} x {C}; use shards encoded with the audio LM's codec"
             )
-        for key, value, allowed in (
-            ("caption_init", caption_init, CAPTION_INITS),
-            ("caption_projection", caption_projection, CAPTION_PROJECTIONS),
-            ("cross_attention", cross_attention, CROSS_ATTENTION),
-        ):
-            if value not in allowed:
-                raise ValueError(f"model.mot.{key}={value!r}; choose one of {', '.join(allowed)}")
         L, M = llm.config.num_hidden_layers, acfg.num_hidden_layers
-        shared = caption_projection == "shared"
-        if shared and layer_map is not None:
-            raise ValueError(
-                "model.mot.layer_map lists a Llama layer per MusicGen layer, but caption_projection=shared reads one "
-                "Llama layer (model.mot.caption_layer): drop layer_map (layer_map=null) or use caption_projection=per_layer"
-            )
-        if not -L <= caption_layer < L or (not shared and caption_layer != -1):
-            raise ValueError(
-                f"model.mot.caption_layer={caption_layer}: the Llama layer (-{L}..{L - 1}, -1 = the last) whose caption "
-                f"states the shared projection reads; it applies to caption_projection=shared only (per_layer reads "
-                f"layer_map): set caption_layer=-1 or caption_projection=shared"
-            )
-        layer_map = list(layer_map) if layer_map is not None else default_caption_layer_map(M, L)
-        if shared:
-            layer_map = [caption_layer % L] * M
-        if len(layer_map) != M or not all(0 <= ell < L for ell in layer_map):
-            raise ValueError(
-                f"model.mot.layer_map={layer_map}: with audio_tower=musicgen it has one entry per MusicGen layer ({M}), "
-                f"the Llama layer (0..{L - 1}) whose caption states that layer reads; leave it null for an even map"
-            )
-        self.vocab, self.pattern, self.layer_map = vocab, pattern, layer_map
-        self.caption_init, self.caption_projection, self.cross_attention = (
-            caption_init,
-            caption_projection,
-            cross_attention,
-        )
-        self.read_layers = layer_map[:1] if shared else layer_map  # the Llama layers whose caption states are read
+        self.vocab, self.pattern, self.layer_map = vocab, pattern, default_caption_layer_map(M, L)
         self.n_slots, self.n_heads, self.head_size = K, K, C + 1
         self.activation_checkpointing = False
-        self.early_frame_weight: tuple[int, float] = (0, 1.0)
         llm.requires_grad_(False)
         audio_lm.requires_grad_(False)
         ref = llm.model.embed_tokens.weight
@@ -201,47 +114,24 @@ class MusicgenRowsMoT(AdapterParams):
         self.lm_heads = audio_lm.lm_heads
         self.bos_id, self.pad_id = int(acfg.bos_token_id), int(acfg.pad_token_id)
         d_llm, eps = llm.config.hidden_size, llm.config.rms_norm_eps
-        if shared:  # one norm + projection for every layer (named caption_norm / caption_proj in state dicts)
-            self.caption_norm, self.caption_proj = new_projection(
-                d_llm, acfg.hidden_size, eps, caption_init == "zero_proj", ref
-            )
-        self.caption = nn.ModuleList(
-            CaptionCrossAttention(layer, caption_init, None if shared else d_llm, eps) for layer in self.decoder.layers
-        )
+        self.caption = nn.ModuleList(CaptionCrossAttention(layer, d_llm, eps) for layer in self.decoder.layers)
         self.requires_grad_(False)
-        for c in self.caption:
-            c.gate.requires_grad_(True)
-            for module in (c.query_norm, c.attn) if cross_attention == "train" else ():
-                module.requires_grad_(True)
-        for module in self._projections():
-            module.requires_grad_(True)
+        self.caption.requires_grad_(True)  # gates, norms, projections and MusicGen's cross-attention
         self.end_head = nn.Parameter(torch.randn(K, acfg.hidden_size, device=ref.device, dtype=ref.dtype) * 0.02)
-
-    # ------------------------------------------------------------------------------------------------ pieces
-    def _projections(self) -> list[nn.Module]:
-        """The caption norms and projections: one pair per MusicGen layer (per_layer) or one in all (shared)."""
-        if self.caption_projection == "shared":
-            return [self.caption_norm, self.caption_proj]
-        return [module for c in self.caption for module in (c.norm, c.proj)]
 
     def caption_scale(self) -> float:
         """How open the caption path is: the mean over MusicGen layers m of |g_m| · RMS(proj_m(norm_m(x))) for x of
         i.i.d. unit-variance components, i.e. |g_m| · ||W_m diag(w_m)||_F / sqrt(d_audio) (W_m the projection,
-        w_m the norm's weight). 0 at init with either caption_init; 1 for the normal-init projection behind an open
-        gate (g = 1). One host read: log it, do not call it per step."""
+        w_m the norm's weight). 0 at init. One host read: log it, do not call it per step."""
         with torch.no_grad():
-            if self.caption_projection == "shared":
-                rms = [projection_rms(self.caption_norm, self.caption_proj)] * len(self.caption)
-            else:
-                rms = [projection_rms(c.norm, c.proj) for c in self.caption]
-            scale = torch.stack([c.gate_value().detach().float().abs() * r for c, r in zip(self.caption, rms)])
-            return float(scale.mean())
+            scale = [c.gate.detach().float().abs() * projection_rms(c.norm, c.proj) for c in self.caption]
+            return float(torch.stack(scale).mean())
 
     def _text_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The Llama over the text rows -> (the caption states [B, T, d_llm] of each Llama layer in `read_layers`,
-        text mask [B, T])."""
+        """The Llama over the text rows -> (the caption states [B, T, d_llm] of Llama layer layer_map[m] for each
+        MusicGen layer m, text mask [B, T])."""
         text_mask = attention_mask.bool() & ~is_audio  # [B, S]
         T = int(text_mask.nonzero()[:, 1].max()) + 1 if bool(text_mask.any()) else 1  # the text prefix
         ids = torch.where(text_mask, tokens[..., 0], torch.zeros_like(tokens[..., 0]))[:, :T]  # [B, T]
@@ -256,7 +146,7 @@ class MusicgenRowsMoT(AdapterParams):
         )
         # hidden_states[l + 1] is layer l's output; the last one is after the Llama's final RMSNorm (transformers adds
         # the normed state last), the others before it: each caption norm takes either
-        states = [torch.where(mask[..., None], out.hidden_states[ell + 1], 0.0) for ell in self.read_layers]
+        states = [torch.where(mask[..., None], out.hidden_states[ell + 1], 0.0) for ell in self.layer_map]
         return states, mask  # masked rows zeroed: a fully masked pad row's NaN never reaches a key
 
     def _caption_keys(self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor) -> CaptionKeys:
@@ -264,11 +154,7 @@ class MusicgenRowsMoT(AdapterParams):
         states, text_mask = self._text_states(tokens, is_audio, attention_mask)
         caption = text_mask & (text_mask.long().cumsum(-1) > 1)  # [B, T] text rows after each row's first (BOS)
         present = caption.any(-1)  # [B]
-        if self.caption_projection == "shared":
-            x = self.caption_proj(self.caption_norm(states[0]))  # [B, T, d_audio], read by every layer
-            kv = [c.keys_values(x) for c in self.caption]
-        else:
-            kv = [c.keys_values(c.proj(c.norm(s))) for c, s in zip(self.caption, states)]
+        kv = [c.keys_values(c.proj(c.norm(s))) for c, s in zip(self.caption, states)]
         # a row without a caption: zero values, so its attention (over every key, see CaptionKeys) gives exactly 0
         absent = ~present[:, None, None, None]  # [B, 1, 1, 1]
         kv = [(k, v.masked_fill(absent, 0.0)) for k, v in kv]
@@ -308,7 +194,6 @@ class MusicgenRowsMoT(AdapterParams):
             cache.advance(A)
         return dec.layer_norm(h)  # [B, A, d_audio]
 
-    # -------------------------------------------------------------------------------------------- interface
     def hidden_states(
         self, tokens: torch.Tensor, is_audio: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -369,7 +254,7 @@ class MusicgenRowsMoT(AdapterParams):
             audio_ids = ids.gather(1, pos[..., None].expand(-1, -1, ids.shape[-1]))  # [B, A, K]
             A = audio_ids.shape[1]
             causal = torch.ones(A, A, dtype=torch.bool, device=tokens.device).tril()[None, None]  # [1, 1, A, A]
-            gates = [float(c.gate_value()) for c in self.caption]  # one host read each, at the prompt
+            gates = [float(c.gate) for c in self.caption]  # one host read each, at the prompt
             constants = decode_constants(self.decoder, self.lm_heads, self.end_head, self.vocab, self.pad_id, gates)
             cache = MusicgenRowsCache(caption=caption, audio=audio_cache, decode=constants)
             h = self._audio_block(audio_ids, causal, caption, cache.audio)  # [B, A, d_audio]
@@ -413,7 +298,6 @@ class MusicgenRowsMoT(AdapterParams):
         """The sampler's empty cache, with room for max_len audio positions per row (the prompt fills it)."""
         return MusicgenRowsCache.allocate(max_len)
 
-    # ------------------------------------------------------------------------------------- training plumbing
     def train(self, mode: bool = True) -> MusicgenRowsMoT:
         """Train mode for the trainable modules only; the frozen towers stay in eval() (no dropout)."""
         super().train(mode)
@@ -425,8 +309,8 @@ class MusicgenRowsMoT(AdapterParams):
 
     def pretrained_copy_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters that start as pretrained weights: MusicGen's cross-attention and its norm (named
-        `decoder.layers.m.encoder_attn*` in state dicts: the decoder registers them first); none when frozen."""
-        return [p for c in self.caption for p in (*c.attn.parameters(), *c.query_norm.parameters()) if p.requires_grad]
+        `decoder.layers.m.encoder_attn*` in state dicts: the decoder registers them first)."""
+        return [p for c in self.caption for p in (*c.attn.parameters(), *c.query_norm.parameters())]
 
 
 def _decoder_layer(

@@ -1,18 +1,8 @@
 """Which scaled_dot_product_attention kernel CUDA runs for a call: torch 2.11's rules, replayed on the host.
 
-A transcription of `select_sdp_backend` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.11) for the
-dense calls `attention.attend` makes; its checks need a CUDA device (`torch.backends.cuda.can_use_*` stop at "All tensors
-need to be on cuda device"), so they are restated here and tested on CPU, and `make bench-gpu` compares them with
-the kernel the profiler saw. The rules that matter here:
-
-  order      sm90 / sm10x with cuDNN > 9.15 (torch 2.11's cu130 wheel bundles 9.19): cuDNN, flash, memory-efficient,
-             math. Otherwise flash, memory-efficient, math (cuDNN after math: never reached).
-  cuDNN      fp16/bf16 only (rejects fp32); takes a mask (bool or float, [B|1, H|1, S_q|1, S_k|1]) and enable_gqa;
-             head_dim <= 128 and a multiple of 8; S_k != 1; sm80-sm121.
-  flash      fp16/bf16, no mask, enable_gqa, is_causal only when S_q == S_k; head_dim <= 256; sm80-sm121.
-  mem-eff    fp16/bf16/fp32 (sm80+), a mask, NOT enable_gqa with fewer k/v heads (GQA came after 2.11); head_dim a
-             multiple of 8 (half) or 4 (fp32); sm50-sm121.
-  math       anything (materialises the S_q x S_k scores).
+A transcription of `select_sdp_backend` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) for the dense calls
+`attention.attend` makes: torch's own checks need a CUDA device, so they are restated here, tested on CPU, and
+compared by `make bench-gpu` with the kernel the profiler saw.
 """
 
 from __future__ import annotations

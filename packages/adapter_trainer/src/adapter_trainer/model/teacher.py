@@ -1,15 +1,8 @@
 """MusicGen as it ships, minus its codec: the teacher every learning check measures the adapter against.
 
-facebook/musicgen-small reads a caption through its own T5 encoder: T5 states -> `enc_to_dec_proj` -> the keys and
-values of every decoder layer's cross-attention (transformers' `MusicgenForConditionalGeneration`). Its "null"
-condition (classifier-free guidance's unconditional branch, audiocraft's condition dropout) is exactly zero
-cross-attention input with mask 0 (`get_unconditional_inputs`).
-
-`load_musicgen_teacher` loads the three parts that read text and codes (the decoder, `T5EncoderModel` from the
-`text_encoder.*` tensors, the projection from `enc_to_dec_proj.*`) and the text tokenizer stored beside them, through
-the same `from_pretrained` paths as `load_musicgen_decoder`. The `audio_encoder` (EnCodec) is never built: this
-process only sees integer codes. `MusicgenTeacher.condition` is the composite model's own text path, tested equal to
-it (tests/trainer/evaluation/test_teacher.py).
+`load_musicgen_teacher` loads the parts that read text and codes (the decoder, the T5 encoder, `enc_to_dec_proj`)
+and the text tokenizer; EnCodec is never built. Its null condition (CFG's unconditional branch) is zero
+cross-attention input with mask 0. `MusicgenTeacher.condition` is tested equal to the composite model's text path.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ from torch import nn
 from transformers import (
     AutoTokenizer,
     MusicgenForCausalLM,
-    PreTrainedConfig,
     PreTrainedTokenizerBase,
     T5Config,
     T5EncoderModel,
@@ -34,15 +26,13 @@ from transformers.utils import cached_file
 
 from adapter_trainer.errors import UserError
 from adapter_trainer.model.builders import (
-    _check_source,
-    _not_available,
     _resolve_dtype,
-    composite_part,
+    config_dict,
+    load_composite_part,
     load_musicgen_decoder,
     source_kwargs,
 )
 
-TEXT_ENCODER_KEY_MAPPING = {r"^text_encoder\.": ""}  # composite key -> T5EncoderModel key
 PROJ_PREFIX = "enc_to_dec_proj."
 
 
@@ -98,41 +88,21 @@ class MusicgenTeacher:
 
 
 def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> MusicgenTeacher:
-    """The teacher out of a `facebook/musicgen-small`-layout checkpoint (hub id or local directory).
-
-    The T5 encoder runs in float32 whatever `dtype` says (T5 overflows in float16; it runs once per eval caption).
-
-    Raises:
-        TeacherUnavailable: a decoder-only checkpoint, or a composite without text-encoder weights or tokenizer.
-        OSError: the files are not available locally; the message says what to pass.
-    """
-    _check_source("MusicGen", name_or_path)
+    """The teacher out of a `facebook/musicgen-small`-layout checkpoint; TeacherUnavailable for one without a text
+    encoder or tokenizer. The T5 encoder runs in float32 whatever `dtype` says (T5 overflows in float16)."""
     src = str(name_or_path)
-    try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(src, **source_kwargs(src))
-    except OSError as e:
-        raise _not_available("MusicGen config", name_or_path, e) from e
-    if config_dict.get("model_type") != "musicgen" or "text_encoder" not in config_dict:
+    found = config_dict(name_or_path, "MusicGen", "MusicGen config")
+    if found.get("model_type") != "musicgen" or "text_encoder" not in found:
         raise TeacherUnavailable(
-            f"model.audio_lm={src!r} is a {config_dict.get('model_type')!r} checkpoint without a text encoder, so "
+            f"model.audio_lm={src!r} is a {found.get('model_type')!r} checkpoint without a text encoder, so "
             f"MusicGen with its own captions cannot be scored; use a facebook/musicgen-small-layout checkpoint "
             f"(decoder + text_encoder + enc_to_dec_proj) or set trainer.eval_teacher=false"
         )
-    t5 = dict(config_dict["text_encoder"])
+    t5 = dict(found["text_encoder"])
     t5.pop("model_type", None)
     decoder = load_musicgen_decoder(src, dtype)
-    try:
-        with composite_part(T5EncoderModel, "text_encoder"):
-            text_encoder, info = T5EncoderModel.from_pretrained(
-                src,
-                config=T5Config(**t5),
-                dtype=torch.float32,
-                output_loading_info=True,
-                key_mapping=TEXT_ENCODER_KEY_MAPPING,
-                **source_kwargs(src),
-            )
-    except OSError as e:
-        raise _not_available("MusicGen text encoder", name_or_path, e) from e
+    t5_config = T5Config(**t5)
+    text_encoder, info = load_composite_part(T5EncoderModel, "text_encoder", src, config=t5_config, dtype=torch.float32)
     missing = sorted(info.get("missing_keys", []))
     if missing:
         raise TeacherUnavailable(
@@ -142,7 +112,7 @@ def load_musicgen_teacher(name_or_path: str | os.PathLike, dtype: torch.dtype | 
     try:
         # config=: the tokenizer's class comes from tokenizer_config.json or T5's config, never from the composite
         # config.json, whose loading would import transformers' EnCodec modules into this codec-free process
-        tokenizer = AutoTokenizer.from_pretrained(src, config=T5Config(**t5), **source_kwargs(src))
+        tokenizer = AutoTokenizer.from_pretrained(src, config=t5_config, **source_kwargs(src))
     except (OSError, ValueError, TypeError) as e:  # no tokenizer files: transformers raises any of these
         reason = " ".join(str(e).split())
         raise TeacherUnavailable(

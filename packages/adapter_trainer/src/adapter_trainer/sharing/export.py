@@ -1,32 +1,27 @@
-"""`python -m adapter_trainer.export <run dir> [--checkpoint latest|step-XXXXXX] --out DIR [--push-to-hub REPO]`.
+"""A run's checkpoint -> a self-contained adapter folder (the format: `model.adapter_io`), without building the model.
 
-Writes a self-contained adapter folder (the format: `model.adapter_io`) from a run's checkpoint, without building the
-model: the trainable weights are copied from the checkpoint's adapter.safetensors, the model's description comes from
-its config.yaml and fingerprint.json, the codec identity from the training shards' manifest (which must still hash to
-the fingerprint's `data.manifest_sha256`), the base towers' weights sha256 from their files. The folder is written
-to a temp dir and renamed into place; `--push-to-hub` then uploads it (`sharing.hub`), and a failed upload leaves it
-intact.
+The weights are the checkpoint's adapter.safetensors; the description comes from its config.yaml and fingerprint.json,
+the codec identity from the training shards' manifest (which must still hash to the fingerprint's), the base towers'
+weights sha256 from their files. Written to a temp dir and renamed into place.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 import os
 import shutil
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from adapter_trainer.config import ConfigError, TrainConfig, mot_fields, shard_sources
+from adapter_trainer.config import TrainConfig, shard_sources
 from adapter_trainer.data.remote.urls import is_url, join, local_path, pin_all
 from adapter_trainer.data.shards import ShardFormatError, manifest_bytes
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError
+from adapter_trainer.errors import UserError
 from adapter_trainer.file_modes import save_safetensors
 from adapter_trainer.model.adapter_io import (
     ADAPTER_FORMAT,
@@ -77,9 +72,8 @@ def _json(path: Path) -> dict[str, Any] | None:
 
 
 def shard_records(cfg: TrainConfig, fingerprint: dict[str, Any], out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(codec, shards) sections: the training sets' manifests, checked against the checkpoint's manifest sha256s.
-
-    The codec section is the first set's verbatim, except `path_from_set`, re-based to the exported folder."""
+    """(codec, shards) sections from the training sets' manifests, checked against the checkpoint's sha256s; the codec
+    is the first set's verbatim, `path_from_set` re-based to the exported folder."""
     want = fingerprint.get("data.manifest_sha256") or []
     sets, manifests = [], []
     roots = pin_all([s.path for s in shard_sources(cfg.data.shards)], tries=cfg.data.cache.retries)
@@ -150,8 +144,7 @@ def tower_record(role: str, name: str) -> dict[str, Any]:
 
 
 def generation_defaults(run_dir: Path, ckpt: Path) -> dict[str, Any]:
-    """Sampling defaults: those of the run's generated set when it was sampled from this checkpoint (the figures in
-    the card were measured with them), else `python -m adapter_trainer.generate`'s own defaults."""
+    """Sampling defaults: the run's generated set's when sampled from this checkpoint, else generate's defaults."""
     from adapter_trainer.generation.config import GenerateConfig
 
     defaults = asdict(GenerateConfig())
@@ -203,7 +196,7 @@ def adapter_config(run_dir: Path, ckpt: Path, out: Path) -> tuple[dict[str, Any]
         },
         "model": {
             "architecture": "MusicgenRowsMoT" if cfg.model.mot.audio_tower == "musicgen" else "MoTAdapterModel",
-            "mot": mot_fields(cfg),
+            "mot": asdict(cfg.model.mot),
             "trainable_params": n_params,
         },
         "token_layout": {
@@ -244,11 +237,7 @@ def export_adapter(
     license: str = "other",
     overwrite: bool = False,
 ) -> Path:
-    """Write the adapter folder of `run_dir`'s checkpoint to `out` (temp dir + rename). Returns `out`.
-
-    Raises:
-        ExportError: no such run or checkpoint, a changed shard set, base towers not available, or `out` not empty.
-    """
+    """Write the adapter folder of `run_dir`'s checkpoint to `out` (temp dir + rename); returns `out`."""
     from safetensors.torch import load_file
 
     from adapter_trainer.sharing.model_card import model_card
@@ -272,33 +261,3 @@ def export_adapter(
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     tmp.rename(out)
     return out
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m adapter_trainer.export", description=__doc__.split("\n\n")[1])
-    p.add_argument("run_dir", type=Path, help="the training run's trainer.output_dir")
-    p.add_argument("--checkpoint", default="latest", help="latest (default), a step-XXXXXX name, or a checkpoint dir")
-    p.add_argument("--out", type=Path, required=True, help="the adapter folder to write")
-    p.add_argument("--license", default="other", help="the card's license (default other: the base models' apply)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--push-to-hub", metavar="REPO", help="then upload the folder to this Hub repo (user/name)")
-    p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        out = export_adapter(
-            args.run_dir, args.out, checkpoint=args.checkpoint, license=args.license, overwrite=args.overwrite
-        )
-        print(f"export: wrote {out} ({WEIGHTS_FILE}, {CONFIG_FILE}, {GENERATION_FILE}, {CARD_FILE})")
-        if args.push_to_hub:
-            from adapter_trainer.sharing.hub import push_folder
-
-            url = push_folder(out, args.push_to_hub, private=args.private)
-            print(f"export: pushed {out} to {url}")
-    except (UserError, ConfigError) as e:
-        print(f"adapter_trainer.export: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    return 0

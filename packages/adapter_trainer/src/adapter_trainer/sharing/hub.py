@@ -25,11 +25,7 @@ def push_folder(
     endpoint: str | None = None,
     commit_message: str = "Upload adapter (adapter_trainer.export)",
 ) -> str:
-    """Create `repo_id` (a model repo; fine if it exists) and upload `folder` to it. Returns the commit URL.
-
-    Raises:
-        HubPushError: huggingface_hub refused (no token, no permission, network, bad repo id).
-    """
+    """Create `repo_id` (a model repo; fine if it exists) and upload `folder`; returns the commit URL (HubPushError)."""
     from huggingface_hub import HfApi
 
     folder = Path(folder)

@@ -45,36 +45,51 @@ def _step_note(measured: Any, exported: int) -> str:
     return "" if measured == exported else f" (measured on step {measured}, not the exported step {exported})"
 
 
+def _ci(interval: Any, spec: str = "+.4f") -> str:
+    low, high = interval or [None, None]
+    return f"[{_f(low, spec)}, {_f(high, spec)}]"
+
+
+def _learning_check(lc: dict[str, Any]) -> str:
+    return (
+        f"held-out audio CE {_f(lc.get('eval_ce'), '.4f')} nats/code vs unigram {_f(lc.get('unigram_ce'), '.4f')} "
+        f"({_f(lc.get('rel_to_unigram_pct'), '+.1f')}%, {'PASS' if lc.get('rel_pass') else 'FAIL'}); caption gain "
+        f"{_f(lc.get('caption_gain'))} {_ci(lc.get('caption_gain_ci95'))} ({lc.get('caption_gain_verdict', 'n/a')})"
+    )
+
+
+def _probe(probe: dict[str, Any]) -> str:
+    return (
+        f"{probe.get('n_clips', 'n/a')} clips, accuracy {_f(probe.get('accuracy_true_captions'), '.3f')} with their "
+        f"own captions vs {_f(probe.get('accuracy_deranged_captions'), '.3f')} deranged, true - deranged "
+        f"{_f(probe.get('true_minus_deranged'), '+.3f')} {_ci(probe.get('true_minus_deranged_ci95'), '+.3f')}: "
+        f"**{probe.get('verdict', 'n/a')}**"
+    )
+
+
+def _audio_metrics(audio: dict[str, Any]) -> str:
+    return (
+        f"CLAP score {_f(audio.get('clap_score'), '.4f')} (minus deranged {_f(audio.get('clap_score_minus_deranged'))})"
+        f", FAD (CLAP, whole clips) {_f(audio.get('fad_clap_clips'), '.4f')}, classifier KL "
+        f"{_f(audio.get('kl_classifier'), '.4f')}"
+    )
+
+
+REPORT_LINES = (  # (report, title, its figures)
+    ("learning_check", "Learning check", _learning_check),
+    ("probe", "Attribute probe", _probe),
+    ("audio_metrics", "Audio metrics", _audio_metrics),
+)
+
+
 def evaluation_lines(reports: dict[str, Any]) -> list[str]:
     """The learning check, the probe verdict and the audio metrics, when the run has them."""
     step = reports["exported_step"]
-    lines = []
-    lc = reports.get("learning_check")
-    if lc:
-        ci = lc.get("caption_gain_ci95") or [None, None]
-        lines += [
-            f"- **Learning check**{_step_note(lc.get('step'), step)}: held-out audio CE {_f(lc.get('eval_ce'), '.4f')} "
-            f"nats/code vs unigram {_f(lc.get('unigram_ce'), '.4f')} ({_f(lc.get('rel_to_unigram_pct'), '+.1f')}%, "
-            f"{'PASS' if lc.get('rel_pass') else 'FAIL'}); caption gain {_f(lc.get('caption_gain'))} "
-            f"[{_f(ci[0])}, {_f(ci[1])}] ({lc.get('caption_gain_verdict', 'n/a')})"
-        ]
-    probe = reports.get("probe")
-    if probe:
-        ci = probe.get("true_minus_deranged_ci95") or [None, None]
-        lines += [
-            f"- **Attribute probe**{_step_note(probe.get('step'), step)}: {probe.get('n_clips', 'n/a')} clips, accuracy "
-            f"{_f(probe.get('accuracy_true_captions'), '.3f')} with their own captions vs "
-            f"{_f(probe.get('accuracy_deranged_captions'), '.3f')} deranged, true - deranged "
-            f"{_f(probe.get('true_minus_deranged'), '+.3f')} [{_f(ci[0], '+.3f')}, {_f(ci[1], '+.3f')}]: "
-            f"**{probe.get('verdict', 'n/a')}**"
-        ]
-    audio = reports.get("audio_metrics")
-    if audio:
-        lines += [
-            f"- **Audio metrics**{_step_note(audio.get('step'), step)}: CLAP score {_f(audio.get('clap_score'), '.4f')}"
-            f" (minus deranged {_f(audio.get('clap_score_minus_deranged'))}), FAD (CLAP, whole clips) "
-            f"{_f(audio.get('fad_clap_clips'), '.4f')}, classifier KL {_f(audio.get('kl_classifier'), '.4f')}"
-        ]
+    lines = [
+        f"- **{title}**{_step_note(r.get('step'), step)}: {figures(r)}"
+        for key, title, figures in REPORT_LINES
+        if (r := reports.get(key))
+    ]
     return lines or ["No evaluation report was found in the run directory (final_metrics.json, generation_report.json"
                      ", audio_metrics.json): this adapter is unmeasured."]  # fmt: skip
 
@@ -123,7 +138,7 @@ Sampling defaults (`generation_config.json`, from {gen.get("source")}): CFG {gen
 | --- | --- |
 | text LLM (frozen) | `{llm["name_or_path"]}`, weights sha256 `{llm["weights_sha256"]}` |
 | audio LM (frozen) | `{alm["name_or_path"]}`, weights sha256 `{alm["weights_sha256"]}` |
-| MoT | audio tower `{mot.get("audio_tower", "llm")}`, audio attention `{mot["audio_attention"]}`, LoRA rank {mot["lora_rank"]}, caption summary rank {mot["caption_cond_rank"]}, audio FFNs frozen: {mot["freeze_audio_ffn"]} |
+| MoT | audio tower `{mot.get("audio_tower", "llm")}`, audio attention `{mot["audio_attention"]}`, LoRA rank {mot["lora_rank"]} |
 | token layout | {layout["text_vocab_size"]:,} text ids + {layout["n_codebooks"]} x {layout["codebook_size"]} codes, `{layout["pattern"]}` pattern |
 | captions | `{acfg["captions"]["text"]}`, up to {acfg["captions"]["max_caption_tokens"]} tokens, caption dropout {acfg["captions"]["caption_dropout"]} |
 | precision | trained `{acfg["precision"]["train"]}`, frozen towers `{acfg["precision"]["frozen_dtype"]}` |

@@ -1,26 +1,13 @@
 """Checkpoints: `<output_dir>/checkpoints/step-XXXXXX/`, written to a temp dir and renamed into place.
 
-    adapter.safetensors   trainable weights only (the frozen LLM / MusicGen weights come from model.llm / audio_lm)
-    optimizer.pt          AdamW state          scheduler.pt   LambdaLR state      scaler.pt  GradScaler (fp16 only)
-    rng_torch.pt          torch CPU (+ CUDA) RNG states     rng.json  python + numpy global RNG states
-    progress.json         TrainingProgress (step, epoch, index, tokens_seen; training windows and those with an
-                          AUDIO_END target, for the learning check's END CE line)
-    fingerprint.json      what must match on resume: model ids, dtype, mot config, pattern, codec sizes, the
-                          trainable-parameter shapes and the shard manifests' sha256s (in data.shards order);
-                          for a weighted mixture also its weights and data.mixture_epoch_size
-    config.yaml           the resolved TrainConfig
+    adapter.safetensors   trainable weights only        optimizer.pt / scheduler.pt / scaler.pt (fp16)
+    rng_torch.pt, rng.json  RNG states                 progress.json  TrainingProgress
+    fingerprint.json      what must match on resume     config.yaml    the resolved TrainConfig
 
-Resume refuses (ResumeError) when the fingerprint differs: nanoGPT takes the architecture from the checkpoint;
-here the config must agree, so a silently different model or dataset can never continue a run. The fingerprint
-also holds what fixes the example order and the sequences (trainer.seed, data.text, data.max_seq_len,
-data.max_caption_tokens, data.pattern): changing those mid-run would silently train on another stream.
-
-Optimizer settings are the other way round: on resume the CONFIG wins for every optimizer.* value (lr, betas,
-weight_decay, warmup_steps, min_lr_ratio, grad_clip) and for trainer.max_steps; the checkpoint contributes
-AdamW's moments and the step count. Every changed value is printed (`optimizer_changes`), never silent.
-
-A fresh run (no trainer.resume) refuses an output_dir that already holds checkpoints, so `resume=latest` can
-never later pick a stale one; trainer.overwrite=true deletes them first (`prepare_output_dir`).
+Resume refuses (ResumeError) a fingerprint that differs: architecture, data identity and what fixes the example
+stream. The config wins for every optimizer.* value and trainer.max_steps (each change printed); the checkpoint
+gives AdamW's moments and the step count. A fresh run refuses an output_dir holding checkpoints unless
+trainer.overwrite=true.
 """
 
 from __future__ import annotations
@@ -28,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +23,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from adapter_trainer.config import TrainConfig, mot_fields, shard_weights
+from adapter_trainer.config import TrainConfig, shard_weights
 from adapter_trainer.data.token_layout import AudioVocab
 from adapter_trainer.errors import UserError
 from adapter_trainer.file_modes import save_safetensors
@@ -55,12 +42,8 @@ class TrainingProgress:
     epoch: int = 0  # pass over the train split the next example comes from
     index: int = 0  # position of the next example in that epoch's permutation
     tokens_seen: int = 0  # input tokens (non-pad) consumed so far
-    # training windows (examples, all ranks) since step `counted_from_step`, and those with an AUDIO_END target in
-    # their loss mask (the learning check's END CE line); counted_from_step > 0 only after resuming a checkpoint
-    # written before these counts existed (`load_checkpoint`), so a partial count is never shown as the whole run's
-    train_windows: int = 0
-    train_end_targets: int = 0
-    counted_from_step: int = 0
+    train_sequences: int = 0  # training sequences (examples, all ranks)
+    train_end_targets: int = 0  # those with an AUDIO_END target in their loss mask
 
 
 @dataclass
@@ -91,8 +74,7 @@ def capture_rng() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def restore_rng(torch_states: dict[str, Any], other: dict[str, Any]) -> None:
-    """Restore the saved generator states. CUDA: only for the devices this process has (a checkpoint from 8 GPUs
-    resumes on 1, or under a narrower CUDA_VISIBLE_DEVICES); training never draws from the CUDA generators."""
+    """Restore the saved generator states (CUDA: only for the devices this process has)."""
     torch.set_rng_state(torch_states["cpu"])
     if "cuda" in torch_states and torch.cuda.is_available():
         for device, state in enumerate(torch_states["cuda"][: torch.cuda.device_count()]):
@@ -160,9 +142,7 @@ def find_checkpoint(resume: str, output_dir: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
-    """Read everything back to the CPU (weights_only loads: no pickled code runs). The model's and the optimizer's
-    load_state_dict move the tensors to their parameters' device (one path for every device; older safetensors refused
-    mps device strings)."""
+    """Read everything back to the CPU (weights_only loads: no pickled code runs)."""
     path = Path(path)
     scaler_path = path / "scaler.pt"
     return LoadedCheckpoint(
@@ -179,34 +159,27 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
 
 
 def _read_progress(path: Path) -> TrainingProgress:
-    """progress.json; one written before the window counts existed restarts them at its step (counted_from_step)."""
+    """progress.json, holding exactly TrainingProgress's fields."""
     saved = json.loads(path.read_text())
-    if "train_windows" not in saved:
-        saved = {**saved, "train_windows": 0, "train_end_targets": 0, "counted_from_step": saved["step"]}
+    want = {f.name for f in fields(TrainingProgress)}
+    if set(saved) != want:
+        raise ResumeError(
+            f"{path.parent}: progress.json holds {sorted(saved)}, not this adapter_trainer's checkpoint layout "
+            f"{sorted(want)}; retrain (a fresh run: a new trainer.output_dir or trainer.overwrite=true)"
+        )
     return TrainingProgress(**saved)
-
-
-# trainable tensors added after checkpoints existed; a checkpoint without them loads them as the zeros that are exactly
-# the model it was (MoTAdapterModel.upgrade_trainable_state), so their absence is not a difference
-LATER_TRAINABLE = ("special_code_embed",)
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], ckpt: Path) -> None:
     """Raise ResumeError listing every key whose value differs between the checkpoint and this run."""
-    shapes, now = saved.get("trainable_shapes"), current.get("trainable_shapes")
-    if isinstance(shapes, dict) and isinstance(now, dict):
-        later = {k for k in LATER_TRAINABLE if k not in shapes}
-        current = {**current, "trainable_shapes": {k: v for k, v in now.items() if k not in later}}
     diffs = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
     if not diffs:
         return
-    tower = "model.mot.audio_tower"
-    if tower in diffs:  # the other tower is another model: every other difference follows from it
-        was = saved.get(tower) or "llm"  # checkpoints record the tower only when it is not llm
+    was, now = (dict(f.get("model.mot") or {}).get("audio_tower") for f in (saved, current))
+    if was != now:  # the other tower is another model: every other difference follows from it
         raise ResumeError(
             f"cannot resume from {ckpt}: it trained model.mot.audio_tower={was}, this run model.mot.audio_tower="
-            f"{current.get(tower) or 'llm'} (mps_small and cuda_1b train musicgen since 2026-11-28); add "
-            f"model.mot.audio_tower={was} to resume it, or start a fresh run with a new trainer.output_dir"
+            f"{now}; add model.mot.audio_tower={was} to resume it, or start a fresh run with a new trainer.output_dir"
         )
     parts = [_differs(k, saved.get(k), current.get(k)) for k in diffs]
     if "data.manifest_sha256" in diffs:
@@ -236,11 +209,7 @@ KERNEL_GROUP_KEYS = ("fused", "foreach", "capturable")
 
 
 def prepare_output_dir(output_dir: str | Path, *, resume: str | None, overwrite: bool) -> None:
-    """A fresh run refuses an output_dir that holds step-* checkpoints; with `overwrite` it deletes them.
-
-    Raises:
-        ResumeError: checkpoints exist, no trainer.resume and no trainer.overwrite; the message names both.
-    """
+    """A fresh run refuses (ResumeError) an output_dir that holds step-* checkpoints; `overwrite` deletes them."""
     root = Path(output_dir) / CKPT_DIRNAME
     old = sorted(p.name for p in root.glob("step-*")) if root.is_dir() else []
     if resume or not old:
@@ -263,21 +232,15 @@ def load_optimizer_with_config(
     scheduler_state: dict[str, Any],
     lr_factor: Any,
 ) -> None:
-    """Restore AdamW's moments and the scheduler's step count; keep THIS run's hyper-parameters and kernel choice.
-
-    `optimizer` and `scheduler` were just built from the config; `load_state_dict` would put the checkpoint's lr,
-    betas, weight_decay and eps back, so they are read before loading and written again after. The LR is then
-    recomputed as lr * lr_factor(step), exactly what an uninterrupted run with this config would use.
-    """
+    """Restore AdamW's moments and the scheduler's step count, keeping THIS run's hyper-parameters and kernel choice
+    (read before `load_state_dict`, written back after); the LR becomes lr * lr_factor(step)."""
     fresh = [{k: g[k] for k in OPTIMIZER_GROUP_KEYS} for g in optimizer.param_groups]
     saved = [len(g["params"]) for g in optimizer_state["param_groups"]]
     if saved != [len(g["params"]) for g in optimizer.param_groups]:
         raise ResumeError(
             f"the checkpoint's AdamW groups hold {saved} tensors, this run's {[len(g['params']) for g in optimizer.param_groups]}: "
-            f"it was written before copies of pretrained weights got their own groups (optimizer.pretrained_copy_lr_scale), "
-            f"before AUDIO_START/PAD/END read MusicGen's rows (special_code_embed, 2026-11-27; such a checkpoint still "
-            f"samples and exports as it was) or for another model; start a fresh run (trainer.overwrite=true or another "
-            f"trainer.output_dir)"
+            f"it was written for another model or checkpoint layout; retrain (a fresh run: trainer.overwrite=true or "
+            f"another trainer.output_dir)"
         )
     kernels = [{k: g[k] for k in KERNEL_GROUP_KEYS if k in g} for g in optimizer.param_groups]
     groups = [{**saved_group, **k} for saved_group, k in zip(optimizer_state["param_groups"], kernels)]
@@ -300,8 +263,7 @@ def optimizer_changes(ckpt: Path, current: dict[str, Any]) -> list[str]:
 
 
 def max_steps_change(ckpt: Path, max_steps: int) -> list[str]:
-    """`trainer.max_steps: checkpoint -> run` when the run trains to another step than the checkpoint's config.yaml
-    said (the LR schedule's cosine then ends elsewhere), else []."""
+    """`trainer.max_steps: checkpoint -> run` when it differs from the checkpoint's config.yaml, else []."""
     from omegaconf import OmegaConf
 
     saved = OmegaConf.to_container(OmegaConf.load(ckpt / "config.yaml")).get("trainer", {}).get("max_steps")
@@ -311,33 +273,12 @@ def max_steps_change(ckpt: Path, max_steps: int) -> list[str]:
 def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module, shard_sets: list) -> dict[str, Any]:
     """What a resumed run (and `generate`) must share with the checkpoint: architecture, data identity, example stream."""
     c = cfg
-    # Settings added after checkpoints already existed are recorded only when set, so those checkpoints stay resumable.
-    defaults_then = {"caption_cond_rank": 0, "audio_tower": "llm"}  # added later: recorded only when set otherwise
-    # audio_tower=musicgen's caption-path keys: recorded with that tower alone, and only where they differ from what
-    # its checkpoints before them were (zero_gate: the default since is zero_proj, whose gate means another thing)
-    tower_then = {"caption_init": "zero_gate", "caption_projection": "per_layer", "caption_layer": -1,
-                  "cross_attention": "train"}  # fmt: skip
-    musicgen = c.model.mot.audio_tower == "musicgen"
-    mot = {
-        k: v
-        for k, v in mot_fields(c).items()
-        if not (k in defaults_then and v == defaults_then[k])
-        and not (k in tower_then and (v == tower_then[k] or not musicgen))
-    }
-    later = {
-        k: v
-        for k, v in (
-            ("data.start_crop_prob", c.data.start_crop_prob),
-            ("data.caption_word_dropout", c.data.caption_word_dropout),
-        )
-        if v
-    }
     fingerprint = {
-        **later,
+        "data.start_crop_prob": c.data.start_crop_prob,
         "model.llm": c.model.llm,
         "model.audio_lm": c.model.audio_lm,
         "model.dtype": c.model.dtype,
-        "model.mot": mot,
+        "model.mot": asdict(c.model.mot),
         "data.pattern": c.data.pattern,
         # the example order (epoch shuffle, crops) and the sequences themselves:
         "trainer.seed": c.trainer.seed,
@@ -350,7 +291,7 @@ def run_fingerprint(cfg: TrainConfig, vocab: AudioVocab, model: torch.nn.Module,
         "data.manifest_sha256": [s.manifest_sha256 for s in shard_sets],
         "data.splits": [c.data.train_split, c.data.eval_split],
     }
-    weights = shard_weights(c)
-    if weights is not None:  # only for mixtures: checkpoints of concatenated sets keep their fingerprint
+    weights = shard_weights(c.data.shards)
+    if weights is not None:  # only for mixtures
         fingerprint["data.mixture"] = {"weights": weights, "epoch_size": c.data.mixture_epoch_size}
     return fingerprint

@@ -1,7 +1,5 @@
-"""Device and precision: which device a run uses, which precisions it allows there, and the autocast context.
-
-Used by the training recipe and by generation alike; an explicitly requested device that is missing is a
-ConfigError that names the override, never a silent fallback.
+"""Device and precision for training and generation: the device, the precisions it allows, the autocast context.
+A requested device that is missing is a ConfigError naming the override, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -62,12 +60,8 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 
 def device_memory_gb(device: torch.device) -> dict[str, float]:
-    """The accelerator's memory in GiB, for the training log (empty on CPU: its process RSS is not the model's).
-
-    cuda: allocated now, the peak since the last call (reset here), reserved by the caching allocator.
-    mps: allocated by tensors, allocated by the Metal driver in all (caches included), and the working-set size
-    macOS recommends for this process: a run that stays above it pages, then fails.
-    """
+    """The accelerator's memory in GiB for the training log (CUDA: allocated, peak since the last call, reserved;
+    MPS: tensors, the driver's total, macOS's recommended maximum); empty on CPU."""
     gib = float(2**30)
     if device.type == "cuda":
         out = {

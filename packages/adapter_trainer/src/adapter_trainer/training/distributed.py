@@ -1,18 +1,8 @@
 """torch.distributed for the recipe: init/teardown under torchrun, rank helpers, and the few collectives it uses.
 
-    torchrun --nproc_per_node=2 -m adapter_trainer +experiment=demo              # 2 CPU ranks (gloo)
-    torchrun --nproc_per_node=8 -m adapter_trainer +experiment=cuda_1b           # 8 GPUs (NCCL, cuda:LOCAL_RANK)
-    srun torchrun --nnodes=$SLURM_NNODES --nproc_per_node=8 --rdzv_backend=c10d \\
-        --rdzv_endpoint=$MASTER_ADDR:29500 -m adapter_trainer +experiment=cuda_1b  # several nodes (SLURM)
-
-torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT; without them (plain `python -m`)
-everything here is a no-op for one process, so the recipe has one code path.
-
-Only the TRAINABLE parameters' gradients are reduced (one flattened all-reduce per optimizer step, after the
-accumulation window), by hand rather than with DistributedDataParallel: DDP would have to wrap the whole MoT
-model (the frozen towers included: it broadcasts every parameter and buffer at construction) and, with
-gradient accumulation, needs `no_sync()` on all but the last micro-batch. A manual all-reduce over the
-trainable list does exactly what the math needs and nothing else (nanoGPT's comment on `no_sync` applies).
+Without torchrun's environment everything is a no-op for one process, so the recipe has one code path. Only the
+trainable gradients are reduced, by one flattened all-reduce per optimizer step, not with DDP: DDP would wrap the
+whole model (broadcasting the frozen towers) and needs `no_sync()` for gradient accumulation.
 """
 
 from __future__ import annotations
@@ -29,19 +19,9 @@ import torch.distributed as dist
 from adapter_trainer.config import ConfigError
 
 
-def env_world_size() -> int:
-    """WORLD_SIZE as set by torchrun (1 without it)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def env_rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
 @dataclass(frozen=True)
 class RankInfo:
-    """This process's place in the torchrun job, with the few collectives the recipe uses (tokenizer_pipeline names
-    the same record alike). world_size == 1: no process group, every collective is the identity."""
+    """This process's place in the torchrun job, with the collectives the recipe uses (identity for one process)."""
 
     rank: int = 0
     world_size: int = 1
@@ -58,8 +38,7 @@ class RankInfo:
         return self.world_size > 1
 
     def run_on_main(self, fn: Callable[[], None]) -> None:
-        """Run `fn` on rank 0 alone; an exception it raises (a refusal, an OSError) is raised on every rank, so no
-        rank waits in a collective for a rank 0 that gave up."""
+        """Run `fn` on rank 0 alone; an exception it raises is raised on every rank."""
         error: Exception | None = None
         if self.is_main:
             try:
@@ -75,8 +54,7 @@ class RankInfo:
             dist.barrier()
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        """Sum of the HOST tensor `t` over ranks, as a host tensor (identity for one process). Counts and logged
-        figures stay on the host, where float64 exists on every backend; NCCL reduces on this rank's GPU."""
+        """Sum of the HOST tensor `t` over ranks, as a host tensor (float64 exists there on every backend)."""
         if not self.is_distributed:
             return t
         if dist.get_backend() == "nccl":
@@ -103,8 +81,7 @@ class RankInfo:
         return box[0]
 
     def broadcast_params(self, params: list[torch.Tensor]) -> None:
-        """Copy rank 0's values of `params` to every rank (the trainable ones: seeded init should agree already,
-        this makes it certain without touching the frozen towers)."""
+        """Copy rank 0's values of `params` (the trainable ones) to every rank."""
         if not self.is_distributed or not params:
             return
         flat = torch.cat([p.detach().reshape(-1) for p in params])  # [P]
@@ -112,11 +89,8 @@ class RankInfo:
         _unflatten_into(flat, params)
 
     def all_reduce_grads(self, params: list[torch.Tensor]) -> None:
-        """SUM the gradients of `params` over ranks with one flattened all-reduce (None grads count as zero).
-
-        SUM, not mean: the recipe already divides each rank's loss by the global number of targets, so the sum
-        of the ranks' gradients is the gradient of the global mean loss (exactly the one-process gradient).
-        """
+        """SUM the gradients of `params` over ranks in one flattened all-reduce (None grads count as zero): each
+        rank's loss is already divided by the global target count, so the sum is the one-process gradient."""
         if not self.is_distributed or not params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -153,14 +127,13 @@ def device_for_rank(device: torch.device, info: RankInfo) -> torch.device:
 
 
 def local_world_size(world: int) -> int:
-    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE; a launcher that sets none counts every rank as on this node
-    (DataLoader workers are sized by it, so this errs towards fewer). tokenizer_pipeline falls back alike."""
+    """Ranks on this node: LOCAL_WORLD_SIZE, else all of them (workers are sized by it: this errs towards fewer)."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
 def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInfo:
     """Join the torchrun job (NCCL on CUDA, gloo otherwise) when WORLD_SIZE > 1; else a one-process RankInfo."""
-    world = env_world_size()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return RankInfo()
     if device.type == "mps":
@@ -169,7 +142,7 @@ def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> RankInf
             f"tensors; run one process (python -m adapter_trainer ...), or trainer.device=cpu under torchrun"
         )
     info = RankInfo(
-        rank=env_rank(),
+        rank=int(os.environ.get("RANK", "0")),
         world_size=world,
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         local_world_size=local_world_size(world),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from adapter_trainer.config import ConfigError, TrainConfig
+from adapter_trainer.config import ConfigError, DataConfig, ModelConfig, TrainerConfig
 from adapter_trainer.data.shards import ShardSet
 from adapter_trainer.data.split_index import SplitIndex
 from adapter_trainer.data.streaming import ExampleSpec, distinct_texts
@@ -24,7 +24,7 @@ from adapter_trainer.evaluation.baseline_cache import (
     load_baselines,
     save_baselines,
 )
-from adapter_trainer.evaluation.held_out import HeldOutEval, check_held_out, unigram_baseline
+from adapter_trainer.evaluation.held_out import EvalRun, HeldOutEval, check_held_out, unigram_baseline
 from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training.checkpoint import TrainingProgress
 from adapter_trainer.training.data_setup import eval_set_spans
@@ -33,21 +33,17 @@ from adapter_trainer.training.distributed import RankInfo
 log = logging.getLogger(__name__)
 
 
-def check_splits(cfg: TrainConfig, train_index: SplitIndex, eval_index: SplitIndex, dist: RankInfo) -> tuple[int, int]:
+def check_splits(d: DataConfig, train_index: SplitIndex, eval_index: SplitIndex) -> tuple[int, int]:
     """The train/eval overlap refusal (evaluation.held_out.check_held_out) and the eval split's size (the caption-gain
     check needs >= 2 clips). Returns (eval clips also in train, distinct conditioning texts of the train clips: the
-    learning check's header, read once by rank 0 from the json members and sent to every rank)."""
-    d = cfg.data
+    learning check's header)."""
     n_overlap_clips = check_held_out(
         (train_index.key(i) for i in range(len(train_index))),
         (eval_index.key(i) for i in range(len(eval_index))),
         allow_overlap=d.allow_eval_overlap,
         where=f"data.train_split={d.train_split!r} / data.eval_split={d.eval_split!r} in {d.shards}",
     )
-    if train_index.caption_digest is not None:  # format-5 indexes hold each clip's text digest: every rank counts
-        n_train_captions = distinct_texts(train_index, d.text)
-    else:  # older sets: rank 0 reads every json member, the others get the count
-        n_train_captions = dist.broadcast_object(distinct_texts(train_index, d.text) if dist.is_main else None)
+    n_train_captions = distinct_texts(train_index, d.text)  # from the index's text digests, on every rank
     if len(eval_index) < 2:
         raise ConfigError(
             f"split data.eval_split={d.eval_split!r} has {len(eval_index)} clip(s) in "
@@ -57,7 +53,9 @@ def check_splits(cfg: TrainConfig, train_index: SplitIndex, eval_index: SplitInd
 
 
 def build_held_out(
-    cfg: TrainConfig,
+    d: DataConfig,
+    t: TrainerConfig,
+    m: ModelConfig,
     train_index: SplitIndex,
     eval_index: SplitIndex,
     shard_sets: Sequence[ShardSet],
@@ -69,34 +67,35 @@ def build_held_out(
 ) -> HeldOutEval:
     """The held-out scoring of a run. With trainer.eval_music_lm (delay pattern), the audio LM alone (and with
     trainer.eval_teacher the teacher) is scored at the first report (`_score_baselines`), not before the first step."""
-    # Unigram baseline from the train split ([K, C]): format-5 indexes hold the split's code counts (every rank takes
-    # them); for older sets rank 0 reads clips and all ranks get it.
+    # Unigram baseline from the train split ([K, C]): the index holds the split's code counts (every rank takes
+    # them); when max_clips cut a set short rank 0 reads clips and all ranks get it.
     K, C = spec.vocab.n_codebooks, spec.vocab.codebook_size
     if train_index.code_counts is not None:
         unigram_logp = unigram_baseline(train_index, K, C)
     else:
         unigram_logp = dist.broadcast_object(
-            unigram_baseline(train_index, K, C, cfg.data.unigram_max_clips) if dist.is_main else None
+            unigram_baseline(train_index, K, C, d.unigram_max_clips) if dist.is_main else None
         )
     held_out = HeldOutEval(
         eval_index,
         tokenizer,
         spec,
         unigram_logp,
-        n_derangements=cfg.trainer.eval_caption_shuffles,
-        seed=cfg.trainer.seed,
-        set_spans=eval_set_spans(cfg, shard_sets, len(eval_index)),
+        n_derangements=t.eval_caption_shuffles,
+        seed=t.seed,
+        set_spans=eval_set_spans(d, shard_sets, len(eval_index)),
     )
-    if cfg.trainer.eval_music_lm and cfg.data.pattern == "delay":
+    if t.eval_music_lm and d.pattern == "delay":
         # Scored at the first report, not here: loading MusicGen (and its T5) and scoring every eval clip is no part of
         # what a run needs before its first step (held_out_report runs it once, on every rank together).
         manifests = [s.manifest_sha256 for s in shard_sets]  # the codes scored: a set re-encoded is another key
-        held_out.pending_baselines = lambda: _score_baselines(cfg, held_out, dist, device, autocast, manifests)
+        held_out.pending_baselines = lambda: _score_baselines(t, m, held_out, dist, device, autocast, manifests)
     return held_out
 
 
 def _score_baselines(
-    cfg: TrainConfig,
+    t: TrainerConfig,
+    m: ModelConfig,
     held_out: HeldOutEval,
     dist: RankInfo,
     device: torch.device,
@@ -110,9 +109,9 @@ def _score_baselines(
     from adapter_trainer.model.builders import load_musicgen_decoder  # transformers' MusicGen: only when used
 
     identity = dist.broadcast_object(
-        _baseline_identity(cfg, held_out, dist, device, manifests) if dist.is_main else None
+        _baseline_identity(t, m, held_out, dist, device, manifests) if dist.is_main else None
     )
-    path = Path(cfg.trainer.output_dir) / "baselines" / f"{baseline_key(**identity)}.npz" if identity else None
+    path = Path(t.output_dir) / "baselines" / f"{baseline_key(**identity)}.npz" if identity else None
     kept = dist.broadcast_object(load_baselines(path) if dist.is_main and path else None)
     if kept is not None:
         for name in BASELINES:
@@ -121,39 +120,36 @@ def _score_baselines(
         if dist.is_main:
             log.info("baselines read from %s (scored by an earlier start in this run directory)", path)
         return
-    where = {"batch_size": cfg.trainer.batch_size, "device": device, "autocast": autocast, "rank": dist.rank}
-    where |= {"world_size": dist.world_size, "all_gather": dist.all_gather_object}
-    held_out.score_music_lm(load_musicgen_decoder(cfg.model.audio_lm, cfg.model.dtype).to(device), **where)
-    if cfg.trainer.eval_teacher:
-        _score_teacher(cfg, held_out, device, where)
+    run = _eval_run(t, dist, device, autocast)
+    held_out.score_music_lm(load_musicgen_decoder(m.audio_lm, m.dtype).to(device), run)
+    if t.eval_teacher:
+        _score_teacher(m, held_out, run)
     if dist.is_main and path is not None:
         save_baselines(path, held_out, identity)
 
 
 def _baseline_identity(
-    cfg: TrainConfig, held_out: HeldOutEval, dist: RankInfo, device: torch.device, manifests: list[str]
+    t: TrainerConfig, m: ModelConfig, held_out: HeldOutEval, dist: RankInfo, device: torch.device, manifests: list[str]
 ) -> dict | None:
     """What the baselines' figures depend on (their cache key): the audio LM's files, the eval set, the windows and
-    derangements, and what changes their floats; None for an older set (not kept)."""
+    derangements, and what changes their floats."""
     import transformers
 
     from adapter_trainer.model.adapter_io import local_model_dir
 
     spec, eval_set = held_out.spec, eval_set_sha256(held_out.index)
-    if eval_set is None:
-        return None
     return {
-        "audio_lm_files_sha256": files_sha256(local_model_dir(cfg.model.audio_lm)),
+        "audio_lm_files_sha256": files_sha256(local_model_dir(m.audio_lm)),
         "eval_set_sha256": eval_set,
         "shard_manifests_sha256": manifests,
         "window": [spec.pattern, spec.text, spec.max_seq_len, spec.max_caption_tokens, spec.vocab.n_codebooks],
-        "derangements": [len(held_out.perms), cfg.trainer.seed],
-        "teacher": cfg.trainer.eval_teacher,
+        "derangements": [len(held_out.perms), t.seed],
+        "teacher": t.eval_teacher,
         "floats": [
-            cfg.model.dtype,
-            cfg.trainer.precision,
+            m.dtype,
+            t.precision,
             device.type,
-            cfg.trainer.batch_size,
+            t.batch_size,
             dist.world_size,
             torch.__version__,
             transformers.__version__,
@@ -161,26 +157,33 @@ def _baseline_identity(
     }
 
 
-def _score_teacher(cfg: TrainConfig, held_out: HeldOutEval, device: torch.device, where: dict) -> None:
+def _eval_run(
+    t: TrainerConfig, dist: RankInfo, device: torch.device, autocast: Callable[[], contextlib.AbstractContextManager]
+) -> EvalRun:
+    """This rank's share of a scoring pass, in micro-batches of trainer.batch_size."""
+    return EvalRun(t.batch_size, device, autocast, dist.rank, dist.world_size, dist.all_gather_object)
+
+
+def _score_teacher(m: ModelConfig, held_out: HeldOutEval, run: EvalRun) -> None:
     """Score MusicGen with its own text encoder (model/teacher.py), then drop it. A decoder-only checkpoint has no
     teacher: the report says so (teacher_status) and the run goes on; any other load failure stops the run."""
     from adapter_trainer.model.teacher import TeacherUnavailable, load_musicgen_teacher
 
     try:
-        teacher = load_musicgen_teacher(cfg.model.audio_lm, cfg.model.dtype)
+        teacher = load_musicgen_teacher(m.audio_lm, m.dtype)
     except TeacherUnavailable as e:
         held_out.teacher_status = f"not scored: {e}"
         log.warning("teacher baseline %s", held_out.teacher_status)
         return
     except OSError as e:
-        raise ConfigError(f"model.audio_lm={cfg.model.audio_lm}: {e}") from e
-    held_out.score_teacher(teacher.to(device), **where)
+        raise ConfigError(f"model.audio_lm={m.audio_lm}: {e}") from e
+    held_out.score_teacher(teacher.to(run.device), run)
 
 
 def held_out_report(
     held_out: HeldOutEval,
     model: torch.nn.Module,
-    cfg: TrainConfig,
+    t: TrainerConfig,
     dist: RankInfo,
     device: torch.device,
     autocast: Callable[[], contextlib.AbstractContextManager],
@@ -192,27 +195,17 @@ def held_out_report(
 ) -> EvalReport:
     """The held-out report at progress.step: every rank scores its share of the eval clips, all ranks get the
     gathered report. It also carries what training saw so far (train clips, distinct captions, windows with an
-    AUDIO_END target), set here: the scoring itself does not know it."""
-    t = cfg.trainer
+    AUDIO_END target), set here: the scoring itself does not know it. t: the trainer section (batch size, bootstrap,
+    seed)."""
     if held_out.pending_baselines is not None:  # the music-LM / teacher baselines, once, before the first report
         pending, held_out.pending_baselines = held_out.pending_baselines, None
         was_training = model.training
         pending()
         model.train(was_training)
+    run = _eval_run(t, dist, device, autocast)
     report = held_out(
-        model,
-        step=progress.step,
-        batch_size=t.batch_size,
-        device=device,
-        autocast=autocast,
-        rank=dist.rank,
-        world_size=dist.world_size,
-        all_gather=dist.all_gather_object,
-        n_bootstrap=t.eval_bootstrap,
-        seed=t.seed,
-        n_overlap_clips=n_overlap_clips,
+        model, run, step=progress.step, n_bootstrap=t.eval_bootstrap, seed=t.seed, n_overlap_clips=n_overlap_clips
     )
     report.n_train_clips, report.n_train_captions = n_train_clips, n_train_captions
-    report.train_windows, report.train_end_targets = progress.train_windows, progress.train_end_targets
-    report.train_counted_from_step = progress.counted_from_step
+    report.train_sequences, report.train_end_targets = progress.train_sequences, progress.train_end_targets
     return report

@@ -17,8 +17,7 @@ from adapter_trainer.training.plots import plot_caption_gain_by_frame, plot_loss
 def final_metrics(
     r: EvalReport, progress: TrainingProgress, *, wall_s: float, ckpt: Path, figures: dict[str, float] | None = None
 ) -> dict[str, Any]:
-    """What recipe_main returns and final_metrics.json holds: the learning check, the eval report, the progress, and
-    the model's own figures at the end (training.model_figures: e.g. caption_scale), each at the top level."""
+    """What recipe_main returns and final_metrics.json holds (the model's own figures at the top level)."""
     return {
         "step": progress.step,
         "learning_check": learning_check_summary(r),

@@ -1,13 +1,9 @@
-"""Ctrl-C during training: the first one finishes the current step, saves a checkpoint at it and stops the run with
-`TrainingInterrupted` (the command prints "interrupted at step N; resume with ..." and exits 130, no traceback); a
-second one stops at once (KeyboardInterrupt). SIGTERM, what a job scheduler sends before it kills a job (SLURM at its
-time limit or on scancel, Kubernetes on eviction), is handled the same way and exits 143.
+"""Ctrl-C and SIGTERM during training: the first finishes the current step, checkpoints it and raises
+`TrainingInterrupted` (exit 130 / 143, one line naming the resume command); a second stops at once.
 
-Under torchrun a terminal's Ctrl-C reaches every rank (and torchrun forwards its own SIGINT to them): each rank
-sets its flag, and the ranks agree at every step boundary (one all-reduce of the flags), so all of them stop after
-the same step and rank 0 checkpoints that step, even when the signal reached only one rank. SIGINTs within
-`SAME_CTRL_C_S` seconds of the first count as that one (the terminal's and torchrun's copies arrive together);
-torchrun kills its workers 30 s after forwarding, so a step must end within that time for the checkpoint to be saved.
+Under torchrun the ranks agree at every step boundary (one all-reduce of the flags), so all stop after the same step
+even when one rank got the signal. SIGINTs within `SAME_CTRL_C_S` of the first are that one (torchrun forwards the
+terminal's); torchrun kills its workers 30 s after forwarding, so a step must end within that.
 """
 
 from __future__ import annotations
@@ -30,10 +26,8 @@ last_signal: list[int] = []  # the signal that stopped training, when one did (f
 
 
 def stop_at_once_on_sigterm() -> Any:
-    """Outside the training loop (setup, the final eval), SIGTERM stops the process as Ctrl-C does, through
-    KeyboardInterrupt, so the command says how it ended and what to resume (the default action would kill it without
-    a word); the loop's `StopOnInterrupt` takes it over and gives it back. Main thread only. Returns the handler it
-    replaced (None off the main thread), for `signal.signal(signal.SIGTERM, ...)` when the command is done."""
+    """Outside the training loop, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so the command says how it ended.
+    Main thread only; returns the handler it replaced (None off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     owner = os.getpid()
@@ -102,8 +96,7 @@ class StopOnInterrupt:
             raise KeyboardInterrupt
 
     def requested(self) -> bool:
-        """Whether every rank stops after this step: any rank's signal, summed over the ranks (identity alone); the
-        ranks agree on SIGTERM when any of them got one, else SIGINT."""
+        """Whether the ranks stop after this step (any rank's signal; SIGTERM when any got one)."""
         import torch
 
         got = self.first is not None
@@ -114,8 +107,7 @@ class StopOnInterrupt:
         return bool(total[0].item() > 0)
 
     def checkpoint_and_stop(self, recipe: Any) -> NoReturn:
-        """Save a checkpoint at the recipe's step (rank 0; one `ckpt_every` just wrote is kept), close its metric
-        files and raise TrainingInterrupted on every rank."""
+        """Checkpoint the recipe's step (rank 0, unless it exists), close the loggers, raise TrainingInterrupted."""
         step = recipe.progress.step
         ckpt = Path(recipe.output_dir) / "checkpoints" / f"step-{step:06d}"
         if recipe.dist.is_main and not ckpt.exists():

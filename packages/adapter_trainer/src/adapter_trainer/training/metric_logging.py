@@ -39,11 +39,8 @@ def _whole_lines(path: Path) -> list[str]:
 
 
 class JsonlLogger:
-    """One JSON object per call, `{"step": N, **payload}`, appended to `path` (flushed every line).
-
-    On resume pass `truncate_after_step=S`: records with step > S (written after the checkpoint we resume
-    from, by a run that then died) are dropped so the file reads as one continuous run.
-    """
+    """One JSON object per call, `{"step": N, **payload}`, appended to `path` (flushed every line). On resume,
+    `truncate_after_step=S` drops the records after the checkpoint, so the file reads as one continuous run."""
 
     def __init__(self, path: str | Path, truncate_after_step: int | None = None) -> None:
         self.path = Path(path)
@@ -90,8 +87,7 @@ class TensorBoardLogger:
         self._writer.flush()
 
     def log_curve(self, tag: str, values: Sequence[float], step: int) -> None:
-        """One chart per training step, `<tag>/step_<step>`, whose x axis is the value's index (e.g. the frame);
-        non-finite values are left out."""
+        """One chart per training step, `<tag>/step_<step>`, over the value's index; non-finite values left out."""
         name = f"{tag}/step_{int(step):06d}"
         for i, v in enumerate(values):
             if v is not None and math.isfinite(float(v)):
@@ -124,8 +120,7 @@ class FanOutLogger:
 
 
 def open_run_loggers(output_dir: Path, *, tensorboard: bool, resume_step: int | None) -> tuple[FanOutLogger, set[int]]:
-    """Rank 0's loggers of a run: metrics.jsonl (a resumed run's records after resume_step dropped) and, with
-    tensorboard, TensorBoard under tb/. Returns them and the steps whose eval metrics.jsonl holds already."""
+    """Rank 0's loggers (metrics.jsonl, and TensorBoard under tb/) and the steps whose eval metrics.jsonl holds."""
     jsonl = JsonlLogger(output_dir / "metrics.jsonl", truncate_after_step=resume_step)
     logged_eval_steps = jsonl.steps_with("eval/ce")
     loggers: list[MetricLogger] = [jsonl]

@@ -1,6 +1,5 @@
-"""Figures an adapter model reports about its own weights, logged with the train metrics and kept in
-final_metrics.json: `caption_scale` (audio_tower=musicgen: how open its caption path is, `MusicgenRowsMoT.caption_scale`)
-when the model has it. A model without any gives none."""
+"""Figures an adapter model reports about its own weights (logged and kept in final_metrics.json): `caption_scale`
+(audio_tower=musicgen: how open its caption path is) when the model has it."""
 
 from __future__ import annotations
 

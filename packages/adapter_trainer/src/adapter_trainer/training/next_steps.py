@@ -1,6 +1,5 @@
-"""The commands a run's last lines hand the user, built from the command line it was started with: resume it (after
-a Ctrl-C, or to train further), export the adapter, generate, listen. Quoted for any shell (shlex: a list override
-such as `data.shards=[a]` comes out as `'data.shards=[a]'`, which zsh does not read as a glob)."""
+"""The commands a run's last lines hand the user (resume, export, generate, listen), built from its command line
+and quoted for any shell (shlex: `data.shards=[a]` becomes `'data.shards=[a]'`, no zsh glob)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,9 @@ import os
 import shlex
 from collections.abc import Sequence
 
-# overrides the resume command sets itself (the run dir fixed, resume=latest) or drops (overwrite would delete the
-# checkpoints it resumes from)
+# overrides the resume command sets itself or drops (overwrite would delete the checkpoints it resumes from)
 _RESUME_SETS = ("trainer.output_dir", "trainer.resume", "trainer.overwrite")
-# overrides that leave the checkpoint's fingerprint alone: a run with only these and +experiment=demo can be
-# listened to with `make listen` (which generates with +experiment=demo)
+# overrides that leave the fingerprint alone: with only these, `make listen` (+experiment=demo) fits the run
 _LOOP_ONLY = (
     "trainer.max_steps",
     "trainer.eval_every",
@@ -33,8 +30,7 @@ def _key(arg: str) -> str:
 
 
 def _launcher(module: str) -> str:
-    """`python -m <module>`, or under torchrun the same module behind `torchrun --nproc_per_node=N` (and the node
-    count; a multi-node job adds its own rendezvous flags)."""
+    """`python -m <module>`, or under torchrun `torchrun [--nnodes=N] --nproc_per_node=N -m <module>`."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return f"python -m {module}"
@@ -48,8 +44,7 @@ def _quoted(args: Sequence[str]) -> str:
 
 
 def resume_command(argv: Sequence[str], output_dir: str, *extra: str) -> str:
-    """The command line `argv` (the overrides as given) continuing the run in `output_dir` from its newest
-    checkpoint; `extra` overrides go last (e.g. trainer.max_steps=N)."""
+    """`argv` continuing the run in `output_dir` from its newest checkpoint; `extra` overrides go last."""
     kept = [a for a in argv if a.startswith("-") or _key(a) not in _RESUME_SETS]
     args = [*kept, f"trainer.output_dir={output_dir}", "trainer.resume=latest", *extra]
     return f"{_launcher('adapter_trainer')} {_quoted(args)}"

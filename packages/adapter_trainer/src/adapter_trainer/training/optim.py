@@ -52,7 +52,7 @@ def build_optimizer(
     """AdamW over `param_groups` (fp32 master weights: the trainable tensors are fp32 whatever model.dtype is).
 
     On MPS the fused kernel: torch 2.11's foreach kernels have no MPS version, so its default there is a Python loop
-    over the tensors (a few kernel launches each). CPU and CUDA keep torch's default (bit-identical runs as before).
+    over the tensors (a few kernel launches each). CPU and CUDA keep torch's default.
     """
     fused = True if trainable and trainable[0].device.type == "mps" else None
     return torch.optim.AdamW(

@@ -1,5 +1,4 @@
-"""The PNGs a run writes next to its metrics: the loss curve and the caption gain by frame (matplotlib Agg: no
-display needed)."""
+"""The PNGs a run writes next to its metrics: the loss curve and the caption gain by frame (matplotlib Agg)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from adapter_trainer.training.metric_logging import read_jsonl
 
 
 class _FontCacheNote(logging.Filter):
-    """Drops matplotlib's one INFO line "generated new fontManager" (its font cache built on a fresh machine, which
-    Hydra's INFO-level logging shows in the middle of a run's report); every other matplotlib message still shows."""
+    """Drops matplotlib's INFO line "generated new fontManager", which Hydra's logging shows mid-report."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.getMessage() != "generated new fontManager"
@@ -59,8 +57,8 @@ def plot_loss_curve(metrics_path: Path, out_path: Path) -> Path:
 def plot_caption_gain_by_frame(
     gain_by_frame: Sequence[float], by_position: Mapping[str, Mapping], step: int, out_path: Path
 ) -> Path:
-    """The caption gain (CE deranged - CE true captions, nats/code) per frame of the eval window, with each frame
-    range's gain and 95% interval (report.FRAME_BINS) drawn as a band over its frames."""
+    """The caption gain (CE deranged - CE true, nats/code) per eval-window frame, with each frame range's gain and
+    95% interval drawn as a band."""
     plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -4,26 +4,8 @@
 
 A leaf over the library (torchtune style): nothing imports it but `__main__` and the tests. `setup()` delegates to
 `_setup_*` methods, `train()` is the whole loop top to bottom, `cleanup()` evaluates, plots and reports.
-It reads ONLY shard sets (docs/shard-format.md): batches are plain integer tensors with no autograd history, and
-this process never builds a codec nor imports tokenizer_pipeline (what cured the original "Trying to backward
-through the graph a second time": codes used to come out of a live codec graph). The library it stands on:
-    model.builders.build_mot_model    frozen towers + adapter, fp32 master weights (shared with generation)
-    data.split_index, data.streaming  header-only shard index; DataLoader workers read, crop and collate
-    data.mixture                      the example order of a weighted mixture of shard sets
-    training.data_setup               shard sets, split indexes, example spec, order, resumed loader from the config
-    training.eval_setup               the split checks, the run's held-out scoring and its report at a step
-    training.step                     forward + backward of one accumulation window (target-weighted loss)
-    training.optim                    AdamW groups, warmup + cosine LR
-    training.device                   device, precision checks, autocast (GradScaler only for fp16 on CUDA)
-    training.checkpoint, resume       exact resume: data position, RNG, optimizer, scheduler; the fingerprint
-    training.interrupt                Ctrl-C: every rank stops after the same step, checkpointed (exit 130)
-    training.distributed              torchrun: the one-process example order, trainable gradients summed
-    training.metric_logging, plots    metrics.jsonl + TensorBoard, the loss-curve PNG
-    training.model_figures            what the model reports of its weights (caption_scale), logged and kept
-    training.final_report             final_metrics.json, the PNGs, the printed learning check and summary
-    evaluation.held_out               the train/eval overlap refusal; held-out scoring: true vs deranged captions
-    evaluation.report, stats          the report: CE vs the unigram baseline, caption gain, bootstrap intervals
-    evaluation.learning_check         the report's target, its final_metrics.json block and printed block
+It reads ONLY shard sets (docs/shard-format.md): batches are plain integer tensors, and this process never builds a
+codec nor imports tokenizer_pipeline. Each component takes its own config section or the values it needs.
 
 Raises:
     ConfigError: a config value cannot work here (missing device, fp16 off CUDA, missing model dir); names the fix.
@@ -72,13 +54,13 @@ from adapter_trainer.training.model_figures import model_figures
 from adapter_trainer.training.optim import WarmupCosine, build_optimizer, build_scheduler
 from adapter_trainer.training.resume import resume_run
 from adapter_trainer.training.step import (
-    backward_window,
+    accum_group_targets,
+    backward_accum_group,
     batch_facts,
     check_plain_integer_batch,
     count_targets,
+    sequences_with_end,
     sum_step_figures,
-    window_targets,
-    windows_with_end,
 )
 
 
@@ -94,8 +76,8 @@ class MoTAdapterRecipe:
         self.last_eval: EvalReport | None = None
         self.last_batch_facts: dict[str, dict[str, Any]] = {}  # dtype/grad facts of the last micro-batch
         self.data_wait_s = 0.0  # time the loop waited for its next batch (since the last log)
-        # this rank's windows, those with an AUDIO_END target, and loss targets, fetched since the last optimizer step
-        self.step_windows, self.step_end_windows, self.step_targets = 0, 0, 0
+        # this rank's sequences, those with an AUDIO_END target, and loss targets, fetched since the last optimizer step
+        self.step_sequences, self.step_end_sequences, self.step_targets = 0, 0, 0
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -123,7 +105,7 @@ class MoTAdapterRecipe:
                 f"ranks={self.dist.world_size} batch/rank={cfg.trainer.batch_size} workers/rank={self.num_workers} "
                 f"output_dir={self.output_dir}"
             )
-            for line in data_lines(cfg, self.train_data, self.shard_sets, self.train_index):
+            for line in data_lines(cfg.data, self.train_data, self.shard_sets, self.train_index):
                 print(line)
 
     def _setup_device(self) -> None:
@@ -154,26 +136,23 @@ class MoTAdapterRecipe:
         # Imported here, not at module top: builders/mot pull in transformers; config/shard errors come first.
         from adapter_trainer.model.builders import load_audio_lm_config
 
-        ask_about_model_sources(self.cfg, self.dist)  # towers named by Hub ids: rank 0 asks once, for every rank
-        dec_cfg = load_audio_lm_config(self.cfg)
-        self.shard_sets = open_sets(
-            self.cfg, self.dist, n_codebooks=dec_cfg.num_codebooks, codebook_size=dec_cfg.vocab_size
-        )
-        self.train_index, self.eval_index = split_indexes(self.cfg, self.shard_sets)  # header-only
+        cfg = self.cfg
+        ask_about_model_sources(cfg.model, self.dist)  # towers named by Hub ids: rank 0 asks once, for every rank
+        dec_cfg = load_audio_lm_config(cfg.model.audio_lm)
+        self.num_workers = loader_workers(cfg.trainer.num_workers, self.dist)
+        K, C, workers = dec_cfg.num_codebooks, dec_cfg.vocab_size, self.num_workers
+        self.shard_sets = open_sets(cfg.data, self.dist, cfg.model.audio_lm, K, C, workers=workers)
+        self.train_index, self.eval_index = split_indexes(cfg.data, self.shard_sets)  # header-only
         # the train/eval overlap refusal, the eval split's size; distinct train captions for the learning check
-        self.n_overlap_clips, self.n_train_captions = check_splits(
-            self.cfg, self.train_index, self.eval_index, self.dist
-        )
+        self.n_overlap_clips, self.n_train_captions = check_splits(cfg.data, self.train_index, self.eval_index)
 
     def _setup_model(self) -> None:
         """Frozen towers + adapter (fp32 trainable weights) on the device; the example spec that goes with them."""
         from adapter_trainer.model.builders import build_mot_model
 
-        built = build_mot_model(self.cfg, self.device)
+        built = build_mot_model(self.cfg.model, self.cfg.data.pattern, self.device)
         self.model, self.tokenizer, self.vocab = built.model, built.tokenizer, built.vocab
         self.model.activation_checkpointing = self.cfg.trainer.activation_checkpointing  # training forward only
-        t = self.cfg.trainer
-        self.model.early_frame_weight = (t.early_frames, t.early_frame_loss_weight)  # the training loss only
         self.bos_id, self.pad_id = built.bos_id, built.pad_id
         self.spec = example_spec(self.cfg.data, self.vocab, bos_id=self.bos_id, pad_id=self.pad_id)
 
@@ -188,9 +167,8 @@ class MoTAdapterRecipe:
             batch_size=t.batch_size,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
-            order=train_order(self.cfg, self.shard_sets, self.train_index),
+            order=train_order(self.cfg.data, t.seed, self.shard_sets, self.train_index),
         )
-        self.num_workers = loader_workers(self.cfg, self.dist)
         # remote sets: eviction by next use in this order, and this rank's background prefetch
         in_flight = self.num_workers * t.prefetch_factor if self.num_workers > 0 else 1
         self.prefetcher = plan_remote_reads(
@@ -201,7 +179,9 @@ class MoTAdapterRecipe:
         """The held-out scoring: unigram baseline and caption derangements; the eval captions (tokenized once) and the
         frozen music LM alone on the same targets (scored once) at the first report."""
         self.held_out = build_held_out(
-            self.cfg,
+            self.cfg.data,
+            self.cfg.trainer,
+            self.cfg.model,
             self.train_index,
             self.eval_index,
             self.shard_sets,
@@ -251,7 +231,7 @@ class MoTAdapterRecipe:
                 self.output_dir, tensorboard=self.cfg.trainer.tensorboard, resume_step=resume_step
             )
             (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
-            write_data_sources(self.output_dir / "data_sources.json", self.cfg, self.shard_sets)
+            write_data_sources(self.output_dir / "data_sources.json", self.cfg.data.shards, self.shard_sets)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.cfg.trainer.precision, self.device)
@@ -274,8 +254,8 @@ class MoTAdapterRecipe:
         t0 = time.perf_counter()
         batch = next(batches)  # tokens/labels [B, S, J] long, masks [B, S] bool
         self.data_wait_s += time.perf_counter() - t0
-        self.step_windows += len(batch.keys)  # counted on the loader's CPU tensors: no device sync
-        self.step_end_windows += windows_with_end(batch, self.vocab.audio_end)
+        self.step_sequences += len(batch.keys)  # counted on the loader's CPU tensors: no device sync
+        self.step_end_sequences += sequences_with_end(batch, self.vocab.audio_end)
         self.step_targets += count_targets(batch)
         n = self.progress.epoch * self.train_data.epoch_size + self.progress.index + self.train_data.global_batch
         self.progress.epoch, self.progress.index = divmod(n, self.train_data.epoch_size)
@@ -300,29 +280,28 @@ class MoTAdapterRecipe:
                 t_step = time.perf_counter()
                 model.train()  # trainable modules only: the frozen towers stay in eval() (MoTAdapterModel.train)
                 optimizer.zero_grad(set_to_none=True)
-                # The whole accumulation window is fetched first: the loss is normalised by the number of targets in
-                # the window on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
-                window_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
-                n_window = window_targets(self.step_targets, self.dist)  # all ranks' targets in the window
+                # The whole accumulation group is fetched first: the loss is normalised by the number of targets in
+                # the group on ALL ranks, and the gradients are summed over ranks: exactly one process's big batch.
+                micro_batches = [self.next_train_batch(batches) for _ in range(self.grad_accum)]
+                n_targets = accum_group_targets(self.step_targets, self.dist)  # all ranks' targets in the group
                 self.step_targets = 0
-                window = backward_window(
+                group = backward_accum_group(
                     model,
-                    window_batches,
+                    micro_batches,
                     autocast=self.autocast,
                     scaler=scaler,
-                    n_window=n_window,
+                    n_targets=n_targets,
                     step=self.progress.step + 1,
                 )
                 self.dist.all_reduce_grads(self.trainable)  # SUM over ranks, trainable parameters only (no-op alone)
-                # logged figures over all ranks (one small all-reduce per step): loss, tokens, windows, [K] CE sums
-                loss_acc, n_tok_step, windows, end_windows, ce_k, n_k = sum_step_figures(
-                    window, self.step_windows, self.step_end_windows, self.dist
-                )
-                self.step_windows, self.step_end_windows = 0, 0
-                tokens_log += n_tok_step
-                self.progress.tokens_seen += n_tok_step
-                self.progress.train_windows += windows
-                self.progress.train_end_targets += end_windows
+                # logged figures over all ranks (one small all-reduce per step): loss, tokens, sequences, [K] CE sums
+                figures = sum_step_figures(group, self.step_sequences, self.step_end_sequences, self.dist)
+                self.step_sequences, self.step_end_sequences = 0, 0
+                loss_acc, ce_k, n_k = figures.loss, figures.ce_sum_per_codebook, figures.count_per_codebook
+                tokens_log += figures.n_tokens
+                self.progress.tokens_seen += figures.n_tokens
+                self.progress.train_sequences += figures.sequences
+                self.progress.train_end_targets += figures.end_sequences
                 if scaler is not None:
                     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
                 max_norm = self.cfg.optimizer.grad_clip if self.cfg.optimizer.grad_clip > 0 else float("inf")
@@ -389,11 +368,11 @@ class MoTAdapterRecipe:
     # ------------------------------------------------------------------------------------------------- eval
     def evaluate(self) -> EvalReport:
         """The held-out report: every rank scores its share of the eval clips, all ranks get the gathered report.
-        It also carries what training saw so far (train clips, distinct captions, windows with an AUDIO_END target)."""
+        It also carries what training saw so far (train clips, distinct captions, sequences with an AUDIO_END target)."""
         return held_out_report(
             self.held_out,
             self.model,
-            self.cfg,
+            self.cfg.trainer,
             self.dist,
             self.device,
             self.autocast,

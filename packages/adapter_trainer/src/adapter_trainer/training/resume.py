@@ -19,10 +19,8 @@ if TYPE_CHECKING:  # builders/mot pull in transformers: not at import time
 def read_on_main(
     resume: str, output_dir: Path, dist: RankInfo, optimizer_cfg: OptimizerConfig, max_steps: int | None = None
 ) -> tuple[Path, checkpoint.LoadedCheckpoint, list[str], list[str]]:
-    """Rank 0 finds and reads the checkpoint (on CPU), the optimizer settings that changed since (its config.yaml)
-    and a changed trainer.max_steps, and broadcasts them: no other rank opens a file of it. Any failure to read it on
-    rank 0 is a ResumeError raised on every rank, in one line, at the same point (no rank is left waiting in a
-    collective)."""
+    """Rank 0 reads the checkpoint, the optimizer settings and trainer.max_steps changed since, and broadcasts them
+    (nodes need no shared disk); a failure is one ResumeError line on every rank."""
     found, error = None, None
     if dist.is_main:
         ckpt_dir = None
@@ -57,17 +55,13 @@ def resume_run(
     schedule: Any,
     scaler: torch.amp.GradScaler | None,
 ) -> tuple[checkpoint.TrainingProgress, list[str]]:
-    """Load the checkpoint cfg.trainer.resume names into the just-built run (the config wins for optimizer.*).
-    Returns (its progress, the optimizer settings that changed since the checkpoint).
-
-    Rank 0 alone reads it and sends it to every rank (`read_on_main`): only the rank that writes checkpoints needs to
-    see them, so nodes without a shared disk resume too."""
+    """Load the checkpoint cfg.trainer.resume names into the just-built run (the config wins for optimizer.*);
+    returns (its progress, the optimizer settings that changed)."""
     ckpt_dir, ckpt, changes, steps = read_on_main(
         cfg.trainer.resume, output_dir, dist, cfg.optimizer, cfg.trainer.max_steps
     )
     checkpoint.check_fingerprint(ckpt.fingerprint, fingerprint, ckpt_dir)
     model.load_trainable_state_dict(ckpt.adapter)
-    # Config wins for optimizer.* (documented in checkpoint.py); the checkpoint gives the moments and step.
     checkpoint.load_optimizer_with_config(optimizer, scheduler, ckpt.optimizer, ckpt.scheduler, schedule)
     for line in changes:
         print(f"resume: {line} (applied: the config wins for optimizer settings)")

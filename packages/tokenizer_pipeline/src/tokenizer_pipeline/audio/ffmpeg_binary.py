@@ -1,10 +1,7 @@
 """The `ffmpeg` program, system-wide or from the `imageio-ffmpeg` wheel: probe, decode a window, cut to flac.
 
-Used where libsndfile cannot decode (m4a, webm, opus) and torchcodec cannot load FFmpeg's shared
-libraries, and by `fetch/` (make audio) to cut each downloaded video to its MusicCaps window. Only the
-`ffmpeg` executable is needed: the wheel ships no `ffprobe`, so `probe` reads the `Duration:` and
-`Audio:` lines that `ffmpeg -i` prints. Audio comes back through a pipe as raw float32 PCM
-(`-f f32le`), so nothing is written to disk for a decode.
+The wheel ships no `ffprobe`, so `probe` parses what `ffmpeg -i` prints; audio comes back through a pipe as raw
+float32 PCM (`-f f32le`).
 """
 
 from __future__ import annotations
@@ -41,11 +38,8 @@ class FFmpegNotFoundError(FileNotFoundError):
 
 @functools.lru_cache(maxsize=1)
 def find_ffmpeg() -> str:
-    """Path of the ffmpeg executable: `ffmpeg` on PATH first, else the imageio-ffmpeg wheel's binary.
-
-    Raises:
-        FFmpegNotFoundError: neither exists; the message says how to get one.
-    """
+    """Path of the ffmpeg executable: `ffmpeg` on PATH first, else the imageio-ffmpeg wheel's binary
+    (FFmpegNotFoundError, saying how to get one, when neither exists)."""
     system = shutil.which("ffmpeg")
     if system:
         return system
@@ -74,18 +68,8 @@ class MediaInfo:
 
 _DURATION = re.compile(r"Duration:\s*(\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
 _AUDIO = re.compile(r"Stream #\d+:\d+.*?: Audio: (?P<rest>.*)")
-_LAYOUT_CHANNELS = {
-    "mono": 1,
-    "stereo": 2,
-    "2.1": 3,
-    "3.0": 3,
-    "quad": 4,
-    "4.0": 4,
-    "5.0": 5,
-    "5.1": 6,
-    "6.1": 7,
-    "7.1": 8,
-}
+_LAYOUT_CHANNELS = {"mono": 1, "stereo": 2, "2.1": 3, "3.0": 3, "quad": 4, "4.0": 4,
+                    "5.0": 5, "5.1": 6, "6.1": 7, "7.1": 8}  # fmt: skip
 
 
 def _run(args: list[str], path: Path) -> subprocess.CompletedProcess:
@@ -95,11 +79,8 @@ def _run(args: list[str], path: Path) -> subprocess.CompletedProcess:
 
 
 def probe(path: Path | str) -> MediaInfo:
-    """Duration, sample rate and channel count of the first audio stream, from `ffmpeg -i` (no ffprobe).
-
-    Raises:
-        FFmpegError: ffmpeg cannot open the file or it has no audio stream.
-    """
+    """Duration, sample rate and channel count of the first audio stream, from `ffmpeg -i` (no ffprobe); FFmpegError
+    when ffmpeg cannot open the file or it has no audio stream."""
     path = Path(path)
     r = _run(["-i", str(path)], path)  # exits 1 ("At least one output file must be specified"); stderr has the info
     return parse_stream_info(r.stderr.decode("utf-8", "replace"), path)
@@ -141,11 +122,7 @@ def section_first_sample(path: Path | str) -> int | None:
       (960 samples) and the section's decoder drops the stream's pre-skip from its first packet, so the
       first sample sits on the 960-sample grid: the nearest grid point, if the timestamp is within 1 ms of it.
 
-    Measured here against a direct decode of the whole file (sections of 4-min AAC and Opus sources):
-    both land on the exact sample.
-
-    Raises:
-        FFmpegError: ffmpeg cannot read `path` or it has no audio stream.
+    FFmpegError when ffmpeg cannot read `path` or it has no audio stream.
     """
     path = Path(path)
     text = _run(["-i", str(path)], path).stderr.decode("utf-8", "replace")
@@ -165,8 +142,7 @@ def section_first_sample(path: Path | str) -> int | None:
 def _window_args(start_s: float, duration_s: float | None) -> list[str]:
     """Output-side `-ss`/`-t` (after `-i`): ffmpeg decodes from the start and drops samples up to `start_s`.
 
-    Input-side seeking (`-ss` before `-i`) is faster but lands on a packet boundary for AAC/Opus:
-    measured here, it shifted an AAC window by 410 samples and shortened it by 136 (ffmpeg 9.0.2).
+    Input-side seeking (`-ss` before `-i`) is faster but lands on a packet boundary for AAC/Opus.
     """
     if start_s < 0:
         raise ValueError(f"start_s={start_s} must be >= 0")
@@ -185,40 +161,17 @@ def decode_window(
     sample_rate: int | None = None,
     mono: bool = True,
 ) -> tuple[np.ndarray, int]:
-    """Decode `[start_s, start_s + duration_s)` of any file ffmpeg reads to float32 PCM through a pipe.
+    """Decode `[start_s, start_s + duration_s)` (None: to the end; a file that ends early gives fewer samples) of
+    the first audio stream of any file ffmpeg reads, through a pipe.
 
-    Args:
-        path: media file (audio or video; the first audio stream is used).
-        start_s: window start in seconds of the file.
-        duration_s: window length in seconds; None = to the end of the file. A file that ends early
-            gives fewer samples (the caller decides whether that is an error).
-        sample_rate: output rate in Hz (ffmpeg's resampler); None keeps the source rate.
-        mono: True averages the channels; False keeps the source channels.
-
-    Returns:
-        (`[C, N]` float32 array, its sample rate), C = 1 when `mono`.
-
-    Raises:
-        FFmpegError: ffmpeg failed (unreadable, truncated headers, no audio stream).
+    Returns `([C, N]` float32, its rate): `sample_rate` (ffmpeg's resampler; None keeps the source rate), C = 1
+    (the channel mean) when `mono`. Raises FFmpegError (unreadable, truncated headers, no audio stream).
     """
     path = Path(path)
     info = probe(path)  # channel count (and the source rate when sample_rate is None)
     rate = sample_rate if sample_rate is not None else info.sample_rate
-    args = [
-        "-i",
-        str(path),
-        *_window_args(start_s, duration_s),
-        "-map",
-        "0:a:0",
-        "-vn",
-        "-ac",
-        str(info.channels),
-        "-ar",
-        str(rate),
-        "-f",
-        "f32le",
-        "-",
-    ]
+    args = ["-i", str(path), *_window_args(start_s, duration_s), "-map", "0:a:0", "-vn",
+            "-ac", str(info.channels), "-ar", str(rate), "-f", "f32le", "-"]  # fmt: skip
     r = _run(["-loglevel", "error", *args], path)
     if r.returncode != 0:
         raise FFmpegError(path, f"ffmpeg could not decode (exit {r.returncode})", r.stderr.decode("utf-8", "replace"))
@@ -253,21 +206,13 @@ def cut_to_flac(src: Path | str, dst: Path | str, *, start_s: float, duration_s:
     decoded from its first sample (what a direct decode of the whole file gives), so the cut is
     sample-exact for every codec, rate and start. A section of a longer stream (`section_first_sample`)
     passes `first_sample`, the whole stream's index of its own first sample: the window keeps the whole
-    stream's times and samples. 16 bits: YouTube audio is lossy AAC/Opus, whose
-    decoded float samples need no more (quantisation noise ~96 dB below full scale). Written to a
-    temporary name in `dst`'s directory, then renamed, so `dst` is either complete or absent.
+    stream's times and samples. 16 bits suffice for lossy AAC/Opus sources. Written to a temporary
+    name in `dst`'s directory, then renamed, so `dst` is either complete or absent.
 
-    The trim is a filter chain, not `-ss`/`-t`: an output-side `-ss` cuts inside a decoded frame and
-    hands the encoder what is left of it, e.g. 8 samples of a 4,096-sample wav frame at 30 s of a
-    44.1 kHz file, and the flac encoder refuses any frame but the last one below 16 samples ("invalid
-    block size: 8"). Here `asetpts=N/SR/TB` numbers the decoded samples from 0 (a sample counter, so
-    priming/pre-skip timestamps of AAC/Opus cannot shift it), `atrim` keeps samples `[a, b)` and
-    `asetnsamples` re-frames them into FLAC_FRAME_SAMPLES-sample frames (only the last one shorter).
-    Measured on 10-s windows, it costs the same as `-ss` (~0.05-0.1 s a cut here; both decode from the
-    file's start): no second pass through a wav file is needed.
-
-    Raises:
-        FFmpegError: ffmpeg failed; no `dst` and no temporary file is left.
+    The trim is a filter chain, not `-ss`/`-t`: an output-side `-ss` can hand the flac encoder a frame
+    below its 16-sample minimum ("invalid block size"). `asetpts=N/SR/TB` numbers the decoded samples
+    from 0 (so AAC/Opus priming timestamps cannot shift it), `atrim` keeps `[a, b)` and `asetnsamples`
+    re-frames them into FLAC_FRAME_SAMPLES-sample frames. FFmpegError when ffmpeg fails: no `dst`, no temporary file.
     """
     src, dst = Path(src), Path(dst)
     a, b = window_samples(start_s, duration_s, probe(src).sample_rate)

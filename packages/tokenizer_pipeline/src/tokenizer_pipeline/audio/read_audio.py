@@ -1,29 +1,9 @@
 """Stage: decode one clip to float32 mono at the codec's sampling rate, at bounded memory.
 
-wav/flac/ogg/mp3 go through soundfile (libsndfile ships inside the wheel, no system libraries).
-Everything else (m4a, opus, webm, aac, ...) goes through torchcodec, which loads the system FFmpeg
-libraries at run time, or, when those are missing, through an ffmpeg program (`ffmpeg_binary.py`:
-the system's or the imageio-ffmpeg wheel's).
-
-Duration policy (the CSV window is `[start_s, end_s]`, its length `end_s - start_s`):
-the file's duration is read from its header before any sample is decoded.
-- `crop_to_window=False` (files are already the 10-s cuts): a file whose duration differs from the
-  window length by more than `duration_tolerance_s` fails as `duration_mismatch` without decoding,
-  so a 20-min file where the cut failed costs nothing and a truncated download is never encoded.
-- `crop_to_window=True` (files are full-length videos): only `[start_s, end_s]` is read (a seek,
-  never the whole file); a file that ends before `end_s - duration_tolerance_s` fails.
-After decoding, the decoded length is checked again (headers can lie). Peak memory per clip is
-therefore O(window length) whatever the file's length.
-
-Failures: every way a clip can be unusable raises `ClipFailure`, whose `reason` is one of `REASONS`
-(a closed set; the keys below are what `failures.jsonl` and the manifest record):
-    failure = ClipFailure("decode_error", path, "what happened", exc=original_exception)
-    failure.reason, failure.path, failure.detail, failure.exc_type    # str(failure) = "<reason>: <detail> (<path>)"
-    FailureRecord(ytid=..., csv_row=..., split=..., **failure.record_fields())   # one failures.jsonl line
-The run loop catches `ClipFailure` per clip and records it; any other exception it sees for one clip
-(e.g. in the encoder) it wraps with `ClipFailure.from_exception("encode_error", path, exc)`.
-A MusicCaps clip's file is `{audio_dir}/{ytid}.<ext>` (`find_audio`: the decode workers and the redo rule look it up
-the same way); none there is `missing_audio`.
+wav/flac/ogg/mp3 go through soundfile; other formats through torchcodec (system FFmpeg libraries) or an ffmpeg
+program (`ffmpeg_binary.py`). The header's duration is checked against the CSV window before decoding and the decoded
+length after, so peak memory per clip is O(window length). Every unusable clip raises `ClipFailure` with a `reason`
+from `REASONS` (docs/real-data.md describes the duration policy and the failure reasons).
 """
 
 from __future__ import annotations
@@ -71,28 +51,13 @@ REASONS: dict[str, str] = {
 }
 
 
-# soxr "VHQ" (very high quality, linear phase). Chosen by measurement (benchmarks/bench_resample.py:
-# 44.1 -> 32 kHz, 10-s mono clips, one process on a shared 2-core CPU, soxr 1.1.0 vs torchaudio 2.11):
-#   alias of a 17 kHz tone vs a 1 kHz tone: soxr VHQ -169 dB, soxr HQ -143 dB,
-#     torchaudio kaiser (width 64, rolloff 0.9476, beta 14.77) -112 dB, torchaudio default -11 dB;
-#   14 kHz passband gain: soxr -0.005 dB, torchaudio default -1.8 dB;
-#   time per clip: soxr VHQ 5 ms (24 ms with the machine loaded), torchaudio kaiser 197 ms (631 ms),
-#     torchaudio default 170 ms (466 ms); VHQ vs HQ costs about the same, so the better one;
-#   memory, 44,101 Hz: soxr 50 MB peak RSS for the whole process, while torchaudio builds one kernel
-#     per phase and gcd(44101, 32000) = 1 asks for 5.6 GB per mono clip (11 GB was observed).
-# torchaudio would need a rational approximation of odd rates on top; soxr is well kept and does it all.
+# soxr "VHQ": the least aliasing at bounded memory for any rate pair (benchmarks/bench_resample.py).
 SOXR_QUALITY = "VHQ"
 
 
 class ClipFailure(Exception):
-    """One clip that cannot be used. `reason` is a key of `REASONS`; `str(err)` is "<reason>: <detail> (<path>)".
-
-    Attributes:
-        reason: one of `REASONS` (stable tag for counting and for resume decisions).
-        path: the audio file (or the `{ytid}.*` pattern searched for).
-        detail: what happened, with the numbers (durations, rates) involved.
-        exc_type: type name of the exception that caused it (e.g. "LibsndfileError"), or None.
-    """
+    """One clip that cannot be used: `reason` (a key of `REASONS`), the file (or `{ytid}.*` pattern), the detail with
+    its numbers, and the causing exception's type name; `str(err)` is "<reason>: <detail> (<path>)"."""
 
     def __init__(self, reason: str, path: Path | str, detail: str, *, exc: BaseException | None = None) -> None:
         if reason not in REASONS:
@@ -130,10 +95,6 @@ def _rebuild_clip_failure(
     failure = ClipFailure(reason, path, detail)
     failure.exc_type, failure.retryable = exc_type, retryable
     return failure
-
-
-# Old names, kept so existing callers (`except AudioDecodeError`) keep working.
-AudioDecodeError = ClipFailure
 
 
 def find_audio(audio_dir: Path, ytid: str, exts: list[str]) -> Path:
@@ -174,6 +135,14 @@ def _check_header_duration(
             f"file is {duration:.3f} s long but the CSV window [{start_s}, {end_s}] is {window:.3f} s "
             f"(tolerance {tol} s){hint}",
         )  # fmt: skip
+
+
+def _span(start_s: float | None, end_s: float | None, crop: bool, tol: float) -> tuple[float, float | None]:
+    """(start, length or None = to the end) an FFmpeg decoder reads: the window when cropping, else at most the
+    window + tolerance (+1 s) of a cut file, so a header that gives no duration cannot make memory unbounded."""
+    if start_s is None or end_s is None:
+        return 0.0, None
+    return (start_s, end_s - start_s) if crop else (0.0, (end_s - start_s) + tol + 1.0)
 
 
 def _decode_soundfile(
@@ -226,14 +195,9 @@ def _decode_torchcodec(
         first = msg.splitlines()[0] if msg else repr(e)
         raise ClipFailure("decode_error", path, f"torchcodec cannot open '{fmt}' file: {first}", exc=e) from e
     _check_header_duration(path, decoder.metadata.duration_seconds_from_header, start_s, end_s, crop, tol)
-    if crop and start_s is not None and end_s is not None:
-        begin, stop = start_s, end_s
-    elif start_s is not None and end_s is not None:  # header had no duration: decode at most window + tolerance
-        begin, stop = 0.0, (end_s - start_s) + tol + 1.0
-    else:
-        begin, stop = 0.0, None
-    try:
-        samples = decoder.get_samples_played_in_range(begin, stop)  # only packets in [begin, stop) are decoded
+    begin, length = _span(start_s, end_s, crop, tol)
+    try:  # only packets in [begin, begin + length) are decoded
+        samples = decoder.get_samples_played_in_range(begin, None if length is None else begin + length)
     except (RuntimeError, ValueError) as e:
         raise ClipFailure("decode_error", path, f"torchcodec failed while decoding '{fmt}' file: {e}", exc=e) from e
     data = samples.data.to(torch.float32).T.contiguous().numpy()  # [C, N] -> [N, C]
@@ -243,26 +207,23 @@ def _decode_torchcodec(
 def _decode_ffmpeg_binary(
     path: Path, start_s: float | None, end_s: float | None, crop: bool, tol: float
 ) -> tuple[np.ndarray, int]:
-    """Returns ([N, C] float32, sample rate) piped out of an ffmpeg program (system or the imageio-ffmpeg wheel's).
-
-    The same duration policy as the other decoders: the container's duration (`ffmpeg -i`, no ffprobe) is
-    checked before any sample is decoded, and only the window (or window + tolerance) is decoded.
-    """
+    """Returns ([N, C] float32, sample rate) piped out of an ffmpeg program, the container's duration checked first."""
     try:
-        info = probe(path)
-        _check_header_duration(path, info.duration_s, start_s, end_s, crop, tol)
-        if crop and start_s is not None and end_s is not None:
-            begin, length = start_s, end_s - start_s
-        elif start_s is not None and end_s is not None:  # decode at most window + tolerance (+1 s) of a cut file
-            begin, length = 0.0, (end_s - start_s) + tol + 1.0
-        else:
-            begin, length = 0.0, None
+        _check_header_duration(path, probe(path).duration_s, start_s, end_s, crop, tol)
+        begin, length = _span(start_s, end_s, crop, tol)
         data, sr = decode_window(path, start_s=begin, duration_s=length, mono=False)  # [C, N]
     except FFmpegError as e:
         raise ClipFailure(
             "decode_error", path, f"ffmpeg program cannot decode '{path.suffix.lstrip('.')}' file: {e}", exc=e
         ) from e
     return np.ascontiguousarray(data.T), sr  # [C, N] -> [N, C]
+
+
+def _check_file(path: Path) -> None:
+    if not path.is_file():
+        raise ClipFailure("missing_audio", path, "audio file not found")
+    if path.stat().st_size == 0:
+        raise ClipFailure("decode_error", path, "audio file is 0 bytes (an interrupted copy or download?)")
 
 
 def audio_header(path: Path) -> tuple[int, int]:
@@ -272,10 +233,7 @@ def audio_header(path: Path) -> tuple[int, int]:
     container's duration, turned into samples. Raises ClipFailure (missing_audio, needs_ffmpeg, decode_error).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ClipFailure("missing_audio", path, "audio file not found")
-    if path.stat().st_size == 0:
-        raise ClipFailure("decode_error", path, "audio file is 0 bytes (an interrupted copy?)")
+    _check_file(path)
     if path.suffix.lower() in SOUNDFILE_EXTS:
         try:
             info = sf.info(str(path))
@@ -319,27 +277,17 @@ def load_audio(
     duration_tolerance_s: float = DURATION_TOLERANCE_S,
     min_seconds: float = 0.0,
 ) -> torch.Tensor:
-    """Decode `path` to float32 mono at `target_sr`, applying the duration policy (module docstring).
+    """Decode `path` to float32 mono `[round(N * target_sr / sr)]` at `target_sr`, applying the duration policy.
 
     Args:
-        path: audio file; the suffix picks the decoder (soundfile for wav/flac/ogg/mp3, else torchcodec).
-        target_sr: output sampling rate in Hz (the codec's).
-        start_s, end_s: the row's CSV window in seconds of the source video. Given, the file's duration
-            is checked against it; None (both) skips the check and reads the whole file.
-        crop_to_window: True: the file is full-length, read only `[start_s, end_s]` of it.
-            False: the file is already the window's cut.
+        start_s, end_s: the row's CSV window in seconds of the source video; None (both) reads the whole file.
+        crop_to_window: True: the file is full-length, read only `[start_s, end_s]`; False: it is the window's cut.
         duration_tolerance_s: allowed |file duration - window length| (uncropped), or how far before
             `end_s` a full-length file may end (cropped).
-        min_seconds: clips shorter than this after decoding fail as `too_short`.
-
-    Returns:
-        `[num_samples]` float32 tensor at `target_sr`, `num_samples = round(N * target_sr / sr)` for the
-        `N` samples decoded at the file's rate `sr`.
 
     Raises:
-        ClipFailure: with `reason` in `REASONS` (missing_audio, needs_ffmpeg, decode_error,
-            duration_mismatch, too_short, resample_error).
-        ValueError: a window with `end_s <= start_s`, or `crop_to_window` without a window (caller bugs).
+        ClipFailure: `reason` in `REASONS`. ValueError: a window with `end_s <= start_s`, or `crop_to_window`
+            without a window (caller bugs).
     """
     path = Path(path)
     if (start_s is None) != (end_s is None):
@@ -348,11 +296,7 @@ def load_audio(
         raise ValueError(f"crop window end_s={end_s} must be after start_s={start_s} ({path})")
     if crop_to_window and start_s is None:
         raise ValueError(f"crop_to_window=True needs start_s and end_s ({path})")
-    if not path.is_file():
-        raise ClipFailure("missing_audio", path, "audio file not found")
-    if path.stat().st_size == 0:
-        raise ClipFailure("decode_error", path, "audio file is 0 bytes (an interrupted download?)")
-
+    _check_file(path)
     if path.suffix.lower() in SOUNDFILE_EXTS:
         data, sr = _decode_soundfile(path, start_s, end_s, crop_to_window, duration_tolerance_s)  # [N, C]
     else:

@@ -1,19 +1,9 @@
-"""`python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=...] [split=...] [limit=N] [device=cpu]`.
+"""Codes -> wav files, with the codec that made them (`python -m tokenizer_pipeline.decode`): the only place codes
+meet a decoder.
 
-Codes -> wav files, with the codec that made them: `codec=` if given, else the codec directory recorded relative to
-the set (`codec.path_from_set`, so it resolves from any working directory and after copying the set with its codec),
-else the recorded `codec.name_or_path`, is loaded with `EncodecModel.from_pretrained`. Its weight files must hash to
-the manifest's `codec.weights_sha256` and its config.json must match `codec.config` (the fields that change the
-computation; a version-1 set has none: a warning, weights checked only). Before anything is written, the set is
-checked: split names, shard paths (never outside the set) and member keys follow docs/shard-format.md's rule, and
-codes match the manifest's K and codebook size; any problem is one line naming the shard and member. Works on any set in the contract format:
-the pipeline's own shards (reference clips) and the trainer's generated sets (`adapter_trainer.generate`),
-which copy the training shards' codec identity. This is the only place codes meet a decoder; the trainer
-never does (it runs in another process).
-
-Writes `<out_dir>/<key>.wav` (mono, the codec's sampling rate, 16-bit PCM, clipped to [-1, 1]) and
-`<out_dir>/decoded.json` (one entry per clip: key, wav, caption, frames, seconds, peak, clipped fraction, plus
-the codec's identity and whether it is the offline demo codec, whose decoder weights are random).
+The codec (`codec=`, else `codec.path_from_set`, else `codec.name_or_path`) must match the manifest's weights sha256
+and config. The set is checked before anything is written; any problem is one line naming the shard and member.
+Writes `<out_dir>/<key>.wav` (mono 16-bit PCM, clipped to [-1, 1]) and `<out_dir>/decoded.json`.
 """
 
 from __future__ import annotations
@@ -21,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,59 +18,38 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 import torch
+from omegaconf import MISSING
 
-from ..errors import USER_ERROR_EXIT, UserError
+from ..errors import UserError
 from ..shards.keys import KEY_RULE, key_problem, shard_path_problem
-from ..shards.manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS
+from ..shards.manifest import CODES_MEMBER, FORMAT_NAME, FORMAT_VERSION, JSON_MEMBER, other_version_line
 from .encode import _local_model_dir, config_identity, hash_weight_files, resolve_device
 
 DEMO_CODEC_MARKER = "DEMO_CODEC.md"  # written by tokenizer_pipeline.demo_codec next to the weights
-VERIFY_HINT = "nothing was decoded; check the set with `python -m tokenizer_pipeline.verify {}`"
 
 
 class DecodeError(UserError, ValueError):
     """The shard set or codec cannot be decoded; the message names the file/value and the fix."""
 
 
+def unreadable(root: Path, problem: str) -> DecodeError:
+    """`problem` in the set at `root`, with the command that checks the whole set."""
+    return DecodeError(
+        f"{problem}; nothing was decoded; check the set with `python -m tokenizer_pipeline.verify {root}`"
+    )
+
+
 @dataclass
-class DecodeArgs:
-    shard_set: Path
-    out_dir: Path
-    codec: str | None = None  # None = the manifest's codec.name_or_path
+class DecodeConfig:
+    """The schema conf/tokenizer_pipeline/decode.yaml composes onto."""
+
+    shard_set: str = MISSING  # the set to decode (the command's first argument)
+    out_dir: str = MISSING  # <out_dir>/<key>.wav and decoded.json
+    codec: str | None = None  # None = the manifest's codec.path_from_set, then codec.name_or_path
     split: str | None = None  # None = every split
     limit: int = 0  # 0 = all clips; N = the first N clips (in shard order)
     max_seconds: float = 0.0  # 0 = whole clips; > 0 = only the first max_seconds of each clip (quick previews)
-    device: str = "cpu"
-
-
-def parse_args(argv: list[str]) -> DecodeArgs:
-    """`<shard-set> out_dir=DIR [codec=..] [split=..] [limit=N] [device=..]` (Hydra-style key=value)."""
-    usage = (
-        "usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N] "
-        "[max_seconds=S] [device=cpu|auto|cuda|mps]"
-    )
-    pos = [a for a in argv if "=" not in a]
-    kv = dict(a.split("=", 1) for a in argv if "=" in a)
-    unknown = sorted(set(kv) - {"out_dir", "codec", "split", "limit", "max_seconds", "device"})
-    if len(pos) != 1 or "out_dir" not in kv or unknown:
-        raise DecodeError(f"{usage}" + (f" (unknown keys: {unknown})" if unknown else ""))
-    try:
-        limit, max_seconds = int(kv.get("limit", 0)), float(kv.get("max_seconds", 0.0))
-    except ValueError as e:
-        raise DecodeError(f"limit must be an integer and max_seconds a number ({e}); {usage}") from e
-    if limit < 0 or not math.isfinite(max_seconds) or max_seconds < 0:
-        raise DecodeError(
-            f"limit={limit} and max_seconds={max_seconds} must be >= 0 (0 = all clips / whole clips) and finite"
-        )
-    return DecodeArgs(
-        shard_set=Path(pos[0]),
-        out_dir=Path(kv["out_dir"]),
-        codec=kv.get("codec"),
-        split=kv.get("split"),
-        limit=limit,
-        max_seconds=max_seconds,
-        device=kv.get("device", "cpu"),
-    )
+    device: str = "cpu"  # cpu | auto | cuda | mps
 
 
 @dataclass(frozen=True)
@@ -104,15 +72,11 @@ def _shard_paths(root: Path, manifest: dict, split: str | None) -> list[tuple[st
             )
         problem = key_problem(name)
         if problem:
-            raise DecodeError(
-                f"{root / 'manifest.json'}: split name {name!r} {problem} ({KEY_RULE}); {VERIFY_HINT.format(root)}"
-            )
+            raise unreadable(root, f"{root / 'manifest.json'}: split name {name!r} {problem} ({KEY_RULE})")
         for entry in manifest["splits"][name]["shards"]:
             problem = shard_path_problem(root, entry["path"])
             if problem:
-                raise DecodeError(
-                    f"{root / 'manifest.json'}: shard path {entry['path']!r} {problem}; {VERIFY_HINT.format(root)}"
-                )
+                raise unreadable(root, f"{root / 'manifest.json'}: shard path {entry['path']!r} {problem}")
             out.append((name, root / entry["path"]))
     return out
 
@@ -135,31 +99,28 @@ def read_samples(root: Path, manifest: dict, split: str | None, limit: int = 0) 
                     problem = key_problem(key)
                     if not m.isfile() or member not in (CODES_MEMBER, JSON_MEMBER) or problem:
                         why = f"key {problem} ({KEY_RULE})" if problem else "not a <key>.codes.npy or <key>.json file"
-                        raise DecodeError(f"{path}: member {m.name!r}: {why}; {VERIFY_HINT.format(root)}")
+                        raise unreadable(root, f"{path}: member {m.name!r}: {why}")
                     samples.setdefault(key, {})[member] = tar.extractfile(m).read()  # type: ignore[union-attr]
         except (OSError, tarfile.TarError) as e:  # missing, truncated or not a tar (an incomplete copy of a set)
-            raise DecodeError(f"{path}: cannot read the shard ({e}); {VERIFY_HINT.format(root)}") from e
+            raise unreadable(root, f"{path}: cannot read the shard ({e})") from e
         for key, members in samples.items():
             if set(members) != {CODES_MEMBER, JSON_MEMBER}:
-                raise DecodeError(f"{path}: sample {key!r} has members {sorted(members)}; {VERIFY_HINT.format(root)}")
+                raise unreadable(root, f"{path}: sample {key!r} has members {sorted(members)}")
             where = f"{path}: member {key}.{CODES_MEMBER}"
             try:
                 codes = np.load(io.BytesIO(members[CODES_MEMBER]), allow_pickle=False)  # [T, K]
                 meta = json.loads(members[JSON_MEMBER].decode("utf-8"))
             except ValueError as e:
-                raise DecodeError(
-                    f"{path}: sample {key!r} does not decode safely ({e}); {VERIFY_HINT.format(root)}"
-                ) from e
+                raise unreadable(root, f"{path}: sample {key!r} does not decode safely ({e})") from e
             if codes.dtype != np.int16 or codes.ndim != 2 or codes.shape[1] != K or codes.shape[0] == 0:
-                raise DecodeError(
-                    f"{where}: codes {codes.dtype} {list(codes.shape)}, the manifest's codec needs int16 [T>0, {K}]; "
-                    f"{VERIFY_HINT.format(root)}"
+                raise unreadable(
+                    root,
+                    f"{where}: codes {codes.dtype} {list(codes.shape)}, the manifest's codec needs int16 [T>0, {K}]",
                 )
             lo, hi = int(codes.min()), int(codes.max())
             if lo < 0 or hi >= C:
-                raise DecodeError(
-                    f"{where}: code values in [{lo}, {hi}], the manifest's codec has codes 0..{C - 1}; "
-                    f"{VERIFY_HINT.format(root)}"
+                raise unreadable(
+                    root, f"{where}: code values in [{lo}, {hi}], the manifest's codec has codes 0..{C - 1}"
                 )
             out.append(Sample(name, key, codes, meta if isinstance(meta, dict) else {}))
             if limit and len(out) >= limit:
@@ -207,23 +168,14 @@ def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, d
             f"the shards>"
         )
     cfg = EncodecConfig.from_pretrained(str(model_dir))  # checked before the weights are loaded
-    recorded = info.get("config")
-    if recorded is None:
-        print(
-            f"tokenizer_pipeline.decode: warning: {where / 'manifest.json'} (format_version "
-            f"{manifest.get('format_version')}) records no codec config; only the weights were checked, so a codec "
-            "with the same weights but another config.json (e.g. use_causal_conv, pad_mode) would go unnoticed",
-            file=sys.stderr,
+    recorded, have_cfg = info["config"], config_identity(cfg)
+    diff = sorted(k for k in set(recorded) | set(have_cfg) if recorded.get(k) != have_cfg.get(k))
+    if diff:
+        shown = ", ".join(f"{k}={have_cfg.get(k)!r} (manifest {recorded.get(k)!r})" for k in diff)
+        raise DecodeError(
+            f"codec {name!r} has the right weights but another config.json: {shown}; these codes would decode "
+            "to other audio. Pass codec=<the directory of the codec that made the shards>"
         )
-    else:
-        have_cfg = config_identity(cfg)
-        diff = sorted(k for k in set(recorded) | set(have_cfg) if recorded.get(k) != have_cfg.get(k))
-        if diff:
-            shown = ", ".join(f"{k}={have_cfg.get(k)!r} (manifest {recorded.get(k)!r})" for k in diff)
-            raise DecodeError(
-                f"codec {name!r} has the right weights but another config.json: {shown}; these codes would decode "
-                "to other audio. Pass codec=<the directory of the codec that made the shards>"
-            )
     if int(cfg.sampling_rate) != int(info["sampling_rate"]) or int(cfg.codebook_size) != int(info["codebook_size"]):
         raise DecodeError(
             f"codec {name!r}: sampling_rate/codebook_size {cfg.sampling_rate}/{cfg.codebook_size} != "
@@ -251,10 +203,11 @@ def _check_sections(manifest: dict, mpath: Path) -> None:
         and all(isinstance(codec.get(k), int) for k in ("n_codebooks", "codebook_size", "sampling_rate"))
         and isinstance(codec.get("frame_rate"), (int, float))
         and all(isinstance(codec.get(k), str) for k in ("name_or_path", "weights_sha256"))
+        and isinstance(codec.get("config"), dict)
     ):
         bad = (
-            "'codec' (an object with integer n_codebooks, codebook_size, sampling_rate, a number frame_rate and "
-            "strings name_or_path, weights_sha256)"
+            "'codec' (an object with integer n_codebooks, codebook_size, sampling_rate, a number frame_rate, "
+            "strings name_or_path, weights_sha256 and an object config)"
         )
     elif not isinstance(splits, dict) or not all(
         isinstance(s, dict)
@@ -264,32 +217,33 @@ def _check_sections(manifest: dict, mpath: Path) -> None:
     ):
         bad = "'splits' (an object of splits, each with a list of shards that have a string path)"
     if bad:
-        raise DecodeError(f"{mpath}: lacks a valid {bad}; {VERIFY_HINT.format(mpath.parent)}")
+        raise unreadable(mpath.parent, f"{mpath}: lacks a valid {bad}")
 
 
-def run_decode(args: DecodeArgs) -> Path:
+def run_decode(args: DecodeConfig) -> Path:
     """Decode the set's clips into args.out_dir; returns the path of decoded.json."""
-    root = args.shard_set
+    if args.limit < 0 or not math.isfinite(args.max_seconds) or args.max_seconds < 0:
+        raise DecodeError(
+            f"limit={args.limit} and max_seconds={args.max_seconds} must be >= 0 (0 = all clips / whole clips)"
+        )
+    root, out_dir = Path(args.shard_set), Path(args.out_dir)
     mpath = root / "manifest.json"
     if not mpath.is_file():
         raise DecodeError(f"{mpath} not found: {root} is not a complete shard set")
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise DecodeError(f"{mpath}: not valid JSON ({e}); {VERIFY_HINT.format(root)}") from e
+        raise unreadable(root, f"{mpath}: not valid JSON ({e})") from e
     if manifest.get("format") != FORMAT_NAME:
         raise DecodeError(f"{mpath}: format {manifest.get('format')!r}, expected {FORMAT_NAME!r}")
-    if manifest.get("format_version") not in READABLE_VERSIONS:
-        raise DecodeError(
-            f"{mpath}: format_version {manifest.get('format_version')!r} is not one this decode reads "
-            f"({READABLE_VERSIONS}); use a matching tokenizer_pipeline"
-        )
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise DecodeError(other_version_line(mpath, manifest.get("format_version")))
     _check_sections(manifest, mpath)
     samples = read_samples(root, manifest, args.split, args.limit)  # every check before anything is written
     device = resolve_device(args.device)
     model, codec_dir, is_demo = load_matching_codec(manifest, root, args.codec, device)
     sr = int(model.config.sampling_rate)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     for sample in samples:
         codes, key = sample.codes, sample.key  # [T, K]
@@ -298,7 +252,7 @@ def run_decode(args: DecodeArgs) -> Path:
         wav = decode_codes(model, codes, device)  # [N]
         peak = float(np.abs(wav).max()) if wav.size else 0.0
         clipped = float((np.abs(wav) > 1.0).mean()) if wav.size else 0.0
-        sf.write(args.out_dir / f"{key}.wav", np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16")
+        sf.write(out_dir / f"{key}.wav", np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16")
         entries.append(
             {
                 "key": key,
@@ -318,39 +272,10 @@ def run_decode(args: DecodeArgs) -> Path:
         "sampling_rate": sr,
         "clips": entries,
     }
-    out = args.out_dir / "decoded.json"
+    out = out_dir / "decoded.json"
     out.write_text(json.dumps(index, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     print(
-        f"decode: {len(entries)} clips from {root} -> {args.out_dir} ({sr} Hz wav, codec {codec_dir}"
+        f"decode: {len(entries)} clips from {root} -> {out_dir} ({sr} Hz wav, codec {codec_dir}"
         f"{', DEMO codec: random decoder weights' if is_demo else ''})"
     )
     return out
-
-
-HELP = """\
-usage: python -m tokenizer_pipeline.decode <shard-set> out_dir=DIR [codec=PATH_OR_ID] [split=NAME] [limit=N]
-                                           [max_seconds=S] [device=cpu|auto|cuda|mps]
-
-Codes of a shard set (a stage-1 set, or generated codes) -> <out_dir>/<key>.wav and decoded.json, with the codec
-that made them (the manifest's codec.path_from_set or name_or_path; its weights must hash to codec.weights_sha256).
-  codec=PATH_OR_ID   a copy of that codec elsewhere      split=NAME   one split only (default: every split)
-  limit=N            the first N clips in shard order    max_seconds=S  only the start of each clip
-  device=...         cpu (default), auto, cuda or mps
-e.g. python -m tokenizer_pipeline.decode build/demo/runs/demo/generated out_dir=build/listen"""
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if "-h" in args or "--help" in args:
-        print(HELP)
-        return 0
-    try:
-        run_decode(parse_args(args))
-    except UserError as e:  # DecodeError, and config errors from the codec loader
-        print(f"tokenizer_pipeline.decode: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

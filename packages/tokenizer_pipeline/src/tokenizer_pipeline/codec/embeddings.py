@@ -1,24 +1,13 @@
-"""`python -m tokenizer_pipeline.codec_embeddings WAV_DIR --codec PATH_OR_ID --out emb.npy [--device cpu]`.
+"""EnCodec encoder latents of decoded clips (`python -m tokenizer_pipeline.codec_embeddings`), for a FAD on EnCodec
+embeddings (fadtk's `encodec-emb`).
 
-EnCodec encoder latents of decoded clips, for a FAD on EnCodec embeddings (fadtk's `encodec-emb`): every
-`<key>.wav` of WAV_DIR is read at the codec's sampling rate (mono, soxr, as the pipeline reads audio) and run
-through `EncodecModel.encoder` (the continuous latents before the RVQ; scaled by the clip's RMS first when the
-codec's config has `normalize`, as EncodecModel does). Every frame is one embedding, as in fadtk:
-
-- `<out>` (.npy): float32 [sum of frames, D] (D = the codec's hidden size, 128 for encodec_32khz; 50 frames/s),
-  clips in key order;
-- `<out without .npy>.json`: the codec, its sampling and frame rates, D, and each clip's key and frame count.
-
-`python -m adapter_trainer.audio_metrics --embeddings-generated G.npy --embeddings-reference R.npy` turns two of
-them into `fad_codec_latents`. This is the pipeline's side because only the pipeline builds a codec; the trainer reads
-the .npy files only.
+Each `<key>.wav` is read at the codec's rate (mono, soxr) and run through `EncodecModel.encoder`. Writes `<out>` (.npy,
+float32 `[sum of frames, D]`, clips in key order) and `<out without .npy>.json` (codec, rates, D, each clip's frames).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +15,7 @@ import soundfile as sf
 import torch
 
 from ..audio.read_audio import resample
-from ..errors import USER_ERROR_EXIT, UserError
+from ..errors import UserError
 from .encode import _local_model_dir, resolve_device
 
 
@@ -89,28 +78,3 @@ def run(wav_dir: Path, codec: str, out: Path, device_name: str = "cpu") -> dict:
     }
     out.with_suffix(".json").write_text(json.dumps(info, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return info
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tokenizer_pipeline.codec_embeddings", description=__doc__.split("\n")[2]
-    )
-    p.add_argument("wav_dir", type=Path, help="directory of <key>.wav (e.g. tokenizer_pipeline.decode's out_dir)")
-    p.add_argument("--codec", required=True, help="EncodecModel directory or hub id in the local cache")
-    p.add_argument("--out", type=Path, required=True, help="embeddings .npy ([frames, D]); a .json sidecar beside it")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | mps | auto")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        info = run(args.wav_dir, args.codec, args.out, args.device)
-    except UserError as e:
-        print(f"tokenizer_pipeline.codec_embeddings: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    print(
-        f"codec_embeddings: {len(info['clips'])} clips, {info['frames']} frames x {info['dim']} -> {args.out} "
-        f"(codec {info['codec']})"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

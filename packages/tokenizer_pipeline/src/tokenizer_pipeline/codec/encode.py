@@ -1,24 +1,13 @@
 """Stage: mono waveforms -> EnCodec codes, int16 `[T, K]` frame-major (the one stored layout).
 
-EnCodec's `encode` returns `audio_codes` as `(nb_chunks, B, K, T)`. We only accept un-chunked,
-un-normalized codecs (`chunk_length_s is None`, `normalize is False`), so `nb_chunks == 1` and
-`audio_scales` is `[None]`; the chunk dim is dropped here and nowhere else.
-
-Numerics: `float32` means IEEE float32 on every device. On CUDA, PyTorch lets cuDNN convolutions use
-TF32 (10-bit mantissa) by default, which can flip near-tie codes; `encode_batch` turns TF32 off for
-matmuls, convolutions and the LSTM while it runs (`ieee_float32`) and restores the caller's settings.
-The manifest records the device type and the intra-op thread count (`device_type`, `num_threads`):
-float results can differ in the last bits between devices and thread counts, so codes are only
-guaranteed identical for the same device, dtype, batch composition and threads.
-
-Raises `ConfigError` (a `UserError`: the CLI prints it without a traceback) for a codec that cannot be
-used: not found locally, unsupported dtype/device/bandwidth, normalizing or chunked.
+Only un-chunked, un-normalized codecs are accepted, so EnCodec's `audio_codes` `(nb_chunks=1, B, K, T)` loses its
+chunk dim here and nowhere else. `encode_batch` runs in IEEE float32 (TF32 off): codes are identical for the same
+device, dtype, batch composition and thread count, which the manifest records.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..shards.write_shards import sha256_file
 from .hub_source import local_files_only
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -39,23 +29,14 @@ OFFLINE_FIX = (
 )
 
 
-# codec.batch_size=auto: clips per forward pass per device type. A table, not a timed probe at start-up: a
-# probe's pick would vary with the machine's load from run to run, and the batch is part of a shard set's
-# config (a rerun with another batch is a different set). CPU: batching does not pay on 2 cores
-# (encodec_32khz size, 10-s clips, float32, 2 threads: one probe gave 7.2x real time at batch 1 and 5.7x at
-# batch 4, docs/benchmarks.md's encode rows 5.8x and 6.0x), so 1: as fast within these runs' noise, the least memory,
-# and the first version's own forward shape. cuda, mps: 8, the previous default, not measured (no GPU on
-# the machine these figures come from); `python benchmarks/bench_encode.py --device cuda --batch-sizes 1,4,8,16,32
-# --out build/bench/encode_cuda.json` measures it.
+# codec.batch_size=auto: clips per forward pass per device type. A table, not a timed probe: the batch is part of a
+# shard set's config, so it must not vary with the machine's load (docs/benchmarks.md has the encode figures).
 AUTO_BATCH_SIZE = {"cpu": 1, "cuda": 8, "mps": 8}
 
 
 def resolve_batch_size(batch_size: int | str, device_type: str) -> int:
-    """The clips per forward pass for `codec.batch_size`: an int >= 1 as is, `auto` from AUTO_BATCH_SIZE.
-
-    Raises:
-        ConfigError: anything else.
-    """
+    """The clips per forward pass for `codec.batch_size`: an int >= 1 as is, `auto` from AUTO_BATCH_SIZE; else
+    ConfigError."""
     if batch_size == "auto":
         return AUTO_BATCH_SIZE[device_type]
     if isinstance(batch_size, str) and batch_size.strip().isdigit():
@@ -65,12 +46,8 @@ def resolve_batch_size(batch_size: int | str, device_type: str) -> int:
     return batch_size
 
 
-# The config.json fields of an EncodecModel that change what it computes from given weights (transformers'
-# EncodecConfig, every architecture and signal-processing argument): causal vs non-causal convolutions and their
-# padding, normalisation, the strides, kernel and layer sizes, the codebooks and bandwidths, rates and chunking.
-# Recorded in the manifest (`codec.config`) and compared by decode: the same weights under `use_causal_conv=true`
-# or `pad_mode=constant` give other audio. Left out: bookkeeping (`transformers_version`, `architectures`,
-# `torch_dtype`/`dtype`, `model_type`, `_name_or_path`) and output flags (`return_dict`, ...).
+# The config.json fields of an EncodecModel that change what it computes from given weights; recorded in the
+# manifest (`codec.config`) and compared by decode. Bookkeeping and output flags are left out.
 IDENTITY_CONFIG_FIELDS = (
     "sampling_rate", "audio_channels", "normalize", "chunk_length_s", "overlap", "target_bandwidths",
     "hidden_size", "num_filters", "num_residual_layers", "upsampling_ratios", "norm_type", "kernel_size",
@@ -103,8 +80,7 @@ def resolve_device(device: str) -> torch.device:
 def ieee_float32() -> Iterator[None]:
     """Inside: TF32 off for CUDA matmuls and cuDNN convolutions/RNNs; the previous settings are restored.
 
-    Uses the `fp32_precision` API where torch has it (>= 2.9) and the `allow_tf32` flags before
-    (torch refuses reads of the old flags once the new ones were set, so one API is used, never both).
+    Uses the `fp32_precision` API where torch has it, else the `allow_tf32` flags (torch refuses mixing the two).
     """
     b = torch.backends
     if hasattr(getattr(b.cudnn, "conv", None), "fp32_precision"):
@@ -131,23 +107,21 @@ def hash_weight_files(model_dir: Path) -> str:
     files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     if not files:
         raise ConfigError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) in codec directory {model_dir}")
-    h = hashlib.sha256()
-    for p in files:
-        with p.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+    return sha256_file(*files)
 
 
-def _looks_like_path(name: str) -> bool:
-    """A directory meant, not a Hub id (`build/x` where `build/` exists: a missing directory, not a repository)."""
-    first = name.split("/", 1)[0]
+def _looks_like_path(name_or_path: str | Path) -> bool:
+    """A directory meant, not a Hub id: a Path, an absolute, relative or home path, more than one `/`, anything that
+    exists here, or `a/b` where `a` is a directory here (`build/x` before it is built is a missing
+    directory, not a Hub repository named `build/x`)."""
+    s = str(name_or_path)
+    first = s.split("/", 1)[0]
     return (
-        name.startswith((".", "/", "~"))
-        or "\\" in name
-        or name.count("/") > 1
-        or Path(name).exists()
-        or ("/" in name and bool(first) and Path(first).is_dir())
+        isinstance(name_or_path, Path)
+        or s.startswith((".", "/", "~"))
+        or s.count("/") > 1
+        or Path(s).exists()
+        or ("/" in s and bool(first) and Path(first).is_dir())
     )
 
 
@@ -162,23 +136,16 @@ def _local_model_dir(name_or_path: str) -> Path:
 
 
 class CodecEncoder:
-    """Loads an `EncodecModel` and turns batches of mono waveforms into `[T, K]` int16 codes.
+    """Loads an `EncodecModel` (a hub id the Hub serves or the local cache holds, or a `save_pretrained` directory)
+    and turns batches of mono waveforms into `[T, K]` int16 codes; the arguments are `CodecConfig`'s.
 
-    Args:
-        name_or_path: hub id (e.g. `facebook/encodec_32khz`, must already be in the local HF cache here)
-            or a local `save_pretrained` directory.
-        device: auto | cpu | cuda | mps.
-        dtype: float32 (default) or bfloat16 (explicit opt-in; it can change codes, and is recorded).
-        bandwidth_kbps: one of the model's `target_bandwidths`; None = the smallest
-            (2.2 kbps = 4 codebooks for encodec_32khz).
-        pad_batches: False (default) runs clips of different length in separate forward passes, so
-            batching never changes a code. True pads them to the longest with `padding_mask`; faster
-            on a GPU when lengths jitter, but EnCodec's non-causal convolutions then see zeros instead
-            of their own edge padding, which can change the last few frames of the shorter clips.
+    pad_batches=False runs clips of different length in separate forward passes, so batching never changes a code.
+    True pads them to the longest with `padding_mask`: faster on a GPU when lengths jitter, but EnCodec's non-causal
+    convolutions then see zeros instead of their own edge padding, which can change the last frames of shorter clips.
 
     Raises:
-        ConfigError: weights not found locally (the message says how to get them), unsupported
-            dtype/device/bandwidth, or a normalizing/chunked/multi-channel codec.
+        ConfigError: weights not found (the message says how to get them), unsupported dtype/device/bandwidth, or a
+            normalizing/chunked/multi-channel codec.
     """
 
     def __init__(
@@ -235,6 +202,9 @@ class CodecEncoder:
         self._check_feature_extractor(cfg.sampling_rate)
         self.model = model.to(device=self.device, dtype=DTYPES[dtype]).eval()
         self._config = cfg
+        self.sampling_rate, self.hop_length = int(cfg.sampling_rate), int(cfg.hop_length)
+        self.frame_rate, self.codebook_size = int(cfg.frame_rate), int(cfg.codebook_size)
+        self.device_type = self.device.type  # recorded in the manifest (codes can differ in near-ties across devices)
         self.n_codebooks = int(model.quantizer.get_num_quantizers_for_bandwidth(bw))
         if cfg.codebook_size > np.iinfo(np.int16).max + 1:
             raise ConfigError(f"codebook_size={cfg.codebook_size} does not fit the int16 code layout")
@@ -253,27 +223,6 @@ class CodecEncoder:
                 f"{p}/preprocessor_config.json says sampling_rate={fe.sampling_rate}, feature_size={fe.feature_size} "
                 f"but the model expects {model_sr} Hz mono; re-save the codec directory"
             )
-
-    @property
-    def sampling_rate(self) -> int:
-        return int(self._config.sampling_rate)
-
-    @property
-    def hop_length(self) -> int:
-        return int(self._config.hop_length)
-
-    @property
-    def frame_rate(self) -> int:
-        return int(self._config.frame_rate)
-
-    @property
-    def codebook_size(self) -> int:
-        return int(self._config.codebook_size)
-
-    @property
-    def device_type(self) -> str:
-        """cpu | cuda | mps: recorded in the manifest (codes can differ in near-ties across devices)."""
-        return self.device.type
 
     @property
     def num_threads(self) -> int:
@@ -297,14 +246,8 @@ class CodecEncoder:
 
     @torch.inference_mode()
     def encode_batch(self, wavs: list[torch.Tensor]) -> list[np.ndarray]:
-        """Encode mono clips at `sampling_rate`.
-
-        Args:
-            wavs: list of `[N_i]` float tensors.
-
-        Returns:
-            list of int16 `[T_i, K]` arrays, `T_i = ceil(N_i / hop_length)`, in input order.
-        """
+        """Mono `[N_i]` float clips at `sampling_rate` -> int16 `[T_i, K]` codes, `T_i = ceil(N_i / hop_length)`, in
+        input order."""
         if not wavs:
             return []
         out: list[np.ndarray | None] = [None] * len(wavs)

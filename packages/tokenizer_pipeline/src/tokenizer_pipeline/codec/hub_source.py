@@ -1,12 +1,8 @@
-"""Where the codec named by a Hugging Face Hub id (`codec.name_or_path=facebook/encodec_32khz`) is read from.
+"""Where the codec named by a Hugging Face Hub id is read from: asked once, never retried.
 
-transformers alone, on a machine that cannot reach the Hub, retries each file's request five times (about 23 s,
-each warning printed twice) before it says it could not connect. Stage 1 asks first, once: in offline mode
-(`HF_HUB_OFFLINE=1`) it reads the local Hugging Face cache only; otherwise one request that is not retried
-(`HfApi.model_info`, which mirrors set by HF_ENDPOINT serve too; `auth_check` after it for a gated repository) says
-whether the Hub serves the codec. When it cannot (unreachable, not found, gated) the
-cached copy is read, with a note, or the run stops in one line naming the cause and `hf download`. The trainer makes
-the same decision for its towers (adapter_trainer/model/hub_source.py; the packages share no code).
+Offline (`HF_HUB_OFFLINE=1`) the local cache only; otherwise one `HfApi.model_info` request (plus `auth_check` for a
+gated repository) says whether the Hub serves it; when it cannot, the cached copy is read with a note, or the run stops
+in one line naming the cause and `hf download`.
 """
 
 from __future__ import annotations

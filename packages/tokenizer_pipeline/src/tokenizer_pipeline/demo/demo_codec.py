@@ -1,26 +1,15 @@
 """Embedded offline default, step 2: a demo codec with the real `facebook/encodec_32khz` architecture.
 
-The real weights cannot be downloaded offline, so this builds the same `EncodecModel` (same config, same
-code path, same `from_pretrained` loading) with seeded random weights, and then *fits* its residual
-vector quantizer: a random-init EncodecModel has all-zero codebooks, so every code would be 0. We run the
-random encoder on stand-in corpus clips, k-means the latents for codebook 1 (2048 centroids), k-means the
-residuals for codebook 2, and so on for the 4 codebooks. The result tokenises audio into
-non-degenerate, audio-dependent codes; its decoder is untrained, so decoded audio is meaningless.
-
-    python -m tokenizer_pipeline.demo_codec --corpus build/demo/corpus --out build/demo/codec \\
-        --n-clips 40 [--seed 0]
-
-Output (`--out`): `config.json` + `model.safetensors` (EncodecModel.save_pretrained),
-`preprocessor_config.json` (EncodecFeatureExtractor), `DEMO_CODEC.md`. Load it like the real one:
-`EncodecModel.from_pretrained(out)`.
+The same `EncodecModel` config with seeded random weights, whose residual quantizer is then fitted by k-means on the
+random encoder's latents of stand-in clips (a random-init model has all-zero codebooks). Codes are non-degenerate and
+audio-dependent; the decoder is untrained. `--out` holds `save_pretrained` files, `preprocessor_config.json` and
+`DEMO_CODEC.md`.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -30,7 +19,7 @@ from sklearn.cluster import KMeans
 from transformers import EncodecConfig, EncodecFeatureExtractor, EncodecModel
 
 from tokenizer_pipeline.audio.read_audio import load_audio
-from tokenizer_pipeline.errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
+from tokenizer_pipeline.errors import ConfigError, InputNotFoundError
 
 SAMPLING_RATE = 32_000
 KMEANS_MAX_ITER = 20  # Lloyd iterations per codebook; more = tighter codebooks, slower build
@@ -56,34 +45,16 @@ Fit summary over the fitting clips (frames: {n_frames}):
 
 
 def encodec_32khz_config() -> EncodecConfig:
-    """The config transformers' convert_encodec_checkpoint_to_pytorch.py builds for `encodec_32khz`.
-
-    That script starts from `EncodecConfig()` and overrides upsampling_ratios, target_bandwidths,
-    num_filters, sampling_rate, codebook_size, use_causal_conv, normalize, use_conv_shortcut; the other
-    values below are EncodecConfig's defaults, spelled out so a library default change cannot move them.
-    """
+    """`EncodecConfig()` with the overrides transformers' convert_encodec_checkpoint_to_pytorch.py sets for
+    `encodec_32khz` (`build_random_model` asserts the 50 frames/s x 4 codebooks they give)."""
     return EncodecConfig(
-        target_bandwidths=[2.2],
-        sampling_rate=SAMPLING_RATE,
-        audio_channels=1,
-        normalize=False,
-        chunk_length_s=None,
-        overlap=None,
-        hidden_size=128,
-        num_filters=64,
-        num_residual_layers=1,
         upsampling_ratios=[8, 5, 4, 4],  # hop 640 samples -> 50 frames/s
-        norm_type="weight_norm",
-        kernel_size=7,
-        last_kernel_size=7,
-        residual_kernel_size=3,
-        dilation_growth_rate=2,
-        use_causal_conv=False,
-        pad_mode="reflect",
-        compress=2,
-        num_lstm_layers=2,
-        trim_right_ratio=1.0,
+        target_bandwidths=[2.2],
+        num_filters=64,
+        sampling_rate=SAMPLING_RATE,
         codebook_size=2048,
+        use_causal_conv=False,
+        normalize=False,
         use_conv_shortcut=False,
     )
 
@@ -129,7 +100,7 @@ def fit_codebooks(model: EncodecModel, latents: np.ndarray, seed: int, max_iter:
         raise ConfigError(f"{latents.shape[0]} latent frames cannot fit {size} centroids; use more clips (--n-clips)")
     residual = latents.astype(np.float32)  # [N, D]
     for i, layer in enumerate(model.quantizer.layers[:n_q]):
-        # init on `size` distinct random frames: sklearn's k-means++ costs minutes for 2048 centroids on 2 cores
+        # init on `size` distinct random frames: sklearn's k-means++ is slow for 2048 centroids
         rng = np.random.default_rng(seed + i)
         init = residual[np.sort(rng.choice(residual.shape[0], size=size, replace=False))]  # [C, D]
         km = KMeans(n_clusters=size, init=init, n_init=1, max_iter=max_iter, random_state=seed + i, algorithm="lloyd")
@@ -229,33 +200,3 @@ def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0, max_i
         encoding="utf-8",
     )
     return {"n_clips": len(files), "n_frames": int(codes.shape[0]), "stats": stats, "fit_s": t_fit}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.demo_codec", description=__doc__.split("\n")[0])
-    p.add_argument("--corpus", type=Path, required=True, help="stand-in corpus directory (make corpus)")
-    p.add_argument("--out", type=Path, required=True, help="output model directory")
-    p.add_argument(
-        "--n-clips", type=int, default=40, help="clips whose latents fit the codebooks (~1.5 s each on 2 CPU cores)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="weight init and k-means seed")
-    p.add_argument("--max-iter", type=int, default=KMEANS_MAX_ITER, help="k-means iterations per codebook")
-    args = p.parse_args(argv)
-    t0 = time.perf_counter()
-    try:
-        s = build_demo_codec(args.corpus, args.out, args.n_clips, args.seed, args.max_iter)
-    except UserError as e:  # no corpus yet, or too few clips for the codebooks: the message names the fix
-        print(f"tokenizer_pipeline.demo_codec: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    print(
-        f"demo codec -> {args.out}: {s['n_clips']} clips, {s['n_frames']} frames; encode + k-means "
-        f"{s['fit_s']:.1f} s, total {time.perf_counter() - t0:.1f} s"
-    )
-    print(f"reloaded with EncodecModel.from_pretrained({args.out}); codes over the fitting clips:")
-    for k, (d, h) in enumerate(s["stats"]):
-        print(f"  codebook {k}: {d:4d} distinct codes, entropy {h:.3f} nats (max {math.log(2048):.3f})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

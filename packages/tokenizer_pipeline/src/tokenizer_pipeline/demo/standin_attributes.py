@@ -1,27 +1,13 @@
 """The stand-in corpus's caption -> attributes step: a row's `aspect_list` keywords -> `ClipAttributes`.
 
-Keyword -> attribute table (word lists in `standin_keywords`). Aspects are matched lowercase, as whole
-words/phrases; an aspect that starts with "no "/"without " (e.g. "no voices", "no percussion") is a negation
-and switches nothing on.
-
-| attribute  | keywords (first match wins where noted)                                  | effect                      |
-| ---------- | ------------------------------------------------------------------------ | --------------------------- |
-| family     | first aspect (in list order) naming an instrument; inside one aspect the | lead timbre, see FAMILIES   |
-|            | priority is vocal > bass > drums-words-skip > the rest of FAMILY_WORDS;  |                             |
-|            | no instrument anywhere -> genre fallback (GENRE_FAMILY) -> "synth"       |                             |
-| bass_line  | any bass word in an aspect that is not the lead's                         | root/fifth bass per beat    |
-| tempo/bpm  | an explicit "... tempo" aspect decides (fast/uptempo 140, slow 70,       | 2 melody notes per beat;    |
-|            | medium/moderate 100); otherwise FAST_WORDS vs SLOW_WORDS count, tie 100  | drum grid                   |
-| mode       | MINOR_WORDS vs MAJOR_WORDS count; none -> "neutral"                      | scale + tonic (A3 natural   |
-|            |                                                                          | minor / C4 major / D4 major |
-|            |                                                                          | pentatonic)                 |
-| noise      | NOISE_WORDS ("low quality", "noisy", "poor audio quality", "lo-fi", ...)  | 3 kHz low-pass + white      |
-|            |                                                                          | noise at ~10 dB SNR + hum   |
-| drums      | DRUM_WORDS (drums, percussion, beat, kick, snare, hi hat, ...)           | kick 1&3, snare 2&4, 8th    |
-|            |                                                                          | hats                        |
-| register   | HIGH_WORDS (female, high pitched, soprano, child, ...) -> high;          | octave shift +1 / -1 / 0    |
-|            | LOW_WORDS (deep, low pitched, baritone, bass voice, ...) or lead bass -> |                             |
-|            | low; else mid                                                            |                             |
+Aspects are matched lowercase as whole words/phrases (word lists in `standin_keywords`); one starting with "no " or
+"without " is a negation and switches nothing on.
+- family (lead timbre): the first aspect naming an instrument (inside one: vocal > bass > the rest), else the genre's
+  (GENRE_FAMILY), else "synth"; bass_line: a bass word in an aspect that is not the lead's.
+- tempo: an explicit "... tempo" aspect (fast 140, slow 70, medium 100 bpm), else FAST_WORDS vs SLOW_WORDS, tie 100.
+- mode: MINOR_WORDS vs MAJOR_WORDS (A3 minor / C4 major / D4 pentatonic when neutral).
+- noise (low-pass + white noise + hum), drums (kick 1&3, snare 2&4, 8th hats): NOISE_WORDS, DRUM_WORDS.
+- register: HIGH_WORDS high, LOW_WORDS (or a bass lead) low, else mid (octave +1 / -1 / 0).
 """
 
 from __future__ import annotations

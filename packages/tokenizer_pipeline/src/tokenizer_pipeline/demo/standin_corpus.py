@@ -1,43 +1,24 @@
 """Embedded offline default, step 1: a synthetic stand-in for MusicCaps audio, rendered from the captions.
 
-MusicCaps ships metadata only; its audio lives on YouTube and cannot be fetched offline. This module picks
-a deterministic subset of the real CSV rows and renders, for each row, a clip (10 s unless --duration-s; make
-demo uses 2.5 s) whose sound is a fixed function of the row's `aspect_list` keywords (plus a melody seeded from
-the ytid), so that a downstream model has something caption-dependent to learn. It is NOT music from MusicCaps.
-
-    python -m tokenizer_pipeline.standin_corpus --csv data/musiccaps/musiccaps-public.csv \\
-        --out build/demo/corpus --n-clips 1040 --duration-s 2.5 --eval-fraction 0.0769   (make corpus)
-        [--seed 0] [--workers N] [--check-built]
-        [--layout audiocraft|audiofolder --duration-s 30 --sample-rate 44100 --channels 2]   (standin_layouts.py)
-
-Output (`--out`):
-    {ytid}.wav              44.1 kHz, 16-bit PCM, mono, --duration-s long (10 s: like a yt-dlp download of the window)
-    musiccaps-subset.csv    the selected rows, original header, columns and values verbatim, CSV order
-    corpus.json             per clip: the attributes the renderer derived and the keywords that set them
-
-The rest of the stand-in corpus: `standin_attributes` (aspect keywords -> `ClipAttributes`, the keyword
-table; the word lists in `standin_keywords`), `standin_render` (the synthesis: timbres, melody, drums, noise)
-and `standin_layouts` (`--layout audiocraft|audiofolder`). This module reads the CSV, selects the rows and
-writes the corpus; it is the command's entry point (`main`).
+A deterministic subset of the real CSV rows, each rendered as a clip whose sound is a fixed function of its
+`aspect_list` keywords (standin_attributes, standin_render) plus a melody seeded from the ytid. It is NOT MusicCaps
+music. `--out` holds `{ytid}.wav`, `musiccaps-subset.csv` (the rows verbatim) and `corpus.json`; other layouts:
+standin_layouts.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import json
-import os
 import re
-import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
 import soundfile as sf
 
-from ..errors import USER_ERROR_EXIT, ConfigError, InputNotFoundError, UserError
+from ..errors import ConfigError, InputNotFoundError
 from .standin_attributes import derive_attributes, parse_aspects
 from .standin_layouts import LAYOUTS, LayoutWriter
 from .standin_render import DURATION_S, SAMPLE_RATE, render_clip, to_pcm16
@@ -55,7 +36,6 @@ STANDIN_NOTE = (
 )
 
 
-# ---- subset selection + CLI ----
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], list[int]]:
     """(header, rows, 1-based start line of each row)."""
     if not path.is_file():
@@ -215,67 +195,3 @@ def _render_musiccaps_clip(job: tuple[str, str, int, float, str]) -> None:
     tmp = Path(out) / f".{ytid}.wav.tmp"
     sf.write(str(tmp), to_pcm16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
     tmp.replace(Path(out) / f"{ytid}.wav")
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.standin_corpus", description=__doc__.split("\n")[0])
-    p.add_argument("--csv", type=Path, help="MusicCaps CSV (data/musiccaps/musiccaps-public.csv)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (wavs, subset CSV, corpus.json)")
-    p.add_argument(
-        "--n-clips",
-        type=int,
-        default=320,
-        help="rows to render; more = slower encode, but the demo's caption check needs the variety",
-    )
-    p.add_argument("--eval-fraction", type=float, default=0.25, help="share of rows with is_audioset_eval=True")
-    p.add_argument("--seed", type=int, default=0, help="row selection and per-clip randomness")
-    p.add_argument(
-        "--duration-s", type=float, default=None, help="clip length; default 10 s (MusicCaps), 30 s for other layouts"
-    )
-    p.add_argument(
-        "--layout", choices=LAYOUTS, default="musiccaps",
-        help="musiccaps: {ytid}.wav + subset CSV; audiocraft: data.jsonl + sidecars; audiofolder: train/ test/ + metadata.csv",
-    )  # fmt: skip
-    p.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="tracks' rate (audiocraft/audiofolder)")
-    p.add_argument("--channels", type=int, default=None, help="1 or 2; default 1 (musiccaps), 2 for other layouts")
-    p.add_argument(
-        "--workers", type=int, default=0,
-        help="processes rendering musiccaps-layout clips (0: one per CPU core); the clips do not depend on it",
-    )  # fmt: skip
-    p.add_argument(
-        "--check-built", action="store_true",
-        help="render nothing: exit 2 if --out holds a corpus built with other --n-clips/--duration-s/--eval-fraction",
-    )  # fmt: skip
-    args = p.parse_args(argv)
-    if args.csv is None and not args.check_built:
-        p.error("--csv is required (data/musiccaps/musiccaps-public.csv)")
-    if args.check_built and args.layout != "musiccaps":
-        p.error("--check-built checks a musiccaps-layout corpus (make demo's); drop --layout")
-    workers = args.workers if args.workers > 0 else (os.cpu_count() or 1)
-    full = args.layout != "musiccaps"
-    duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
-    channels = args.channels if args.channels is not None else (2 if full else 1)
-    t0 = time.perf_counter()
-    try:
-        if args.check_built:
-            check_built(args.out, args.n_clips, args.eval_fraction, duration)
-            return 0
-        corpus = build_corpus(
-            args.csv, args.out, args.n_clips, args.eval_fraction, args.seed, duration, args.layout, args.sample_rate,
-            channels, workers,
-        )  # fmt: skip
-    except UserError as e:  # a missing CSV or a value that cannot work: the message names the fix
-        print(f"tokenizer_pipeline.standin_corpus: error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    fams: dict[str, int] = {}
-    for c in corpus["clips"]:
-        fams[c["family"]] = fams.get(c["family"], 0) + 1
-    print(
-        f"stand-in corpus: {corpus['n_clips']} clips ({corpus['n_train']} train, {corpus['n_eval']} eval) "
-        f"-> {args.out} in {time.perf_counter() - t0:.1f} s; families {dict(sorted(fams.items()))}"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

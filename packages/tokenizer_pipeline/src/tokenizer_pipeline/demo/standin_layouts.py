@@ -1,13 +1,7 @@
-"""The stand-in corpus written as your-own-audio layouts (`python -m tokenizer_pipeline.standin_corpus --layout ...`).
+"""The stand-in corpus written as your-own-audio layouts (`--layout audiocraft|audiofolder`).
 
-    --layout audiocraft    <out>/audio/<ytid>.wav + <out>/audio/<ytid>.json (audiocraft's MusicInfo sidecar:
-                           description = the MusicCaps caption, keywords = its aspect_list, bpm, key, instrument, ...)
-                           + <out>/data.jsonl (audiocraft's AudioMeta lines with absolute paths, as its own writer
-                           gives them for an absolute folder). No split: the pipeline hashes tracks.
-    --layout audiofolder   <out>/train/ and <out>/test/ (split by the row's is_audioset_eval), each with its wavs
-                           and a metadata.csv (file_name, caption, aspect_list, ytid): a Hugging Face audiofolder.
-Tracks are full length (`--duration-s`, 30 s by default here), at `--sample-rate` with `--channels` (stereo: the right
-channel is the left one 10 ms later at 0.9 gain, so the mono downmix keeps the music).
+audiocraft: `audio/<ytid>.wav` + MusicInfo sidecar `.json` + `data.jsonl`; audiofolder: `train/` and `test/` with
+wavs and a metadata.csv. Tracks are full length; stereo's right channel is the left one 10 ms later at 0.9 gain.
 """
 
 from __future__ import annotations

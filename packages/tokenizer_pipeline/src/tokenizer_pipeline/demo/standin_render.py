@@ -1,12 +1,7 @@
 """The stand-in corpus's synthesis: one clip rendered from its `ClipAttributes` and ytid, and its 16-bit PCM.
 
-Families (see `_partials`): piano (inharmonic 1/k^1.2 partials, 0.45-s decay), guitar (plucked comb
-spectrum, 0.25-s decay), strings (sawtooth, slow attack, vibrato), synth (detuned square, gated),
-organ (drawbar sines, flat), wind (near-sine + breath noise), brass (bright 1/k^0.6, swelling attack),
-bass (low sine-ish, 0.6-s decay), vocal (glottal harmonics shaped by vowel formants, vibrato).
-
-Per-clip randomness (melody walk, vowels, phases, drum noise) comes from sha256(ytid), never Python's
-`hash()`; the whole corpus is byte-identical across runs.
+Each family has its own timbre (`_partials`); per-clip randomness comes from sha256(ytid), never `hash()`, so the
+corpus is byte-identical across runs.
 """
 
 from __future__ import annotations

@@ -23,8 +23,7 @@ from .youtube import TRANSIENT, VIDEO_REASONS, ClipError, Workers, download_sour
 PARTIAL_DIR = ".partial"  # yt-dlp's downloads in progress (resumable `.part` files) and uncut sources
 SHORT_TOLERANCE_S = 0.01  # a cut shorter than the window by more than this is a `short_source` failure
 # Lead-in a section must have before the window for its decoder to settle (Opus' pre-roll is 80 ms, AAC's one
-# 1,024-sample frame), whatever section_margin_s asks: margin 0 gave sections starting at the window, cut 6146/32768
-# off the whole stream's decode. A section with less is not trusted (the whole stream is fetched instead).
+# 1,024-sample frame), whatever section_margin_s asks; a section with less is not trusted (the whole stream is fetched).
 SECTION_MIN_LEAD_IN_S = 0.1
 
 

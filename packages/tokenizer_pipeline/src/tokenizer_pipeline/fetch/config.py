@@ -23,9 +23,8 @@ class DownloadConfig:
     backoff_s: float = 5.0  # wait before retry k: backoff_s * 2**(k-1), +-25% jitter
     limit: int | None = None  # first N CSV rows only (null = all); for quick tries
     cookies_file: str | None = None  # Netscape cookies.txt for yt-dlp (videos that ask to sign in)
-    rate_limit: str | None = (
-        None  # per-worker rate of whole-stream downloads, yt-dlp syntax ("2M" = 2 MB/s; sections ignore it)
-    )
+    # per-worker rate of whole-stream downloads, yt-dlp syntax ("2M" = 2 MB/s; sections ignore it)
+    rate_limit: str | None = None
     proxy: str | None = None  # e.g. socks5://127.0.0.1:1080; null = direct
     socket_timeout_s: float = 30.0  # yt-dlp's network timeout per request
     http_retries: int = 3  # yt-dlp's own retries inside one attempt (it resumes the partial file)

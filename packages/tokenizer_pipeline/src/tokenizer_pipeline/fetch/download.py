@@ -1,47 +1,26 @@
-"""`python -m tokenizer_pipeline.download out_dir=DIR [hydra overrides]`: MusicCaps CSV -> `<out_dir>/<ytid>.flac`.
+"""MusicCaps CSV -> `<out_dir>/<ytid>.flac` (`python -m tokenizer_pipeline.download`).
 
-For each CSV row: yt-dlp (used as a library) downloads the row's window of the video's audio
-(`format=bestaudio/best`): only `[start_s, end_s]` plus `section_margin_s` either side where the
-container allows (M4A/MP4, WebM: yt-dlp's `download_ranges`, done by the ffmpeg binary with HTTP Range
-requests), else the whole stream. The ffmpeg binary (`audio/ffmpeg_binary.py`: system or imageio-ffmpeg wheel)
-then cuts `[start_s, end_s]` exactly (on the whole stream's sample grid, also from a section) to a
-16-bit flac at the source's sample rate, written under a temporary name and renamed. The exact cut is
-done by us (`clip.py`), not by yt-dlp: a section alone is not sample-exact (10.013-10.016 s for a 10-s window), and
-yt-dlp's post-processors need `ffprobe`, which the wheel does not ship. A section that cannot be placed
-to the sample, or that a server ignoring Range breaks, is replaced by the whole stream.
-The output directory feeds `make shards DATA=<out_dir>` unchanged.
-
-Reads top to bottom: parse CSV -> lock out_dir (`.download.lock`, as `make shards` locks its own) ->
-skip rows whose flac exists -> worker threads fetch the rest (each retries transient errors with
-backoff) -> `download_failures.jsonl` + `download_summary.json` -> summary.
-Failures never stop the run; it exits non-zero only when nothing at all could be fetched.
-Config: conf/tokenizer_pipeline/download.yaml over the `DownloadConfig` schema (`config.py`).
-
-This module is the run over the CSV rows (checks, lock, worker pool, failures and summary files,
-the Hydra `main`); one row's clip is `clip.py`, yt-dlp itself and its error classes are `youtube.py`.
+Parse the CSV, lock out_dir (`.download.lock`), skip rows whose flac exists, fetch the rest in worker threads
+(clip.py: a section of the stream, cut sample-exact by the ffmpeg program), write `download_failures.jsonl` and
+`download_summary.json`. Failures never stop the run; it exits non-zero only when nothing could be fetched.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from ..audio.ffmpeg_binary import find_ffmpeg
-from ..conf_dir import find_conf_dir
 from ..dir_lock import lock_dir
-from ..errors import USER_ERROR_EXIT, UserError
-from ..overrides import check_overrides
+from ..hydra_cli import find_conf_dir
 from ..shards.manifest import write_text_atomic
 from ..sources.musiccaps import ClipRow, check_ytids, read_musiccaps_csv
 from .clip import PARTIAL_DIR, SECTION_MIN_LEAD_IN_S, ClipResult, DownloadFailure, fetch_clip
@@ -164,49 +143,9 @@ def _fetch_rows(cfg: DownloadConfig, rows: list[ClipRow], out_dir: Path, progres
     return DownloadResult(counts, by_reason, failures, elapsed, flac_bytes, download_bytes, code, "\n".join(lines))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: the overrides' keys are checked against DownloadConfig before Hydra composes (a typo such as
-    `+limt=5` would otherwise fetch every row), in one line naming the likely key, exit 2."""
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
-    try:
-        sys.argv[1:] = check_overrides(
-            sys.argv[1:], schema=DownloadConfig, conf_dir=find_conf_dir(), primary="download", groups_apply=False,
-            keys_hint="python -m tokenizer_pipeline.download out_dir=DIR --cfg job, docs/configuration.md",
-        )  # fmt: skip
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(USER_ERROR_EXIT) from None
-    _hydra_main()
-
-
-@hydra.main(config_path=str(find_conf_dir()), config_name="download", version_base="1.3")
-def _hydra_main(dcfg: DictConfig) -> None:
-    try:
-        cfg: DownloadConfig = OmegaConf.to_object(dcfg)  # typed from here on
-    except MissingMandatoryValue as e:
-        print(
-            f"error: {e.full_key} is required, e.g. python -m tokenizer_pipeline.download out_dir=build/musiccaps_audio",
-            file=sys.stderr,
-        )
-        raise SystemExit(2) from e
-    try:
-        result = run_download(cfg)
-    except UserError as e:  # DownloadConfigError, CsvError: config / CSV problems, before any download
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(USER_ERROR_EXIT) from None
-    print(result.message, file=sys.stderr if result.exit_code else sys.stdout)
-    if result.exit_code:
-        raise SystemExit(result.exit_code)
-
-
 def config_from_overrides(overrides: list[str]) -> DownloadConfig:
     """Compose the typed config as the CLI would (for tests and notebooks)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(find_conf_dir()), version_base="1.3"):
         return OmegaConf.to_object(compose(config_name="download", overrides=overrides))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,4 @@
-"""yt-dlp as a library: one video's audio, whole or as a section, and what its errors mean.
-
-`ydl_params` (quiet, no post-processing, files named by the row's ytid), one `YoutubeDL` per worker thread
-(`Workers`), `download_source` (the window's section where the container allows, else the whole stream)
-and the failure reason classes (`classify`, `ClipError`). Sections are fetched by the ffmpeg binary
-(`audio/ffmpeg_binary.py`) with bounded HTTP Range requests.
-"""
+"""yt-dlp as a library: one video's audio, whole or as a section, and what its errors mean."""
 
 from __future__ import annotations
 
@@ -43,10 +37,8 @@ REASON_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
 TRANSIENT = frozenset({"network", "rate_limited"})
 VIDEO_REASONS = frozenset({"private", "region_blocked", "login_required", "rate_limited", "unavailable"})
 SECTION_EXTS = frozenset({"m4a", "mp4", "webm"})  # containers whose section start is exact (section_first_sample)
-# ffmpeg's HTTP Range request size for a section: it reads at most this much past what it needs (index,
-# window). Bytes fetched for a 10-s window of a 4-min source, against the whole stream (tests' local server,
-# AAC 128 kbps / Opus 96 kbps): 32 KiB 0.08 / 0.08 (11 requests), 64 KiB 0.10 / 0.11 (7-8),
-# 128 KiB 0.15 / 0.15 (6), 256 KiB 0.21 / 0.22 (5). Requests share one connection (-multiple_requests).
+# ffmpeg's HTTP Range request size for a section: it reads at most this much past what it needs; smaller means more
+# requests (they share one connection, -multiple_requests).
 SECTION_REQUEST_BYTES = 64 * 1024
 REASONS = (*(name for name, _ in REASON_PATTERNS), "decode", "short_source", "other")
 
@@ -73,18 +65,14 @@ class _YdlLogger:
     def __init__(self) -> None:
         self.ytid = ""  # the clip the worker is on
 
-    def debug(self, msg: str) -> None:
-        pass
-
-    def info(self, msg: str) -> None:
-        pass
-
     def warning(self, msg: str) -> None:
         if "Falling back on generic information extractor" not in msg:
             tqdm.write(f"{self.ytid}: {msg}", file=sys.stderr)
 
-    def error(self, msg: str) -> None:
-        pass  # raised as DownloadError right after, with the same text
+    def _drop(self, msg: str) -> None:
+        """debug and info say nothing a user needs; an error is raised as DownloadError right after, same text."""
+
+    debug = info = error = _drop
 
 
 def ydl_params(cfg: DownloadConfig, partial: Path) -> dict[str, Any]:
@@ -162,11 +150,9 @@ def download_source(ydl, url: str, ytid: str, section: tuple[float, float] | Non
         ydl.params.pop("download_ranges", None)
         if is_section:
             ydl.params["download_ranges"] = download_range_func(None, [section])
-            # yt-dlp downloads a section with its FFmpegFD, which it enables only if it finds an ffmpeg program
-            # through this context variable or on PATH: the availability check ignores the `ffmpeg_location`
-            # param (yt-dlp's "Fixme" in downloader/external.py), and the wheel's binary is not on PATH.
-            # yt-dlp's own command line sets the same variable for --ffmpeg-location (yt_dlp/__init__.py).
-            # A context variable is per thread: set here, in the worker thread that downloads.
+            # yt-dlp enables its FFmpegFD (sections) only if it finds ffmpeg through this context variable or on
+            # PATH (its check ignores `ffmpeg_location`), and the wheel's binary is not on PATH. Per thread: set in
+            # the worker thread that downloads.
             FFmpegPostProcessor._ffmpeg_location.set(find_ffmpeg())
         info = ydl.process_ie_result(info, download=True)
     except YoutubeDLError as e:

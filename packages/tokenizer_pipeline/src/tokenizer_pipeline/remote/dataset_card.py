@@ -1,8 +1,7 @@
 """README.md of a Hub dataset repo holding a shard set: YAML front matter and what the manifest says of the set.
 
-Every figure is read from the manifest; a field the manifest lacks is left out, never filled in. The license is the
-source's: MusicCaps' metadata is CC BY-SA 4.0 (Google; data/musiccaps/README.md), format versions 1 and 2 were
-MusicCaps-only; another source's license is stated only when the manifest's `source.license` gives one.
+Every figure is read from the manifest; a field it lacks is left out. The license is the source's (MusicCaps' metadata
+is CC BY-SA 4.0), or `source.license` when the manifest gives one.
 """
 
 from __future__ import annotations
@@ -25,9 +24,7 @@ MUSICCAPS_ATTRIBUTION = (
 
 
 def source_kind(m: dict[str, Any]) -> str | None:
-    """`source.kind`; format versions 1 and 2 had none and were MusicCaps-only."""
-    src = m.get("source") or {}
-    return src.get("kind") or ("musiccaps" if m.get("format_version") in (1, 2) else None)
+    return (m.get("source") or {}).get("kind")
 
 
 def license_id(m: dict[str, Any]) -> str | None:
@@ -64,10 +61,8 @@ def _rows(pairs: list[tuple[str, Any]]) -> list[str]:
 
 
 def codec_lines(c: dict[str, Any]) -> list[str]:
-    k, cb = c.get("n_codebooks"), c.get("codebook_size")
-    rate = c.get("sampling_rate")
-    fps = c.get("frame_rate")
-    kbps = c.get("bandwidth_kbps")
+    k, cb, rate, fps, kbps = (c.get(f) for f in ("n_codebooks", "codebook_size", "sampling_rate", "frame_rate",
+                                                   "bandwidth_kbps"))  # fmt: skip
     pairs = [
         ("codec", f"`{c['name_or_path']}`" if c.get("name_or_path") else None),
         ("model class", c.get("model_class")),

@@ -84,7 +84,25 @@ def run_all(files: Sequence[SetFile], send: Callable[[SetFile], None], done: Don
         raise error
 
 
-class DirectoryDestination:
+class FileByFile:
+    """Uploads one file at a time through `_send_retried`: the tars on `jobs` threads, the final files in order."""
+
+    jobs: int
+
+    def _send_retried(self, f: SetFile) -> None:
+        raise NotImplementedError
+
+    def upload_shards(self, files: Sequence[SetFile], done: Done) -> None:
+        run_all(files, self._send_retried, done, self.jobs)
+
+    def upload_final(self, files: Sequence[SetFile], done: Done) -> None:
+        run_all(files, self._send_retried, done, 1)
+
+    def closing_lines(self) -> list[str]:
+        return []
+
+
+class DirectoryDestination(FileByFile):
     """A directory on this machine: each file goes to a temp name in its folder, is fsynced, then renamed."""
 
     def __init__(self, root: Path, jobs: int = 1) -> None:
@@ -145,17 +163,8 @@ class DirectoryDestination:
     def _send_retried(self, f: SetFile) -> None:
         with_retries(lambda: self._send(f), what=f"writing {f.rel}", url=str(self.root / f.rel))
 
-    def upload_shards(self, files: Sequence[SetFile], done: Done) -> None:
-        run_all(files, self._send_retried, done, self.jobs)
 
-    def upload_final(self, files: Sequence[SetFile], done: Done) -> None:
-        run_all(files, self._send_retried, done, 1)
-
-    def closing_lines(self) -> list[str]:
-        return []
-
-
-class BucketDestination:
+class BucketDestination(FileByFile):
     """An object store through fsspec (s3://, gs://): `put_file` per object; a PUT is atomic per object."""
 
     def __init__(self, url: str, fs: AbstractFileSystem, root: str, jobs: int = 4) -> None:
@@ -207,19 +216,10 @@ class BucketDestination:
 
         return with_retries(cat, what="reading manifest.json", url=join(self.url, "manifest.json"))
 
-    def _send(self, f: SetFile) -> None:
+    def _send_retried(self, f: SetFile) -> None:
         rpath = join(self.root, f.rel)
         if f.data is not None:
             send = lambda: self.fs.pipe_file(rpath, f.data)
         else:
             send = lambda: self.fs.put_file(str(f.path), rpath)
         with_retries(send, what=f"uploading {f.rel}", url=join(self.url, f.rel))
-
-    def upload_shards(self, files: Sequence[SetFile], done: Done) -> None:
-        run_all(files, self._send, done, self.jobs)
-
-    def upload_final(self, files: Sequence[SetFile], done: Done) -> None:
-        run_all(files, self._send, done, 1)
-
-    def closing_lines(self) -> list[str]:
-        return []

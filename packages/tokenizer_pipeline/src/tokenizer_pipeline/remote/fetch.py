@@ -10,7 +10,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ..shards.verify import main as verify_main
 from ..shards.verify import verify
 from .retry import with_retries
 from .urls import filesystem, join, local_path, parse_hub, scheme_of
@@ -56,8 +55,3 @@ def verify_url(url: str) -> tuple[list[str], str]:
         problems, summary = verify(Path(tmp), fetch=fetch)
     base = url.rstrip("/")
     return [p.replace(tmp, base) for p in problems], summary.replace(tmp, base)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m tokenizer_pipeline.verify DIR|URL`: shards.verify's command, with URLs read by verify_url."""
-    return verify_main(argv, url_verifier=verify_url)

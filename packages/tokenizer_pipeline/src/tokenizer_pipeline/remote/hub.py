@@ -1,9 +1,6 @@
-"""A Hugging Face dataset repo as a destination: the tars in batched commits, then one commit with the small files,
-README.md (the dataset card) and manifest.json, so a revision that holds a manifest holds all its shards.
-
-Each batch commit is a step a later push skips: a file is there when its LFS sha256 (tars are LFS files on the
-Hub) or, for a regular file, its git blob sha1 equals ours. The token and endpoint are huggingface_hub's own
-(HF_TOKEN, `hf auth login`, HF_ENDPOINT).
+"""A Hugging Face dataset repo as a destination: the tars in batched commits, then one commit with README.md and
+manifest.json, so a revision that holds a manifest holds all its shards. A file whose LFS sha256 (or git blob sha1)
+equals ours is skipped, so a later push resumes.
 """
 
 from __future__ import annotations
@@ -147,7 +144,7 @@ class HubDestination:
         n = 0
         for batch in batches(files):
             first, n = n + 1, n + len(batch)
-            self._commit(batch, f"tokenizer_pipeline.push: shards {first}-{n} of {len(files)}", done)
+            self._commit(batch, f"tokenizer_pipeline.push: files {first}-{n} of {len(files)}", done)
 
     def upload_final(self, files: Sequence[SetFile], done: Done) -> None:
         names = ", ".join(f.rel for f in files)

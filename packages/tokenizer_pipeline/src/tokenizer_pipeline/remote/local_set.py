@@ -1,8 +1,5 @@
 """The local shard set a push sends: checked first, then listed in upload order (tars, small files, manifest last).
-
-What belongs to a set (docs/shard-format.md): manifest.json, the tars and index sidecars it lists, failures.jsonl, and top-level
-README/LICENSE/attribution files when a publisher added them. Never the writer's internals (.lock, .progress/, temp
-files): they are the run's, not the set's.
+Never the writer's internals (.lock, .progress/, temp files).
 """
 
 from __future__ import annotations

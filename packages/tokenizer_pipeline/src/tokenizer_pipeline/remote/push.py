@@ -1,22 +1,16 @@
 """`python -m tokenizer_pipeline.push SET URL`: copy a verified shard set to a directory, a bucket or a Hub dataset.
 
-Order: the tars, then the small files, then manifest.json (on the Hub, one last commit with manifest.json and the
-README.md dataset card): a reader never sees a manifest whose shards are not all there. A file already at the
-destination with the same content is skipped, so an interrupted push is resumed by running it again. A destination
-whose manifest differs is an update: the changes are printed, and the manifest is replaced after every tar is there.
-One line per file; exit 0, or one `error:` line and exit 2.
+The tars go first and manifest.json last, so a reader never sees a manifest whose shards are not all there; a file
+already there with the same content is skipped (a push resumes); a differing manifest is an update, its changes printed.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import USER_ERROR_EXIT, UserError
 from .destinations import BucketDestination, Destination, DirectoryDestination
 from .local_set import MANIFEST, SetFile, load_local_set
 from .urls import RemoteError, filesystem, local_path, parse_hub, scheme_of
@@ -123,25 +117,3 @@ def push(set_dir: Path, url: str, *, private: bool = False, jobs: int = 4, out: 
     for line in dest.closing_lines():
         out(line)
     return counts["uploaded"], counts["skipped"]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.push", description=__doc__.splitlines()[0])
-    ap.add_argument("shard_set", type=Path, help="the local shard-set directory (holding manifest.json)")
-    ap.add_argument(
-        "url",
-        help="a directory, file:///path, s3://bucket/prefix, gs://bucket/prefix or hf://datasets/owner/name[@branch][/path]",
-    )
-    ap.add_argument("--private", action="store_true", help="hf://: create the dataset repo private")
-    ap.add_argument("--jobs", type=int, default=4, help="tars uploaded at once to a directory or bucket (default 4)")
-    args = ap.parse_args(argv)
-    try:
-        push(args.shard_set, args.url, private=args.private, jobs=max(1, args.jobs))
-    except UserError as e:  # PipelineError, RemoteError, InputNotFoundError: the message names the file and the fix
-        print(f"error: {e}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,8 +23,9 @@ from .urls import RemoteError
 T = TypeVar("T")
 NEVER_RETRIED = frozenset({401, 403, 404})
 # parts of exception class names that mean the connection failed or a body ended early: aiohttp's
-# ClientConnectionError / ClientPayloadError / ServerDisconnectedError, http.client's IncompleteRead, requests' and
-# httpx's ConnectionError / ConnectError / ReadError / RemoteProtocolError, botocore's EndpointConnectionError
+# ClientConnectionError / ClientPayloadError / ContentLengthError / ServerDisconnectedError, http.client's
+# IncompleteRead, requests' and httpx's ConnectionError / ConnectError / ReadError / RemoteProtocolError /
+# ChunkedEncodingError, botocore's EndpointConnectionError / ReadTimeoutError
 TRANSIENT_NAMES = ("Timeout", "Connect", "Payload", "ContentLength", "Disconnected", "IncompleteRead", "Chunked",
                    "RemoteProtocol", "ReadError", "WriteError", "ShortRead")  # fmt: skip
 
@@ -47,40 +48,45 @@ class ShortReadError(OSError):
 
 
 def _chain(e: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
+    out, seen = [], set()
     cur: BaseException | None = e
-    while cur is not None and all(cur is not x for x in out):
+    while cur is not None and id(cur) not in seen:
         out.append(cur)
+        seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
     return out
 
 
 def http_status(e: BaseException) -> int | None:
-    """The HTTP status an exception, or one in its chain, carries (httpx/requests, aiohttp, botocore)."""
+    """The HTTP status an exception (or one it was raised from) carries, if any."""
     for x in _chain(e):
+        for attr in ("status", "status_code", "code"):
+            v = getattr(x, attr, None)
+            if isinstance(v, int) and 100 <= v < 600:
+                return v
         resp = getattr(x, "response", None)
+        v = getattr(resp, "status_code", None)
+        if isinstance(v, int):
+            return v
         if isinstance(resp, dict):  # botocore ClientError
             v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        else:
-            v = getattr(resp, "status_code", None)
-        if not isinstance(v, int):
-            v = getattr(x, "status", None)  # aiohttp ClientResponseError
-        if isinstance(v, int) and 100 <= v < 600:
-            return v
+            if isinstance(v, int):
+                return v
     return None
 
 
 def retry_after_s(e: BaseException) -> float | None:
-    """Seconds a Retry-After header in the chain asks for (delta-seconds or an HTTP date; never negative)."""
+    """Seconds a Retry-After header in the chain asks for (delta-seconds or an HTTP date; never negative): from
+    aiohttp's / requests' headers or botocore's ResponseMetadata."""
     for x in _chain(e):
         resp = getattr(x, "response", None)
-        if isinstance(resp, dict):
+        if isinstance(resp, dict):  # botocore ClientError
             headers = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         else:
-            headers = getattr(resp, "headers", None) or getattr(x, "headers", None)
+            headers = getattr(x, "headers", None) or getattr(resp, "headers", None)
         try:
             value = (headers.get("Retry-After") or headers.get("retry-after")) if headers else None
-        except (AttributeError, TypeError):  # not a mapping
+        except AttributeError:
             continue
         if value is None:
             continue
@@ -97,26 +103,24 @@ def retry_after_s(e: BaseException) -> float | None:
 
 
 def is_transient(e: BaseException) -> bool:
-    """True for an error that a later try may not meet (see the module docstring). A failed connection or a cut body
-    decides first: aiohttp's cut body carries a meaningless status 400, and fsspec's HTTP backend raises
-    FileNotFoundError from a 503 on its size probe. Then the status, then the exception's type. (adapter_trainer's
-    data/remote/retry.py classifies alike: tests/remote/test_retry_agreement.py.)"""
+    """True for errors a retry may cure (see the module docstring). A failed connection or a cut body decides first:
+    aiohttp's cut body carries a meaningless status 400, and fsspec's HTTP backend raises FileNotFoundError from a 503
+    on its size probe. Then the status."""
     chain = _chain(e)
-    if any(isinstance(x, (TimeoutError, ConnectionError, ShortReadError)) for x in chain) or any(
+    if any(isinstance(x, (TimeoutError, ConnectionError)) for x in chain) or any(
         any(n in type(x).__name__ for n in TRANSIENT_NAMES) for x in chain if not isinstance(x, UserError)
     ):
         return True
     status = http_status(e)
-    if status is not None:
-        return status in (408, 425, 429) or status >= 500
-    return False
+    return status is not None and (status in (408, 425, 429) or status >= 500)
 
 
 def describe(e: BaseException) -> str:
-    """The last status (or error type) and the first line of the message, for a one-line error."""
+    """The last status (or error type) for a one-line message."""
     status = http_status(e)
-    lines = str(e).strip().splitlines()
-    text = lines[0][:200] if lines else ""
+    if status is not None and is_transient(e) and not (status in (408, 425, 429) or status >= 500):
+        status = None  # a cut body's status 400 (aiohttp) says nothing
+    text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
     head = f"HTTP {status}" if status is not None else type(e).__name__
     return f"{head}: {text}" if text else head
 

@@ -1,9 +1,4 @@
-"""Which strings are URLs, what they name, and the fsspec filesystem behind one.
-
-A URL names a shard set's root as a directory does: `<url>/manifest.json`, `<url>/train/shard-000000.tar`.
-Credentials and endpoints are the backends' own (AWS_ENDPOINT_URL, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS,
-HF_TOKEN, HF_ENDPOINT, ...): nothing here reads them. A backend that is not installed is one line naming the extra.
-"""
+"""Which strings are URLs, what they name, and the fsspec filesystem behind one (credentials are the backends' own)."""
 
 from __future__ import annotations
 

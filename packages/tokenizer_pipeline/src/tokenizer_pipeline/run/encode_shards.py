@@ -68,6 +68,11 @@ def encode_isolated(encoder: CodecEncoder, clips: list[DecodedClip]) -> list[np.
         return [encode_isolated(encoder, [c])[0] for c in clips]
 
 
+# the MusicCaps row's fields a sample record keeps as they are
+CSV_FIELDS = ("ytid", "start_s", "end_s", "caption", "author_id", "is_balanced_subset", "is_audioset_eval", "split",
+              "csv_row")  # fmt: skip
+
+
 def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord | SegmentSampleRecord:
     row = clip.row
     if isinstance(row, SegmentItem):
@@ -75,17 +80,9 @@ def sample_record(clip: EncodedClip, sampling_rate: int) -> SampleRecord | Segme
             row, clip.codes, clip.n_samples, clip.source_file, clip.source_sha256, sampling_rate
         )
     return SampleRecord(
-        ytid=row.ytid,
-        start_s=row.start_s,
-        end_s=row.end_s,
+        **{name: getattr(row, name) for name in CSV_FIELDS},
         audioset_positive_labels=list(row.audioset_positive_labels),
         aspect_list=list(row.aspect_list),
-        caption=row.caption,
-        author_id=row.author_id,
-        is_balanced_subset=row.is_balanced_subset,
-        is_audioset_eval=row.is_audioset_eval,
-        split=row.split,
-        csv_row=row.csv_row,
         n_frames=int(clip.codes.shape[0]),
         n_codebooks=int(clip.codes.shape[1]),
         duration_s=clip.n_samples / sampling_rate,

@@ -8,14 +8,7 @@ from pathlib import Path
 
 from ..audio.read_audio import FFMPEG_FIX
 from ..config import PipelineConfig
-from ..shards.manifest import (
-    CodecInfo,
-    FailureRecord,
-    Manifest,
-    SplitSummary,
-    write_failures_jsonl,
-    write_text_atomic,
-)
+from ..shards.manifest import CodecInfo, FailureRecord, Manifest, SplitSummary, write_failures_jsonl, write_text_atomic
 from ..shards.write_shards import ShardPlan
 from .index_parts import write_indexes
 from .progress import ProgressStore, ShardRecord
@@ -53,32 +46,23 @@ def write_manifest(
         out_dir, store.dir, {s: [r.entry for r in recs] for s, recs in by_split.items()},
         codec_info.n_codebooks, codec_info.codebook_size,
     )  # fmt: skip
-    splits = {}
-    for split, recs in by_split.items():
-        splits[split] = SplitSummary(
-            shards=[r.entry for r in recs],
-            n_samples=sum(r.entry.n_samples for r in recs),
-            audio_seconds=round(sum(r.audio_seconds for r in recs), 6),
-            n_frames=sum(r.n_frames for r in recs),
+    splits = {
+        split: SplitSummary(
+            shards=[r.entry for r in recs], n_samples=sum(r.entry.n_samples for r in recs),
+            audio_seconds=round(sum(r.audio_seconds for r in recs), 6), n_frames=sum(r.n_frames for r in recs),
             index=indexes[split],
         )
+        for split, recs in by_split.items()
+    }  # fmt: skip
     failures = sorted([*(f for r in records for f in r.failures), *dropped], key=lambda f: f.csv_row)
     encoded = sum(s.n_samples for s in splits.values())
-    manifest = Manifest(
-        codec=codec_info,
-        splits=splits,
-        totals={
-            "rows": n_rows,
-            "encoded": encoded,
-            "failed": len(failures),
-            "audio_seconds": round(sum(s.audio_seconds for s in splits.values()), 6),
-            "n_frames": sum(s.n_frames for s in splits.values()),
-        },
-        failures=failures,
-        source=source,
-        config=resolved,
-        segmentation=segmentation,
-    )
+    totals = {
+        "rows": n_rows, "encoded": encoded, "failed": len(failures),
+        "audio_seconds": round(sum(s.audio_seconds for s in splits.values()), 6),
+        "n_frames": sum(s.n_frames for s in splits.values()),
+    }  # fmt: skip
+    manifest = Manifest(codec=codec_info, splits=splits, totals=totals, failures=failures, source=source,
+                        config=resolved, segmentation=segmentation)  # fmt: skip
     assert manifest.totals["encoded"] + manifest.totals["failed"] == n_rows
     write_failures_jsonl(out_dir / "failures.jsonl", failures)
     write_text_atomic(out_dir / "manifest.json", manifest.to_json())
@@ -111,22 +95,18 @@ def write_manifest(
     code, msg = 0, "ok"
     n_real = len(failures) - len(dropped)  # failures that count: a dropped short track or tail is planned, not failed
     frac = n_real / max(n_rows - len(dropped), 1)
+    failures_file = out_dir / "failures.jsonl"
     if encoded == 0:
-        code, msg = (
-            1,
-            f"nothing could be encoded: {len(failures)} of {n_rows} rows failed, see {out_dir / 'failures.jsonl'}",
-        )
+        code, msg = 1, f"nothing could be encoded: {len(failures)} of {n_rows} rows failed, see {failures_file}"
     elif frac > cfg.max_failure_fraction:
-        code, msg = (
-            1,
-            (
-                f"{n_real} of {n_rows - len(dropped)} rows failed ({frac:.0%} > max_failure_fraction="
-                f"{cfg.max_failure_fraction}); "
-                f"see {out_dir / 'failures.jsonl'}. The shards and manifest that were written stay in {out_dir}."
-            ),
+        code = 1
+        msg = (
+            f"{n_real} of {n_rows - len(dropped)} rows failed ({frac:.0%} > max_failure_fraction="
+            f"{cfg.max_failure_fraction}); see {failures_file}. The shards and manifest that were written stay in "
+            f"{out_dir}."
         )
     elif n_real:
-        msg = f"ok with {n_real} failed rows listed in {out_dir / 'failures.jsonl'}"
+        msg = f"ok with {n_real} failed rows listed in {failures_file}"
     lines.append(msg)
     return RunResult(manifest=manifest, out_dir=out_dir, exit_code=code, message="\n".join(lines))
 

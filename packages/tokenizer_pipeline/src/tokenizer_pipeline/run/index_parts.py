@@ -1,9 +1,5 @@
-"""The split indexes of a run (format version 5): each shard's part computed once, by the rank that wrote the shard,
-kept in `.progress/index/<tar sha256>.safetensors`, and assembled by rank 0 into `<split>/index.safetensors`.
-
-A part is named by its tar's sha256 and computed from the tar alone (shards/split_index.py), so a shard kept from an
-earlier run (or written before parts existed: computed here from its tar) gives the part a fresh run would, and one or
-several ranks write the same sidecar bytes.
+"""The split indexes of a run: each shard's part computed once from its tar, kept in
+`.progress/index/<tar sha256>.safetensors`, and assembled by rank 0 into `<split>/index.safetensors`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Your own audio encoded again into an existing set (the collection grew, shrank, or tracks moved): what the set in
-out_dir keeps, read from its `.progress/` before anything is written (never with overwrite=true, never for MusicCaps).
-
-- the id root it recorded (audiocraft), kept while it still holds a track, so a track added in a new sibling folder
-  renames no key (sources/audiocraft.py);
-- the split of every track it holds samples of, by the audio's sha256, then by its file (`sources.splits.KeptSplits`),
-  so a resume or heal never moves a kept track between splits;
-- which samples each shard holds (`kept_shards`): a fresh run's layout, unless keeping the set's shards redoes fewer
-  of them (a grown collection whose new tracks sort among the old ones would shift every shard): then each shard
-  keeps the samples it holds that are still planned, and the others (new tracks, a healed track's segments) go to
-  new shards after them. Such a set holds the same samples as a fresh run, grouped into shards differently; a rerun
-  that changes nothing, or costs no more laid out afresh, gives a fresh run's bytes.
+"""Your own audio encoded again into an existing set: what the set in out_dir keeps, read from its `.progress/`
+(never with overwrite=true, never for MusicCaps): its id root, every kept track's split (`KeptSplits`), and which
+samples each shard holds (`kept_shards`) when keeping them redoes fewer shards than a fresh layout.
 """
 
 from __future__ import annotations

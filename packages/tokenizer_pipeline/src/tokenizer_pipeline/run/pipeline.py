@@ -1,20 +1,8 @@
 """The stage-1 run: MusicCaps CSV + audio (or another source) -> EnCodec code shards + manifest, on 1 or N ranks.
 
-`run_pipeline` reads top to bottom, each step a call into this room:
-  1. join the torchrun group when there is one (ranks.py: gloo on CPU, nccl with one GPU per rank); check the
-     configuration, plan every item and shard (planning.py: the CSV rows, or the segments of
-     source=audiocraft|audiofolder, keeping what a set already in out_dir fixes: kept.py; MusicCaps: some row's clip
-     is in audio_dir), load the codec last. Anything a
-     user must fix stops every rank here, before any encoding, as a `PipelineError` whose message names the fix
-  2. rank 0 locks `out_dir` and prepares `.progress/` (progress.py: a different config is refused unless overwrite)
-  3. this rank owns a contiguous range of the shards and (re)does the ones that are new, damaged, or whose audio
-     appeared or changed (progress.why_redo): DataLoader worker processes decode + resample (loader.py) while this
-     process encodes batches of equal-length clips and writes each tar (encode_shards.py); one bad clip is one
-     `FailureRecord`
-  4. all ranks done; rank 0 writes failures.jsonl and manifest.json (last) from the `.progress/` records (finish.py)
-
-The set is byte-identical for any worker count and any number of ranks (same per-process `threads`):
-a clip's shard and its batch companions depend only on the plan, never on timing.
+`run_pipeline` reads top to bottom: (1) join the ranks, check the config, plan items and shards, load the codec;
+(2) rank 0 locks out_dir and prepares `.progress/`; (3) each rank (re)does its own shards; (4) rank 0 writes
+failures.jsonl and manifest.json last. The set is byte-identical for any worker and rank count (same `threads`).
 """
 
 from __future__ import annotations
@@ -32,8 +20,8 @@ from tqdm import tqdm
 from ..codec.encode import CodecEncoder, resolve_batch_size
 from ..config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
 from ..dir_lock import lock_dir
-from ..errors import ConfigError, PipelineError
-from ..shards.manifest import OWN_AUDIO_FINGERPRINT_VERSION, CodecInfo, library_versions
+from ..errors import PipelineError, UserError
+from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
 from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
@@ -43,7 +31,7 @@ from .index_parts import save_part
 from .kept import kept_shards, read_kept
 from .loader import decoded_clips
 from .planning import PlanItem, check_audio_dir, check_out_dir, load_plan, source_sha256
-from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, refusal_words, why_redo
+from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, why_redo
 from .ranks import RankInfo, agree, check_shared_out_dir, join_ranks
 from .segment_items import segmentation_summary, source_summary
 
@@ -68,7 +56,7 @@ Your own audio instead (full-length tracks, cut into 10-s segments; README, "You
       python -m tokenizer_pipeline source=audiofolder source.dir=/path/to/folder out_dir=build/mine
 
 Offline stand-in (no downloads): a synthetic corpus + a small demo codec
-      make demo-shards        (= make corpus codec, then python -m tokenizer_pipeline +preset=demo)
+      make demo-shards        (= make corpus codec, then +preset=demo for the stand-in clips)
       make demo               (also trains the adapter on those shards)
 """
 
@@ -96,23 +84,17 @@ def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
 
 
 def check_config(cfg: PipelineConfig) -> None:
-    """Values no run can use; PipelineError names the key and the allowed range. Runs before anything is read or
+    """Values no run can use; a UserError names the key and the allowed range. Runs before anything is read or
     written, for every source (split names become directories of out_dir): the audio_dir of MusicCaps is a
     directory, out_dir can be created and written."""
-    try:
-        check_split_names(cfg.split.train_name, cfg.split.eval_name)
-    except ConfigError as e:
-        raise PipelineError(str(e)) from e
+    check_split_names(cfg.split.train_name, cfg.split.eval_name)
     if cfg.source.kind == "musiccaps" and not (cfg.audio_dir and Path(cfg.audio_dir).is_dir()):
         raise PipelineError(
             f"audio_dir={cfg.audio_dir} is not a directory; point audio_dir at the folder of {{ytid}}.<ext> clips "
             f"({EXPLAIN_HINT})"
         )
     check_out_dir(cfg.out_dir)
-    try:
-        resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
-    except ValueError as e:  # ConfigError
-        raise PipelineError(str(e)) from e
+    resolve_batch_size(cfg.codec.batch_size, "cpu")  # an int >= 1 or auto
     for key, value, low in (("workers", cfg.workers, 0), ("prefetch", cfg.prefetch, 1),
                             ("threads", cfg.threads, 1)):  # fmt: skip
         if value is not None and value < low:
@@ -131,11 +113,8 @@ def lock_out_dir(out_dir: Path) -> filelock.BaseFileLock:
 
 
 def run_pipeline(cfg: PipelineConfig, *, progress: bool = True) -> RunResult:
-    """Run stage 1 end to end (one process, or this rank of a torchrun job).
-
-    Raises:
-        PipelineError: a configuration problem (codec, out_dir, CSV, lock) found before anything is encoded.
-    """
+    """Run stage 1 end to end (one process, or this rank of a torchrun job); PipelineError for a configuration
+    problem (codec, out_dir, CSV, lock) found before anything is encoded."""
     threads_before = torch.get_num_threads()  # cfg.threads is this run's setting, not the caller's process-wide one
     try:
         return _run_pipeline(cfg, progress)
@@ -159,7 +138,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 
     # 2. rank 0 locks out_dir and prepares .progress/ (a different config is refused unless overwrite)
     store = ProgressStore(Path(cfg.out_dir))
-    lock = _setup_out_dir(cfg, ranks, store, fingerprint, source_info)
+    lock = _setup_out_dir(cfg, ranks, store, fingerprint)
     try:
         # 3. this rank's shards that need work (new, damaged, or inputs changed), encoded in plan order
         todo = [p for p in ranks.owned(plans) if why_redo(store, p, cfg) is not None]
@@ -204,7 +183,7 @@ def _setup_plan_and_codec(
             else kept_shards(items, split_names, cfg.shard.max_samples, kept)
         )
         encoder = load_encoder(cfg)
-    except PipelineError as e:
+    except UserError as e:  # PipelineError, ConfigError, SourceError: one line, every rank stops
         error = str(e)
     agree(ranks, error)
     assert encoder is not None
@@ -213,16 +192,11 @@ def _setup_plan_and_codec(
 
 def _codec_info(cfg: PipelineConfig, encoder: CodecEncoder, threads: int) -> CodecInfo:
     """The manifest's record of the codec that made the codes (and the settings its floats depend on)."""
+    same = ("sampling_rate", "frame_rate", "n_codebooks", "codebook_size", "bandwidth_kbps", "weights_sha256", "dtype")
     return CodecInfo(
+        **{name: getattr(encoder, name) for name in same},
         name_or_path=cfg.codec.name_or_path,
         model_class=type(encoder.model).__name__,
-        sampling_rate=encoder.sampling_rate,
-        frame_rate=encoder.frame_rate,
-        n_codebooks=encoder.n_codebooks,
-        codebook_size=encoder.codebook_size,
-        bandwidth_kbps=encoder.bandwidth_kbps,
-        weights_sha256=encoder.weights_sha256,
-        dtype=encoder.dtype,
         library_versions=library_versions(),
         device=encoder.device_type,
         num_threads=threads,
@@ -239,7 +213,7 @@ def _fingerprint(
     re-captioned collection resumes and redoes only the shards whose tracks changed (kept.py); the root used is
     recorded as `source_root` for the next run to keep (progress.RECORDED_ONLY)."""
     fingerprint = {
-        "format_version": OWN_AUDIO_FINGERPRINT_VERSION,
+        "format_version": FORMAT_VERSION,
         "codec": asdict(codec_info) | {"library_versions": None, "path_from_set": None},
         "device": encoder.device.type,
         "csv_sha256": csv_sha,  # the CSV's sha256 (MusicCaps)
@@ -255,7 +229,7 @@ def _fingerprint(
 
 
 def _setup_out_dir(
-    cfg: PipelineConfig, ranks: RankInfo, store: ProgressStore, fingerprint: dict, source_info: SourceInfo | None
+    cfg: PipelineConfig, ranks: RankInfo, store: ProgressStore, fingerprint: dict
 ) -> filelock.BaseFileLock | None:
     """Rank 0 locks out_dir and prepares `.progress/`; a refusal on rank 0 stops every rank. Returns rank 0's lock."""
     lock, error = None, None
@@ -263,7 +237,7 @@ def _setup_out_dir(
         try:
             lock = lock_out_dir(store.out_dir)
             split_names = [cfg.split.train_name, cfg.split.eval_name]
-            store.prepare(fingerprint, split_names, cfg.overwrite, refusal_words(source_info))
+            store.prepare(fingerprint, split_names, cfg.overwrite)
         except PipelineError as e:
             error = str(e)
             if lock is not None:
@@ -288,7 +262,7 @@ def _encode_shards(
     t0 = time.monotonic()
     audio_s = 0.0
     todo_rows = [r for p in todo for r in p.rows]
-    desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.is_distributed else "encode"
+    desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.world_size > 1 else "encode"
     with (
         contextlib.closing(decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)) as clips,
         tqdm(
@@ -307,7 +281,7 @@ def _encode_shards(
 
 
 def _sum_over_ranks(ranks: RankInfo, audio_s: float) -> float:
-    if not ranks.is_distributed:
+    if ranks.world_size == 1:
         return audio_s
     import torch.distributed as dist
 
@@ -329,14 +303,13 @@ def _with_speed_line(result: RunResult, elapsed: float, audio_s: float, n_redone
 
 def _share_result(ranks: RankInfo, result: RunResult | None) -> RunResult:
     """Rank 0's result on every rank; then the ranks leave the process group together."""
-    if ranks.is_distributed:
+    if ranks.world_size > 1:
         import torch.distributed as dist
 
         box = [result]
         dist.broadcast_object_list(box, src=0)
         result = box[0]
-        # No rank tears the group down while another still receives rank 0's result: without this barrier a
-        # finished job sometimes aborted on exit ("terminate called without an active exception", about 1 in 30).
+        # No rank tears the group down while another still receives rank 0's result (else the job can abort on exit).
         dist.barrier()
         dist.destroy_process_group()
     assert result is not None

@@ -7,11 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..config import PipelineConfig
-from ..errors import ConfigError, PipelineError
+from ..errors import PipelineError
 from ..shards.write_shards import sha256_file
 from ..sources.musiccaps import ClipRow, CsvRowError, check_ytids, read_musiccaps_csv
 from ..sources.plan import SegmentItem, SourceInfo, plan_items
-from ..sources.track import SourceError
 from .kept import KeptSet
 
 # A planned unit of work: a MusicCaps CSV row (one clip), or a segment (or track-level failure) of another source.
@@ -46,10 +45,7 @@ def load_plan(cfg: PipelineConfig, kept: KeptSet | None = None) -> tuple[list[Pl
     `kept`: the id root and splits an existing set in out_dir keeps (kept.py)."""
     if cfg.source.kind == "musiccaps":
         return list(load_rows(cfg)), None
-    try:
-        items, info = plan_items(cfg, None if kept is None else kept.root, None if kept is None else kept.splits)
-    except (SourceError, ConfigError) as e:
-        raise PipelineError(str(e)) from e
+    items, info = plan_items(cfg, None if kept is None else kept.root, None if kept is None else kept.splits)
     check_keys(items, Path(info.path))  # the key rule holds by construction (track_ids.py); checked all the same
     return list(items), info
 

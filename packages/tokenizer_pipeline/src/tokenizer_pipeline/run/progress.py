@@ -1,8 +1,7 @@
 """Resume and heal: `<out>/.progress/` (the run's fingerprint, one record per completed shard) and the redo rule.
 
-A rerun skips a shard whose tar still matches its recorded sha256 and whose inputs did not change
-(`ShardRecord.inputs`), and redoes the rest (`why_redo`). `.progress/` stays after the set is complete (about
-1 KB per shard): it is what lets a later rerun heal only the shards whose audio changed; readers ignore it.
+A rerun skips a shard whose tar still matches its recorded sha256 and whose inputs did not change, and redoes the rest
+(`why_redo`). `.progress/` stays after the set is complete so a later rerun heals only what changed.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ from ..audio.ffmpeg_binary import FFmpegNotFoundError, find_ffmpeg
 from ..audio.read_audio import ClipFailure, find_audio
 from ..config import PipelineConfig
 from ..errors import PipelineError
-from ..shards.manifest import FailureRecord, ShardEntry, dumps_strict, failure_from_dict, write_text_atomic
+from ..shards.manifest import FailureRecord, ShardEntry, dumps_strict, write_text_atomic
 from ..shards.write_shards import ShardPlan, sha256_file
-from ..sources.plan import SegmentItem, SourceInfo
+from ..sources.plan import SegmentItem
 from .segment_items import segment_identity, sha256_cached
 
 PROGRESS_DIR = ".progress"
@@ -51,13 +50,7 @@ class ShardRecord:
     @classmethod
     def from_json(cls, text: str) -> ShardRecord:
         d = json.loads(text)
-        return cls(
-            entry=ShardEntry(**d["entry"]),
-            audio_seconds=d["audio_seconds"],
-            n_frames=d["n_frames"],
-            failures=[failure_from_dict(f) for f in d["failures"]],
-            inputs=d["inputs"],
-        )
+        return cls(**d | {"entry": ShardEntry(**d["entry"]), "failures": [FailureRecord(**f) for f in d["failures"]]})
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -78,18 +71,11 @@ class ProgressStore:
         self.out_dir = out_dir
         self.dir = out_dir / PROGRESS_DIR
 
-    def prepare(
-        self,
-        fingerprint: dict[str, Any],
-        split_names: Iterable[str],
-        overwrite: bool,
-        explain: dict[str, str] | None = None,
-    ) -> None:
+    def prepare(self, fingerprint: dict[str, Any], split_names: Iterable[str], overwrite: bool) -> None:
         """Make `out_dir` ready: fresh, resumable with the same fingerprint, or cleared by overwrite.
 
         Raises PipelineError when `out_dir` holds a different (or unknown) run and overwrite is False (RECORDED_ONLY
-        keys aside); `explain` words a changed fingerprint key for the message (a changed format_version alone, when
-        worded: the rest follows from it).
+        keys aside).
         """
         fp_path = self.dir / FINGERPRINT_FILE
         entries = [p for p in self.out_dir.iterdir() if p.name != LOCK_FILE] if self.out_dir.is_dir() else []
@@ -103,10 +89,7 @@ class ProgressStore:
             a = _flatten({k: v for k, v in old.items() if k not in RECORDED_ONLY})
             b = _flatten({k: v for k, v in fingerprint.items() if k not in RECORDED_ONLY})
             if a != b:
-                keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                if "format_version" in keys and "format_version" in (explain or {}):
-                    keys = ["format_version"]
-                changed = [(explain or {}).get(k, k) for k in keys]
+                changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 raise PipelineError(
                     f"out_dir {self.out_dir} holds shards from a different config (changed: {', '.join(changed)}); "
                     "pass overwrite=true to delete them and start over, or choose another out_dir"
@@ -145,7 +128,7 @@ class ProgressStore:
             return None
         try:
             rec = ShardRecord.from_json(rec_path.read_text(encoding="utf-8"))
-        except (KeyError, TypeError, json.JSONDecodeError):  # a record from an older version: redo the shard
+        except (KeyError, TypeError, json.JSONDecodeError):  # an unreadable record: redo the shard
             return None
         if rec.entry.bytes != tar.stat().st_size or rec.entry.sha256 != sha256_file(tar):
             return None
@@ -154,16 +137,11 @@ class ProgressStore:
     def save(self, plan: ShardPlan, record: ShardRecord) -> None:
         write_text_atomic(self.dir / plan.record_name, record.to_json())
 
-    def stale_shards(self, plans: Sequence[ShardPlan], split_names: Iterable[str]) -> list[Path]:
-        """Shard tars in out_dir that the plan does not produce."""
-        planned = {self.out_dir / p.relpath for p in plans}
-        return sorted(p for s in split_names for p in (self.out_dir / s).glob("shard-*.tar") if p not in planned)
-
     def remove_stale(self, plans: Sequence[ShardPlan], split_names: Iterable[str]) -> None:
-        """Delete the stale shard tars and their progress records: their samples are not in the set any more (the
-        plan has fewer shards than a previous run), so a fresh run would not have them either."""
-        split_names = list(split_names)
-        for tar in self.stale_shards(plans, split_names):
+        """Delete the shard tars the plan does not produce, and their progress records: their samples are not in the
+        set any more (the plan has fewer shards than a previous run), so a fresh run would not have them either."""
+        planned = {self.out_dir / p.relpath for p in plans}
+        for tar in sorted(p for s in split_names for p in (self.out_dir / s).glob("shard-*.tar") if p not in planned):
             (self.dir / f"{tar.parent.name}-{tar.name}".replace(".tar", ".json")).unlink(missing_ok=True)
             tar.unlink()
 
@@ -246,26 +224,9 @@ def _why_redo_segments(rec: ShardRecord, plan: ShardPlan) -> str | None:
     return None
 
 
-MUSICCAPS_FINGERPRINT_VERSION = 2  # MusicCaps tars and progress records are unchanged since format version 2
-
-
 def musiccaps_fingerprint(fingerprint: dict) -> dict:
-    """A MusicCaps run's fingerprint as format version 2 wrote it: without the own-audio settings (source.*, segment.*,
-    split.eval_fraction, unused by MusicCaps), so a set written before format 3 resumes and heals."""
+    """A MusicCaps run's fingerprint without the own-audio settings (source.*, segment.*, split.eval_fraction), which
+    MusicCaps never reads, so changing them never refuses its resume."""
     config = {k: v for k, v in fingerprint["config"].items() if k not in ("source", "segment")}
     config["split"] = {k: v for k, v in config["split"].items() if k != "eval_fraction"}
-    return fingerprint | {"format_version": MUSICCAPS_FINGERPRINT_VERSION, "config": config}
-
-
-def refusal_words(info: SourceInfo | None) -> dict[str, str] | None:
-    """How a refused resume of your own audio words a changed format version (MusicCaps: None, its fingerprint
-    stays format 2's)."""
-    if info is None:
-        return None
-    return {
-        "format_version": (
-            "format_version: these shards were written by an older tokenizer_pipeline, which drew your own audio's "
-            "splits from the track ids; this one draws them from the audio (docs/shard-format.md, version 4), so "
-            "resuming would move tracks between splits"
-        )
-    }
+    return fingerprint | {"config": config}

@@ -21,7 +21,7 @@ DIST_TIMEOUT = timedelta(hours=12)
 
 @dataclass(frozen=True)
 class RankInfo:
-    """Where this process sits in a torchrun job (a single process is rank 0 of 1); adapter_trainer names it alike."""
+    """Where this process sits in a torchrun job (a single process is rank 0 of 1)."""
 
     rank: int
     world_size: int
@@ -30,12 +30,7 @@ class RankInfo:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0 alone writes the manifest and prints the summary."""
-        return self.rank == 0
-
-    @property
-    def is_distributed(self) -> bool:
-        return self.world_size > 1
+        return self.rank == 0  # rank 0 alone writes the manifest and prints the summary
 
     def owned(self, plans: list[ShardPlan]) -> list[ShardPlan]:
         """A contiguous, deterministic range of the plan: rank r gets plans[n*r//W : n*(r+1)//W]."""
@@ -60,19 +55,14 @@ def join_ranks(codec_device: str) -> RankInfo:
 
 
 def local_world_size(world: int) -> int:
-    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE; a launcher that sets none counts every rank as on this node
-    (workers per rank are sized by it, so this errs towards fewer). adapter_trainer falls back alike."""
+    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE, else every rank (workers per rank err towards fewer)."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
 def agree(ranks: RankInfo, error: str | None) -> None:
-    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier).
-
-    Under torchrun the ranks then leave the process group together (a barrier, then destroy it): a rank that
-    exited with the group still up aborted ("terminate called without an active exception", SIGABRT in
-    torchrun's report) instead of exiting 2 with the one `error:` line.
-    """
-    if ranks.is_distributed:
+    """Every rank raises PipelineError if any rank had `error` (so none waits forever at a barrier); the ranks then
+    leave the process group together, so each exits 2 with the one `error:` line rather than aborting."""
+    if ranks.world_size > 1:
         import torch.distributed as dist
 
         errors: list[str | None] = [None] * ranks.world_size
@@ -89,7 +79,7 @@ def check_shared_out_dir(ranks: RankInfo, directory: Path, *, what: str, where: 
     """Every rank must see the file rank 0 writes into `directory` (before any encoding): every rank writes its shards
     and progress records under `where`, and rank 0 assembles the manifest from them. A node that sees another
     directory at that path (no shared filesystem) stops every rank with one line naming the fix."""
-    if not ranks.is_distributed:
+    if ranks.world_size == 1:
         return
     import torch.distributed as dist
 

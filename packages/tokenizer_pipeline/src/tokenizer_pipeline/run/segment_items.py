@@ -1,7 +1,5 @@
 """How a run handles a `sources.SegmentItem` (a segment of your own audio, or a track that failed while planning):
-decode its window, record its failure or sample, its resume identity, and summarise the
-source for the manifest. The run's loader, encoder and redo rule call these where a MusicCaps `ClipRow` takes its own
-path; MusicCaps never comes here.
+decode its window, record its sample or failure and resume identity, summarise the source for the manifest.
 """
 
 from __future__ import annotations

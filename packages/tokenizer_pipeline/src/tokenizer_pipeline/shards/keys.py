@@ -1,16 +1,8 @@
 """The shard set's naming rule: sample keys, split names and shard paths are data, never paths.
 
-One rule, applied by the writer (`sources.musiccaps.check_ytids` for `make audio` and `make shards`, `run.planning.check_keys`),
-`verify` and `decode` (docs/shard-format.md, "Keys and paths"). adapter_trainer keeps its own copy
-(`adapter_trainer.data.sample_keys`; the packages never import each other) and tests/contract checks that both
-agree on a grid of keys.
-
-- A sample key is 1..`MAX_KEY_LEN` characters of `A-Z a-z 0-9 _ -`: no '.', because WebDataset splits member
-  names at the first dot; no '/' or '..', so a key never names another directory; and short enough that the
-  longest member name `<key>.codes.npy` fits the 100-byte name field of a plain ustar header (no PAX or GNU
-  long-name header is ever needed).
-- A split name follows the same rule (it becomes a directory of the set: `<split>/shard-NNNNNN.tar`).
-- A shard path in a manifest is relative, and resolves (symlinks followed) inside the set's directory.
+A key (and a split name) is 1..`MAX_KEY_LEN` characters of `A-Z a-z 0-9 _ -` (no '.': WebDataset splits member names
+at the first dot; short enough for a plain ustar name); a shard path is relative and resolves inside the set
+(docs/shard-format.md, "Keys and paths"). adapter_trainer keeps a checked copy (`data/sample_keys.py`).
 """
 
 from __future__ import annotations

@@ -13,15 +13,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_NAME = "musiccaps-encodec-shards"
-# 2: codec.config and codec.path_from_set; 3: sources other than MusicCaps (segment samples, source.kind,
-# source.sha256, segmentation); 4: your own audio's split by the audio's sha256 (source.split_rule); 5: every split
-# lists its index sidecar (`splits.<split>.index`, shards/split_index.py), MusicCaps sets included.
-# docs/shard-format.md, version history
-FORMAT_VERSION = 5
-# The resume fingerprint of your own audio's out_dir keeps version 4's number: version 5 adds a file derived from the
-# tars, so a set written by version 4 resumes (and its manifest is rewritten as version 5, with the index)
-OWN_AUDIO_FINGERPRINT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4, 5)  # version 1 sets still verify and decode (decode warns: no codec config to check)
+FORMAT_VERSION = 5  # the one version written and read (docs/shard-format.md)
 PACKAGE = "tokenizer_pipeline"
 PACKAGE_VERSION = "0.1.0"
 CODES_MEMBER = "codes.npy"  # tar member suffix: `<ytid>.codes.npy`
@@ -62,7 +54,7 @@ class SampleRecord:
 
 @dataclass(frozen=True)
 class SegmentSampleRecord:
-    """`<key>.json` of a segment of a track from source=audiocraft|audiofolder (format version 3).
+    """`<key>.json` of a segment of a track from source=audiocraft|audiofolder.
 
     The fields the trainer reads are those of a MusicCaps sample (ytid, caption, aspect_list, split, n_frames, ...);
     the MusicCaps-only CSV columns are absent and the segment's provenance is added.
@@ -107,7 +99,7 @@ class SplitSummary:
     n_samples: int  # sum over shards
     audio_seconds: float  # sum of duration_s
     n_frames: int  # sum of n_frames
-    # format 5: the split's index sidecar (shards/split_index.py): path, bytes, sha256, n_samples and the summaries
+    # the split's index sidecar (shards/split_index.py): path, bytes, sha256, n_samples and the summaries
     index: dict[str, Any] | None = None
 
 
@@ -136,9 +128,9 @@ class CodecInfo:
     weights_sha256: str  # sha256 over the weight files' bytes (sorted by name)
     dtype: str  # inference dtype: float32 (IEEE, TF32 off on CUDA), or bfloat16 by explicit option
     library_versions: dict[str, str]
-    device: str | None = None  # device type that encoded: cpu | cuda | mps (None: set written before it was recorded)
+    device: str | None = None  # device type that encoded: cpu | cuda | mps
     num_threads: int | None = None  # torch intra-op threads while encoding (CPU results can depend on it)
-    # The codec's config.json fields that change what it computes (encode.IDENTITY_CONFIG_FIELDS); None: version 1
+    # The codec's config.json fields that change what it computes (encode.IDENTITY_CONFIG_FIELDS)
     config: dict[str, Any] | None = None
     # The codec directory relative to the shard set's directory (None for a hub id): decode finds it from anywhere
     path_from_set: str | None = None
@@ -168,36 +160,25 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
-        """Parse manifest.json; raises ValueError on another format or an unsupported version."""
+        """Parse manifest.json; raises ValueError on another format or version."""
         d = json.loads(text)
         if d.get("format") != FORMAT_NAME:
             raise ValueError(f"not a {FORMAT_NAME} manifest (format={d.get('format')!r})")
-        if d.get("format_version") not in READABLE_VERSIONS:
-            raise ValueError(
-                f"format_version={d.get('format_version')} is not supported; this code reads {READABLE_VERSIONS}"
-            )
+        if d.get("format_version") != FORMAT_VERSION:
+            raise ValueError(other_version_line("manifest.json", d.get("format_version")))
         splits = {
-            name: SplitSummary(**{**s, "shards": [ShardEntry(**e) for e in s["shards"]]})
-            for name, s in d["splits"].items()
+            n: SplitSummary(**s | {"shards": [ShardEntry(**e) for e in s["shards"]]}) for n, s in d["splits"].items()
         }
-        return cls(
-            codec=CodecInfo(**d["codec"]),
-            splits=splits,
-            totals=d["totals"],
-            failures=[failure_from_dict(f) for f in d["failures"]],
-            source=d["source"],
-            config=d["config"],
-            segmentation=d.get("segmentation"),
-            codes=d["codes"],
-            created_by=d["created_by"],
-            format=d["format"],
-            format_version=d["format_version"],
-        )
+        failures = [FailureRecord(**f) for f in d["failures"]]
+        return cls(**d | {"codec": CodecInfo(**d["codec"]), "splits": splits, "failures": failures})
 
 
-def failure_from_dict(d: dict[str, Any]) -> FailureRecord:
-    """A FailureRecord from JSON; records written before `retryable` existed get it from their reason."""
-    return FailureRecord(**({"retryable": d.get("reason") in RETRYABLE_REASONS} | d))
+def other_version_line(where: object, version: object) -> str:
+    """The one line for a set of another format version: what rebuilds it."""
+    return (
+        f"{where}: format_version {version!r}; this tokenizer_pipeline reads version {FORMAT_VERSION} only: rebuild "
+        f"the set with `python -m tokenizer_pipeline out_dir=<the set> overwrite=true` (or `make shards`)"
+    )
 
 
 def dumps_strict(obj: Any, **kw: Any) -> str:

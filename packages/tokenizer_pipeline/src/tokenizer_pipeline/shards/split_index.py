@@ -1,17 +1,9 @@
-"""The per-split index sidecar (format version 5, docs/shard-format.md#the-split-index): what a reader needs to start.
+"""The per-split index sidecar (docs/shard-format.md#the-split-index): what a reader needs to start.
 
-`<split>/index.safetensors` holds, per sample in manifest shard order and tar order, its key, where its two members'
-payloads sit in its tar, its sampling weight and digests of its texts, plus the split's code counts per codebook.
-The manifest lists it (`splits.<split>.index`: path, bytes, sha256) with the summaries a trainer needs at startup, so
-a reader starts from the manifest and this file without opening a tar.
-
-Why safetensors: a well-kept format both packages already depend on, read without pickles and without a zip reader,
-whose bytes are a pure function of the arrays (numpy's .npz is a zip that stamps the time into each entry, so two
-runs would not write the same bytes). Its metadata holds ONE key: safetensors writes a metadata map in hash order, so
-several keys would make the bytes differ from run to run.
-
-Each shard's part is computed from the tar itself (`shard_part`), so the rank that wrote a shard, a rerun that kept
-it and `verify` all get the same arrays; `assemble` concatenates a split's parts into the sidecar's bytes.
+`<split>/index.safetensors` holds, per sample in shard and tar order, its key, its members' payload offsets, weight
+and text digests, plus the split's code counts. safetensors: read without pickles, bytes a pure function of the arrays
+(not .npz, which stamps times), and ONE metadata key (several are written in hash order). Parts come from the tars
+alone (`shard_part`), so writer, rerun and `verify` agree; `assemble` concatenates them.
 """
 
 from __future__ import annotations

@@ -1,39 +1,37 @@
-"""`python -m tokenizer_pipeline.verify <shard-set>`: check a shard set against docs/shard-format.md.
+"""Every problem of a shard set against docs/shard-format.md (`python -m tokenizer_pipeline.verify`).
 
-Reads tars with plain `tarfile` and decodes members only with safe decoders
-(`numpy.load(allow_pickle=False)`, strict `json.loads`: NaN/Infinity are not JSON). Keys, split names and shard
-paths must follow the naming rule (`keys.py`): a shard path that is absolute or leaves the set is never opened.
-Exit 0 with one OK line, or 1 listing every problem (a well-formed set of 0 samples: one line naming its
-failures.jsonl) (2: a URL that cannot be read, in one line).
-
-A URL (s3://, gs://, hf://datasets/..., http(s)://) is checked the same way: `verify` is given a `fetch` that brings
-each file into a temporary directory just before it is read, and each tar is removed once checked
-(`tokenizer_pipeline.remote.fetch`).
+Tars are read with plain `tarfile`, members only with safe decoders (`numpy.load(allow_pickle=False)`, strict
+`json.loads`: NaN/Infinity are not JSON). A shard path that breaks the naming rule (`keys.py`) is never opened. A URL
+is checked the same way, through a `fetch` that brings each file in just before it is read (`remote.fetch`).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
 import re
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from ..errors import USER_ERROR_EXIT, UserError
 from .keys import KEY_RULE, key_problem, shard_path_problem
-from .manifest import CODES_MEMBER, FORMAT_NAME, JSON_MEMBER, READABLE_VERSIONS, SampleRecord, SegmentSampleRecord
+from .manifest import (
+    CODES_MEMBER,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    JSON_MEMBER,
+    SampleRecord,
+    SegmentSampleRecord,
+    other_version_line,
+)
 from .split_index import ShardPart, assemble, shard_part
 from .write_shards import sha256_file
 
-JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip (format versions 1-4)
-SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # own-audio segments (v3, v4)
+JSON_FIELDS = set(SampleRecord.__dataclass_fields__)  # a MusicCaps clip
+SEGMENT_JSON_FIELDS = set(SegmentSampleRecord.__dataclass_fields__)  # own-audio segments
 SOURCE_KINDS = ("audiocraft", "audiofolder")
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 EMPTY_SET = "the set holds 0 samples"  # the one problem of a well-formed set with nothing in it
@@ -87,7 +85,7 @@ def _check_sample(
 
 
 def _segment_problems(where: str, meta: dict) -> list[str]:
-    """A v3 segment sample's own fields: its kind, weight, and key = <track_id>_<segment_index>."""
+    """A segment sample's own fields: its kind, weight, and key = <track_id>_<segment_index>."""
     problems = []
     if meta.get("source_kind") not in SOURCE_KINDS:
         problems.append(f"{where}: source_kind {meta.get('source_kind')!r} is not one of {SOURCE_KINDS}")
@@ -141,11 +139,10 @@ def verify(root: Path, fetch: Fetch | None = None) -> tuple[list[str], str]:
         m = loads_strict(mpath.read_text(encoding="utf-8"))
     except ValueError as e:
         return [f"{mpath}: not valid JSON ({e})"], ""
-    if m.get("format") != FORMAT_NAME or m.get("format_version") not in READABLE_VERSIONS:
-        return [
-            f"{mpath}: format {m.get('format')!r} v{m.get('format_version')}, expected {FORMAT_NAME!r} "
-            f"v{' or v'.join(map(str, READABLE_VERSIONS))}"
-        ], ""
+    if m.get("format") != FORMAT_NAME:
+        return [f"{mpath}: format {m.get('format')!r}, expected {FORMAT_NAME!r}"], ""
+    if m.get("format_version") != FORMAT_VERSION:
+        return [other_version_line(mpath, m.get("format_version"))], ""
     try:
         return _verify_contents(root, m, fetch)
     except (KeyError, TypeError, AttributeError) as e:  # a field the format requires is absent or of another type
@@ -190,7 +187,7 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
                 problems.append(f"{e['path']}: sha256 differs from the manifest (corrupted or rewritten)")
             try:
                 samples, tar_problems = read_tar_samples(p)
-                if parts is not None and m["format_version"] >= 5:
+                if parts is not None:
                     try:
                         parts.append(shard_part(p, K, C))
                     except (ValueError, KeyError, TypeError):  # the sample checks below name what is wrong
@@ -217,7 +214,7 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
             problems.append(
                 f"split {split}: {split_samples} samples/{split_frames} frames, manifest says {s['n_samples']}/{s['n_frames']}"
             )
-        if m["format_version"] >= 5 and parts is not None:
+        if parts is not None:
             problems += _index_problems(root, split, s.get("index"), parts, K, C, fetch)
         total_samples += split_samples
         total_frames += split_frames
@@ -245,12 +242,12 @@ def _verify_contents(root: Path, m: dict, fetch: Fetch | None = None) -> tuple[l
 def _index_problems(
     root: Path, split: str, entry: object, parts: list[ShardPart], K: int, C: int, fetch: Fetch | None
 ) -> list[str]:
-    """A version-5 split's index sidecar against its tars: listed, there with its size and sha256, and byte for byte
+    """A split's index sidecar against its tars: listed, there with its size and sha256, and byte for byte
     what the tars give (shards/split_index.py), with the manifest's summaries of it."""
     fix = "rerun the same python -m tokenizer_pipeline command into the set (it rewrites the index)"
     want = f"{split}/index.safetensors"
     if not isinstance(entry, dict) or entry.get("path") != want:
-        return [f"split {split}: the manifest lists no index {want!r} (format version 5); {fix}"]
+        return [f"split {split}: the manifest lists no index {want!r}; {fix}"]
     p = root / want
     if fetch is not None:
         try:
@@ -276,42 +273,3 @@ def _index_problems(
             f"split {split}: the manifest's index summary disagrees with the tars on {', '.join(diff)}; {fix}"
         )
     return problems
-
-
-def main(argv: list[str] | None = None, url_verifier: Callable[[str], tuple[list[str], str]] | None = None) -> int:
-    """The command: a directory, or a URL when `url_verifier` is given (`python -m tokenizer_pipeline.verify` passes
-    tokenizer_pipeline.remote.fetch.verify_url: this room reads no URL itself)."""
-    ap = argparse.ArgumentParser(prog="python -m tokenizer_pipeline.verify", description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "shard_set",
-        help="directory holding manifest.json, or the set's URL (s3://, gs://, hf://datasets/..., https://)",
-    )
-    args = ap.parse_args(argv)
-    if URL_RE.match(args.shard_set) and (url_verifier is not None or not args.shard_set.lower().startswith("file://")):
-        if url_verifier is None:
-            print(f"error: {args.shard_set} is a URL: run python -m tokenizer_pipeline.verify", file=sys.stderr)
-            return USER_ERROR_EXIT
-        try:
-            problems, summary = url_verifier(args.shard_set)
-        except UserError as e:  # remote.RemoteError: a URL that cannot be read at all (backend missing, 403, ...)
-            print(f"error: {e}", file=sys.stderr)
-            return USER_ERROR_EXIT
-    else:
-        target = args.shard_set
-        if target.lower().startswith("file://"):  # file:///path (percent-escapes decoded)
-            target = unquote(urlsplit(target).path)
-        problems, summary = verify(Path(target))
-    if len(problems) == 1 and problems[0].startswith(EMPTY_SET):  # a well-formed set of nothing: one line
-        print(f"FAILED {args.shard_set}: {problems[0]}", file=sys.stderr)
-        return 1
-    if problems:
-        print(f"FAILED {args.shard_set}: {len(problems)} problem(s)", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    print(summary)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,7 @@
-"""Stage: samples -> WebDataset tar shards, deterministically.
+"""Stage: samples -> WebDataset tar shards `<out>/<split>/shard-%06d.tar`, deterministically.
 
-Layout (docs/shard-format.md): `<out>/<split>/shard-%06d.tar`, each sample = `<ytid>.codes.npy` + `<ytid>.json`.
-Shards are planned up front: the rows of each split in source order, chunked by `max_samples`, so a
-clip's shard never depends on what happened to other clips. Each tar is written to a temp name in
-the same directory and renamed when complete, with fixed member metadata (byte-identical reruns). Keys
-must match the contract's character set `[A-Za-z0-9_-]` (no '.': WebDataset splits member names at the
-first dot, `base_plus_ext`). What lets a rerun skip or heal a shard is the run's business (`run/progress.py`).
+Shards are planned up front (each split's rows in source order, chunked by `max_samples`), so a clip's shard never
+depends on other clips; each tar is written to a temp name and renamed, with fixed member metadata.
 """
 
 from __future__ import annotations
@@ -79,11 +75,13 @@ def npy_bytes(codes: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(*paths: Path) -> str:
+    """sha256 of the files' bytes, back to back."""
     h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    for path in paths:
+        with Path(path).open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()
 
 

@@ -1,28 +1,9 @@
-"""source=audiocraft: an audiocraft manifest (`egs/<name>/data.jsonl` or `.jsonl.gz`) -> Tracks.
+"""source=audiocraft: an audiocraft manifest (`egs/<name>/data.jsonl` or `.jsonl.gz`) -> Tracks, read as audiocraft reads it.
 
-Layout, exactly as `python -m audiocraft.data.audio_dataset <folder> <manifest>` writes it (audiocraft 1.3.0's
-`save_audio_meta`: `json.dumps(AudioMeta.to_dict())` per line): one JSON object per line with `path`, `duration` (s),
-`sample_rate`, `amplitude` (or null), `weight` (or null) and `info_path` (or null). Lines are split on '\\n' only (a
-raw U+2028 inside a string is text, as for `json.loads` of the line).
-
-Paths, as audiocraft resolves them (`audio_dataset._resolve_audio_meta`, dora's `to_absolute_path`): an absolute
-`path` is read as it is; a relative one is relative to the directory you launch from (the working directory), never
-to the manifest's folder. The file opened is that path as written ('..' after a symlink goes where the OS takes it);
-only the id is computed from the normalised path. The pipeline only ever reads these files; it writes nothing but out_dir.
-
-Metadata, as audiocraft's `MusicDataset.__getitem__` reads it: the sidecar `Path(path).with_suffix('.json')`, and
-only its `MusicInfo` fields (`MUSIC_INFO_FIELDS`); any other field is not read (so a secret in the file never reaches
-a shard). audiocraft never reads `info_path` for music metadata, and neither does this reader. A track without a
-sidecar has no caption (a `no_caption` failure).
-
-Track ids (the sample-key prefix) come from each file's path relative to the id root (track_ids.py): `source.root`;
-else, re-encoding into an existing set, the root that set recorded, while it still holds a usable track (so a track
-added in a new sibling folder renames no key: its own id is its path relative to that root, each '..' written 'up');
-else the deepest folder holding every track of the manifest whose file exists and has no problem (so one broken line
-never moves it, and a dataset moved or renamed as a whole keeps its keys). The root used is recorded as the
-manifest's `source.root`. A missing file outside the root keeps its absolute path as its source_file.
-A line breaking the layout stops the run before any audio is read, naming the line; one track's problem (an
-unusable sidecar, a file name that is not UTF-8) is that track's failure.
+One AudioMeta JSON object per line (split on '\\n' only). A relative `path` is relative to the launch directory, as
+audiocraft resolves it; metadata is the sidecar `<path without suffix>.json`, only its `MusicInfo` fields. Track ids
+are relative to the id root (`id_root`; docs/shard-format.md, "Segment samples"). A line breaking the layout stops the
+run naming the line; one track's problem (an unusable sidecar, a non-UTF-8 name) is that track's failure.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""source=audiofolder: a Hugging Face `audiofolder` directory -> Tracks, read as
-`datasets.load_dataset("audiofolder", data_dir=DIR)` reads it.
+"""source=audiofolder: a Hugging Face `audiofolder` directory -> Tracks, read as `datasets.load_dataset("audiofolder")`.
 
-Which metadata files are read and their splits: audiofolder_layout.py (metadata.csv / .jsonl / .parquet at any
-depth, split folders such as train/, data/test/, train-clean/; any metadata file datasets would leave unread stops
-the run, listed). Each row names one audio file in its `file_name` column, or in the one `<name>_file_name` column,
-relative to the metadata file's folder ('\\' read as '/', as datasets does); the other columns are the track's
-metadata (audiofolder_rows.py reads the values). Audio files that no row names are not read (as in datasets, every
-example is a metadata row).
-
-Stops the run before any audio is read, naming the file and line: a `file_name` that is missing, absolute, has
-'..' or leads outside DIR through a linked folder; a table with no or several audio columns. One track's failure
-(`bad_metadata`), the rest encoded: a row whose values cannot be stored (audiofolder_rows.Row.problem), a file name
-that is not UTF-8, holds a NUL character or names no file (`sub/`, `.`) (`bad_path`). Rows naming one file are all kept: the plan encodes the first and records each
-repeat as `duplicate_audio` (duplicates.py).
+Which metadata files are read: audiofolder_layout.py; their values: audiofolder_rows.py. Each row names one audio file
+(`file_name` or the one `<name>_file_name` column) relative to its metadata file's folder. A file name that is missing,
+absolute or leads outside DIR stops the run naming the file and line; one row's bad values or path are that track's
+failure, and rows naming one file are `duplicate_audio` repeats (duplicates.py).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Which metadata files of an audiofolder are read, and their splits: the way `datasets` 5.2.0 finds them
+"""Which metadata files of an audiofolder are read, and their splits: the way `datasets` finds them
 (`datasets.data_files.get_data_patterns` + `packaged_modules/folder_based_builder`), or a refusal.
 
-datasets resolves DIR's files (hidden `.x` and special `__x` folders, dataset cards and symlinked folders left out)
-with the first rule below that matches any file, and reads every `metadata.{csv,jsonl,parquet}` among the files a
-split gets (each file's `file_name`s relative to its own folder):
-  1. `data/<split>-00000-of-00001.*` sharded files, 2. `*.eval` logs, 3. `task.toml` / `instruction.md`:
-     the split's files are those files only, so no metadata file is read;
-  4. split folders at any depth: a folder name holding a keyword bounded by `-._ 0-9` or its ends, case-sensitive
-     (`train/`, `data/train/`, `train-clean/`, `my_test/`, `dev.other/`) -> every file below it:
-        train training -> train;  validation valid dev val -> validation;  test testing eval evaluation -> test
-  5. split keywords in file names (`train_01.wav`): those files only, so no metadata file is read;
-  6. otherwise every file is "train" (we choose each track's split by hash, splits.py).
-Any metadata file under DIR that this leaves unread (e.g. `extra/metadata.csv` beside a `train/` folder, a root
-metadata file beside split folders, `.old/metadata.csv`, one directly in a symlinked folder that leads outside DIR),
-a file in two splits, metadata of two formats, or a `.zip` archive (datasets reads the audio and metadata inside it)
-stop the run with one line listing them (the first `MAX_LISTED`): nothing is silently left out. Symlinked folders
-are never walked (datasets never enters them; `ln -s / x` would walk the disk): only their top is looked at.
+The first of datasets' rules that matches any file decides (sharded `data/<split>-*` files, `*.eval` logs, task files:
+no metadata read; split folders at any depth, named by a keyword such as `train/`, `data/test/`, `dev.other/`; split
+keywords in file names; else every file is "train"). Any metadata file this leaves unread, a file in two splits,
+metadata of two formats, or a `.zip` stops the run with one line listing them (the first `MAX_LISTED`). Symlinked
+folders are never walked, only their top is looked at.
 """
 
 from __future__ import annotations

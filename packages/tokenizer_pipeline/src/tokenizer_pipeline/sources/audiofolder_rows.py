@@ -1,17 +1,9 @@
 """An audiofolder metadata table (metadata.csv / .jsonl / .parquet) -> rows, each with its own problem or None.
 
-Read as `datasets` reads them where a row's values are concerned:
-- csv: a cell pandas reads as missing (empty, "NaN", "nan", "NULL", "N/A", ... `PANDAS_NA`) is None; the other
-  cells stay text (pandas would also turn "120" into a number); a row with fewer fields than the header has None for
-  the rest; header names as pandas makes them (an empty one is "Unnamed: <i>", a repeat "caption.1", `csv_header`);
-  a row with more fields than the header stops the run (pandas refuses it, or reads column 1 as an index);
-- jsonl: split on '\\n' only (str.splitlines would also split inside a string at U+2028, U+0085, ...);
-- parquet: read with pyarrow (installed with `datasets`; refused with the fix when absent); a float NaN is None, a
-  date / time / timestamp its ISO text ("2020-01-31T12:00:00"); a binary column stops the run, named.
-A row whose values cannot go into a sample (text that is not UTF-8 or holds a lone surrogate, NaN / Infinity /
-1e400, an integer of more digits than Python reads (4300), nesting deeper than `MAX_NESTING`, a non-JSON type) keeps its line and gets a `problem`: that track's
-`bad_metadata` failure, never the run's end. A table that cannot be parsed at all (broken quoting, a line that is
-not JSON) stops the run naming the file and line.
+Values are read as `datasets` reads them: csv cells pandas reads as missing (`PANDAS_NA`) are None, others stay text,
+header names as pandas makes them (`csv_header`); jsonl split on '\\n' only; parquet through pyarrow (dates as ISO
+text, a binary column refused). A row whose values cannot go into a sample gets a `problem` (that track's
+`bad_metadata` failure); a table that cannot be parsed stops the run naming the file and line.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Captions from track metadata, as audiocraft reads it (audiocraft/data/music_dataset.py, info_audio_dataset.py).
 
-Field values are normalised the way audiocraft's `MusicInfo.attribute_getter` does: `description`, `title`,
-`artist` stripped; `genre`, `instrument`, `name` stripped and lower-cased; `moods`, `keywords` split on commas /
-whitespace into lower-case lists; `bpm` a number; `key` lower-cased, dropped when several keys are listed. Empty
-strings, "None" and "nan" / "NaN" (pandas' text for a missing cell, e.g. a CSV saved from a DataFrame) count as
-missing, so such a caption is a `no_caption` failure, never the caption "NaN" (MusicCaps does not come here: its
-captions are verbatim). Any other field is used as it is (a list joined with ", ").
-
-`caption="field"`: the caption is the `caption_column` field (audiofolder: falls back to `text`).
-`caption="template"`: e.g. "{description} genre: {genre}. bpm: {bpm}. key: {key}". Each `{field}` owns the literal
-text just before it (its label); a missing field drops itself and its label, so a track without bpm reads
-"... genre: rock. key: c major". Leading separators left at the start are stripped. No caption at all is None:
-the run records that track as a `no_caption` failure, never an empty caption.
+Field values are normalised as `MusicInfo.attribute_getter` does; empty strings, "None" and "nan" count as missing.
+`caption="field"`: the `caption_column` field (audiofolder: falls back to `text`). `caption="template"`: each
+`{field}` owns the literal label just before it, and a missing field drops both. No caption at all is None (the run
+records a `no_caption` failure, never an empty caption).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The same audio named twice (one path on two lines, or one file's copy or link under another path): only the first
-track in source order that is encoded keeps it, the others are `duplicate_audio` failures naming it, so the same
-audio can never land in both splits.
+"""The same audio named twice (one path on two lines, or a copy or link under another path): only the first track that
+is encoded keeps it, the others are `duplicate_audio` failures naming it, so one audio never lands in both splits.
 
-Files are compared by their resolved path first, then by content: only files whose sizes are equal are read, first
-their first and last `PARTIAL_BYTES` (a partial hash), and only files whose partial hashes match are hashed in full
-(sha256 of the bytes; the plan passes the hashes it already took for the tracks' splits, splits.py). A collection of
-distinct files costs one stat per file, and one of equal-size files (fixed-length clips) about 128 KiB read per file.
-Equal bytes also draw one split (splits.py), so a copy's failure line names the split its audio is encoded in.
+Compared by resolved path, then by content: only equal-size files are read, first `PARTIAL_BYTES` at each end, and
+only partial matches are hashed in full.
 """
 
 from __future__ import annotations

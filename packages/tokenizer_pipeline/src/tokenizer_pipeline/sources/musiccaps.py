@@ -1,11 +1,7 @@
 """Stage: read the MusicCaps CSV into typed rows, one `ClipRow` per clip, in file order.
 
-Policy for malformed rows: the whole CSV is parsed before any clip is encoded, and if any row is
-malformed the run is refused up front with one `CsvRowError` listing every bad row's line, column
-and value (first `MAX_REPORTED` shown), and the fix. A malformed row is never silently skipped or
-recorded as a failed clip: its ytid or window cannot be trusted. A CSV that cannot be read at all
-(missing, not UTF-8, broken quoting) raises `CsvError`. Both are `UserError`s: the CLI prints them
-without a traceback.
+The whole CSV is parsed before any clip is encoded: malformed rows refuse the run up front with one `CsvRowError`
+listing every bad row's line, column and value, never skipped (their ytid or window cannot be trusted).
 """
 
 from __future__ import annotations
@@ -60,13 +56,8 @@ class CsvError(UserError, ValueError):
 
 
 class CsvRowError(CsvError):
-    """Malformed CSV row(s); the message names the file, each line and column, and the fix.
-
-    Attributes:
-        csv_path: the CSV file.
-        csv_row: 1-based line of the first malformed row (header is line 1).
-        problems: `(line, message)` for every malformed row found.
-    """
+    """Malformed CSV row(s); the message names the file, each line and column, and the fix. `csv_row` is the first
+    malformed row's 1-based line (header is line 1), `problems` `(line, message)` for every one."""
 
     def __init__(self, csv_path: Path, csv_row: int, msg: str, problems: list[tuple[int, str]] | None = None) -> None:
         super().__init__(f"{csv_path}:{csv_row}: {msg}")
@@ -91,26 +82,16 @@ def _parse_aspects(s: str) -> tuple[str, ...]:
 
 
 def parse_row(
-    raw: dict[str, str],
-    csv_path: Path,
-    csv_row: int,
-    *,
-    train_name: str = "train",
-    eval_name: str = "eval",
+    raw: dict[str, str], csv_path: Path, csv_row: int, *, train_name: str = "train", eval_name: str = "eval",
     eval_column: str = "is_audioset_eval",
-) -> ClipRow:
+) -> ClipRow:  # fmt: skip
     """Parse one `csv.DictReader` row; raises `CsvRowError` naming file, line and column."""
     parsers = {
-        "ytid": str.strip,
-        "start_s": float,
-        "end_s": float,
+        "ytid": str.strip, "start_s": float, "end_s": float,
         "audioset_positive_labels": lambda s: tuple(x.strip() for x in s.split(",") if x.strip()),
-        "aspect_list": _parse_aspects,
-        "caption": str,
-        "author_id": int,
-        "is_balanced_subset": _parse_bool,
-        "is_audioset_eval": _parse_bool,
-    }
+        "aspect_list": _parse_aspects, "caption": str, "author_id": int,
+        "is_balanced_subset": _parse_bool, "is_audioset_eval": _parse_bool,
+    }  # fmt: skip
     values = {}
     for col, parse in parsers.items():
         cell = raw.get(col)
@@ -156,13 +137,11 @@ def _read_text(csv_path: Path) -> str:
 def read_musiccaps_csv(
     csv_path: Path, *, train_name: str = "train", eval_name: str = "eval", eval_column: str = "is_audioset_eval"
 ) -> list[ClipRow]:
-    """All of the CSV's rows in file order, or an error before any work is done.
-
-    `csv_row` is the physical line number where the row starts (captions may contain newlines).
-    Split: `eval_name` where the boolean `eval_column` is True, else `train_name`.
+    """All of the CSV's rows in file order, or an error before any work is done. `csv_row` is the line a row starts
+    on (captions may contain newlines); the split is `eval_name` where the boolean `eval_column` is True.
 
     Raises:
-        CsvRowError: one or more malformed rows (all of them listed, see the module docstring).
+        CsvRowError: one or more malformed rows (all of them listed).
         CsvError: the file is missing, not UTF-8, has broken quoting, or lacks columns.
         ConfigError: unusable split settings.
     """

@@ -1,29 +1,15 @@
 """Tracks of any source -> `SegmentItem`s, the planned unit of work (one sample, or one track-level failure).
 
-A planned item = source file + window + metadata + key + split. Per track, in source order:
-  1. caption from the metadata (captions.py); none -> one `no_caption` item for the track (no audio is read),
-     unless the file is missing (then step 2's missing_audio: a missing file has no sidecar either)
-  2. the file's header (frames, sample rate); unreadable or missing -> one item carrying that failure
-  3. windows from the header (segmenting.py; the manifest's `duration` is not trusted: when it disagrees with the
-     header by more than duration_tolerance_s the header wins and the disagreement is counted)
-  4. split: the layout's (audiofolder split folders); else the one an existing set in out_dir gives the track (by
-     its audio, then its file: `KeptSplits`); else by the sha256 of the file's bytes (splits.py), so where a track
-     sits and what sits beside it never move it; a track with no file to hash: its failure's label, by its id
-Before step 1: a track the source could not use (a file name that is not UTF-8, a NUL byte: `bad_path`) and its
-unusable metadata (`bad_metadata`, also for a caption over MAX_CAPTION_CHARS or metadata over MAX_METADATA_BYTES:
-stored in every segment's json) are that track's failure. After step 2, the same audio named again (duplicates.py:
-`duplicate_audio`, over the tracks that passed steps 1-2 only, so the copy kept is one that is encoded).
-Track-level failure items use the track id as their key; segment items `<track id>_<segment index>`. Track ids
-never end in `_<digits>` (track_ids.py), so no key can equal another; a path named again gets the id of
-`track_ids.duplicate_path` in the same collision set. A track shorter than segment.min_seconds
-(`short_track`) and a dropped last segment (`short_tail`) are recorded too, as `SourceInfo.dropped` failure lines that
-occupy no shard slot (they are not planned items) and do not count toward max_failure_fraction.
+Per track, in source order: its own problems (`bad_path`, `bad_metadata`), the caption (none: `no_caption`), the
+file's header (the windows come from it, not from a declared duration), the same audio named again
+(`duplicate_audio`), then the split (the layout's, the one an existing set gives it, else by the audio's sha256).
+Failure items use the track id as key, segments `<track id>_<segment index>`; too-short tracks and tails are
+`SourceInfo.dropped` lines that occupy no shard slot and do not count toward max_failure_fraction.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -36,7 +22,7 @@ from .audiofolder import read_audiofolder
 from .captions import aspects_of, caption_of, check_caption_mode
 from .duplicates import duplicates
 from .segmenting import Segmentation, plan_windows
-from .splits import KeptSplits, audio_is_eval, audio_sha256, check_eval_fraction, check_split_names, is_eval
+from .splits import KeptSplits, audio_is_eval, audio_sha256, check_eval_fraction, is_eval
 from .track import SourceError, Track, shown
 from .track_ids import duplicate_path, sanitised, track_ids
 
@@ -125,7 +111,6 @@ def check_source_config(cfg: PipelineConfig) -> None:
         )
     check_caption_mode(src.caption, src.template)
     check_eval_fraction(cfg.split.eval_fraction)
-    check_split_names(cfg.split.train_name, cfg.split.eval_name)
 
 
 def read_tracks(
@@ -338,7 +323,3 @@ def _header_detail(e: ClipFailure, kind: str, track: Track) -> str:
             "launch from the folder the manifest's paths are relative to, or make them absolute"
         )
     return detail
-
-
-def metadata_of(item: SegmentItem) -> dict:
-    return json.loads(item.metadata_json)

@@ -1,11 +1,8 @@
 """Full-length tracks -> fixed-length segments, planned from the file's header (frames, sample rate) alone.
 
-Segment i covers samples `[i * hop, i * hop + length)` of the file (at the file's own rate). Full segments all
-have `length` samples, so after resampling they have equal lengths and batch together. The first segment that
-would run past the end is the last one considered (with hop < seconds, later ones would only be shorter copies of
-its tail): it is kept, shorter, when it holds at least `min_seconds` of audio, else dropped and counted
-(audiocraft's `min_segment_ratio`: by default `min_seconds = 0.8 x seconds`). A track shorter than `min_seconds`
-gives no segment at all (one dropped).
+Segment i covers samples `[i * hop, i * hop + length)`; the first segment that would run past the end is the last one,
+kept shorter when it holds at least `min_seconds` (audiocraft's `min_segment_ratio`: default 0.8 x seconds), else
+dropped and counted.
 """
 
 from __future__ import annotations

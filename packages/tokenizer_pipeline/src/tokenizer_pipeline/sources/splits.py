@@ -1,21 +1,8 @@
 """Split settings every source shares, and which split a whole track goes to when the source names none.
 
-Split names become directories of the shard set (`<out_dir>/<name>/shard-NNNNNN.tar`), so every source checks them
-(`check_split_names`) before anything is read or written: one plain path component under the sample-key rule
-(never '..', '/', absolute or empty), and train != eval (ignoring letter case).
-
-A track's split is a function of its audio, never of where it sits or what sits beside it (`split_rule`
-"audio_sha256"): `u = int(sha256(file bytes)[:16 hex], 16) / 2**64` is uniform in [0, 1), and the track is eval when
-`u < eval_fraction`. The sha256 is the sample's `source_sha256`, so anyone can check a sample's split. Adding,
-removing, moving or renaming tracks (this one included) never moves a track; all segments of a track share its
-split; the same audio under two paths draws one split (and is encoded once, duplicates.py).
-
-Two exceptions, both keeping a split that was already given:
-- re-encoding into an existing set (`KeptSplits`): a track keeps the split that set holds its audio in (by sha256),
-  else the split it holds its file in (by `source_file`: a file re-exported in place, other bytes), so a resume or
-  heal never moves a kept track;
-- a track whose file cannot be read (missing, a bad path) has no audio to hash and no sample: its failure line is
-  labelled with the hash of its track id (`is_eval`), as before format version 4.
+Split names become directories of the set, so every source checks them (`check_split_names`). A track's split is a
+function of its audio's sha256 (docs/shard-format.md, "The split of your own audio"); `KeptSplits` keeps the split an
+existing set gives a track, and a track with no file to hash is labelled by its track id (`is_eval`).
 """
 
 from __future__ import annotations
@@ -61,7 +48,7 @@ def track_unit(track_id: str) -> float:
 
 
 def is_eval(track_id: str, eval_fraction: float) -> bool:
-    """The label of a track with no audio to hash (its failure line only; format version 3's rule for every track)."""
+    """The label of a track with no audio to hash (its failure line only)."""
     return track_unit(track_id) < eval_fraction
 
 

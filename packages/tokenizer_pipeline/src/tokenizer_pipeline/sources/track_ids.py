@@ -1,27 +1,8 @@
-"""Track ids: a safe, deterministic, unique sample-key prefix per track, from its path relative to the source's root
-(audiocraft: `source.root`, else the root an existing set in out_dir recorded, else the deepest folder holding every
-track; audiofolder: `source.dir`), with '/' separators; the extension is dropped from the readable part but kept in
-the hash. The root, not the machine's directories, is what makes an id survive a move: the same files under
-/home/me/music or /mnt/data give the same ids. A track outside a kept root has a path with '..' parts, written 'up'
-('../new/x.wav' -> 'up_new_x'). An id changes only when the track's own path from the root changes (its name, or a
-folder between it and the root), or when another path sanitises alike (below); it never decides the split (splits.py).
+"""Track ids: a safe, deterministic, unique sample-key prefix per track, from its path relative to the source's root.
 
-Rule (the key rule of keys.py applies to `<track id>_<segment index>`):
-- every run of characters outside `A-Z a-z 0-9 _ -` becomes one '_' (so 'a/b c.wav' -> 'a_b_c'), leading and
-  trailing '_' are dropped (an empty result becomes 'track');
-- a path with any character outside ASCII (e.g. 'песня.wav', 'café.wav') always gets '-' + 8 hex digits of
-  sha256(path): the readable part dropped those characters, the hash keeps the id lossless (40 Cyrillic names give
-  40 ids, and 40 different splits draws), whatever other tracks there are;
-- an id never ends in '_<digits>' (its last '_' becomes '-'), so a track id can never equal another track's
-  segment key `<id>_<n>`;
-- at most `MAX_TRACK_ID_LEN` characters, leaving room for '_<segment index>' within the 90-character key limit;
-  a longer id is cut and gets '-' + 8 hex digits of sha256(path);
-- ids that still collide (e.g. 'a b.wav' and 'a_b.wav') all get that hash suffix: which one is listed first
-  never matters, so an id depends only on the track's own path and on whether another path sanitises alike;
-- the path is read in Unicode NFC first (a name typed on macOS, NFD, and the same name on Linux, NFC, give one id);
-  two listed paths that differ only in normalisation hash their exact text, so they still get two ids;
-- a path named again (a duplicate_audio failure) gets the id of `duplicate_path(path, line)`, '<stem>-dup<line>'
-  in the same collision set, so its key can never equal another track's.
+Characters outside `A-Z a-z 0-9 _ -` become '_', '..' parts 'up', the path is read in NFC; a non-ASCII, too long or
+colliding path gets '-' + 8 hex digits of its sha256; an id never ends in '_<digits>', so it never equals a segment
+key; a path named again gets the id of `duplicate_path` (docs/shard-format.md, "Segment samples").
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """The local shard cache: remote tars fetched once per node, verified against the manifest, bounded in bytes.
 
-Layout of `data.cache.dir` (shared by every rank and DataLoader worker of a node, and by runs on other sets):
-
-    <sha256>.tar                         a verified shard, named by its content (the manifest's sha256)
-    <sha256>-<bytes>.<pid>.<n>.part      a download in flight (a tar, or an index sidecar); counts as <bytes>
-    indexes/<sha256>.safetensors         a remote set's index sidecar, kept for the next start while there is room
-    .locks/<xx>.lock                     held while one process downloads a shard whose sha256 starts with xx
-    .lock                                held while a process counts the cache, evicts, reserves or renames
-    .stats.json                          downloads, bytes downloaded, evictions, peak bytes (for the benchmark)
-
-Correct first: a tar appears only by atomic rename after its size and sha256 equal the manifest's; a mismatch is
-fetched once more, then the run stops naming the shard and the URL. A leftover .part whose shard lock nobody holds is
-deleted (by each process when it opens the cache, and whenever room is made). Readers hold a shared flock on the tar
-they read (`open`), and eviction takes that file's exclusive flock without waiting, so a shard being read is never
-removed (filelock has no shared mode: fcntl.flock directly).
-
-Bounded: the directory never holds more than max_bytes, as `du -sb` counts it: every file and directory under it,
-the cache's own (at most 256 lock files, the counters, the directories themselves) included, a download in flight at
-its full size. Before a download, the process holding `.lock` counts all of it, keeps `HEADROOM_BYTES` free for the
-bookkeeping that may appear before the next count (a lock file, a directory growing by a block), and evicts until the
-new shard fits: kept index copies first (a start reads them once; one is kept only in free room), then the shard
-whose next use in the example order is farthest away (a `planner` says; LRU by mtime for ties or without one), or
-the least recently used with policy "lru". A bound holds about (max_bytes - BOOKKEEPING_BYTES) // shard size shards
-(each directory entry takes some 80 bytes more). max_bytes = 0 is no bound.
+Layout of `data.cache.dir` (shared by the node's ranks and workers): `<sha256>.tar` verified shards,
+`<sha256>-<bytes>.<pid>.<n>.part` downloads in flight (counted at <bytes>), `indexes/<sha256>.safetensors` kept index
+sidecars, `.locks/<xx>.lock` per-download locks by the sha256's first byte, `.lock` for counting, evicting and
+renaming, `.stats.json` counters. A tar appears only by atomic rename once its size and sha256 match; readers hold a
+shared flock, which eviction never waits on (fcntl.flock: filelock has no shared mode). The bound counts the whole
+directory as `du -sb` does, bookkeeping included; eviction takes kept index copies first, then the shard used
+farthest ahead in the example order (a planner's `next_use`; LRU for ties or with policy "lru"). max_bytes = 0: no
+bound.
 """
 
 from __future__ import annotations
@@ -112,14 +97,11 @@ class ShardCache:
         return FileLock(str(self.root / ".lock"))
 
     def _shard_lock(self, sha256: str) -> FileLock:
-        # one lock per first byte of the sha256: at most 256 lock files, so the bookkeeping stays bounded (filelock
-        # leaves its files; one per shard ever fetched would grow .locks/ without end). Two shards that share one
-        # wait for each other's download, no more.
+        # one lock per first byte of the sha256: filelock leaves its files, so at most 256 keep .locks/ bounded
         return FileLock(str(self.root / ".locks" / f"{sha256[:2]}.lock"))
 
     def download_lock(self, sha256: str) -> FileLock:
-        """The node-wide lock of one download by content (a tar's, or an index sidecar's sha256): its holder alone
-        fetches and writes it; the node's other processes wait for it, then read its copy."""
+        """The node-wide lock of one download by sha256 (a tar or an index sidecar): its holder alone fetches it."""
         self._ready()
         return self._shard_lock(sha256)
 
@@ -146,8 +128,7 @@ class ShardCache:
                 pass  # a live download of that shard
 
     def used_bytes(self) -> int:
-        """What the bound counts: the directory's footprint as `du -sb` gives it (the apparent size of every file and
-        directory under the root, the root too), each download in flight at its full reserved size."""
+        """The directory's footprint as `du -sb` counts it, each download in flight at its full reserved size."""
         total, dirs = 0, [self.root]
         while dirs:
             d = dirs.pop()
@@ -192,9 +173,8 @@ class ShardCache:
         return self.next_use(sha)
 
     def _make_room(self, need: int, sha: str, admit_within: float | None, *, evict_tars: bool = True) -> bool:
-        """Under self._lock(): evict until `need` more bytes fit, kept index copies first (a start reads them once),
-        then tars. With admit_within (a prefetch), only tars used later than that are evicted; without evict_tars
-        (an index copy to keep), none. False when it cannot fit now."""
+        """Under self._lock(): evict until `need` more bytes fit (index copies first, then tars; with admit_within
+        only tars used later than that; without evict_tars none). False when it cannot fit now."""
         if not self.max_bytes:
             return True
         self._reap_dead_parts()
@@ -249,8 +229,7 @@ class ShardCache:
 
     # ---- fetching
     def fetch(self, shard: RemoteShard, *, what: str, admit_within: float | None = None) -> bool:
-        """Make `shard` a verified local file. True when present on return; False only for a prefetch
-        (admit_within given) that found no room without evicting a shard needed sooner."""
+        """Make `shard` a verified local file; False only for a prefetch (admit_within) that found no room."""
         self._ready()
         if self.present(shard.sha256):
             return True
@@ -300,9 +279,8 @@ class ShardCache:
         return part
 
     def keep_index(self, sha256: str, data: bytes) -> bool:
-        """Keep an index sidecar's verified bytes as `index_path(sha256)`, within the bound (evicting as for a
-        download, never waiting for readers). The caller holds `download_lock(sha256)`. False when there is no room
-        now: the run reads the bytes it holds, and the next start fetches the sidecar again."""
+        """Keep an index sidecar's verified bytes as `index_path(sha256)` within the bound (the caller holds
+        `download_lock(sha256)`); False when there is no room (the next start fetches it again)."""
         self._ready()
         with self._lock():
             if not self._make_room(len(data), sha256, admit_within=None, evict_tars=False):
@@ -333,10 +311,8 @@ class ShardCache:
     def _download(self, shard: RemoteShard, part: Path, *, what: str) -> str:
         """Stream the URL into `part`; the sha256 of what was written, or a marker when the size differs.
 
-        HTTP(S) is read as one streamed GET (no Range requests: a server that ignores them works too); S3, GCS and
-        the Hub by blocks. A transfer cut off is tried again from the first byte not written when the file can seek
-        there, else from the start. A body that ends cleanly before the manifest's size is the origin's file being
-        shorter: a mismatch (fetched once more, then refused), not a network failure."""
+        HTTP(S) is one streamed GET (no Range requests, which some servers ignore); S3, GCS and the Hub by blocks.
+        A cut transfer resumes where the file can seek, else restarts; a body that ends short is a mismatch."""
         fs, path = filesystem(shard.url)
         streamed = protocol(shard.url) in ("http", "https")
         state = {"n": 0, "h": hashlib.sha256()}
@@ -396,8 +372,7 @@ def _reserved(part_name: str) -> int:
 def cache_for(
     paths: list[str], *, cache_dir: str = "", max_bytes: int = 0, policy: str = "order", tries: int = 5
 ) -> ShardCache | None:
-    """The ShardCache for the remote sets among `paths` (data.cache.*: "" = default_cache_dir()); None when every
-    set is a directory."""
+    """The ShardCache for the remote sets among `paths` (data.cache.*); None when every set is a directory."""
     from adapter_trainer.data.remote.urls import is_url
 
     if not any(is_url(p) for p in paths):

@@ -1,10 +1,8 @@
 """Which shards this node reads next: the example order (a pure function of position) read ahead.
 
-The global order puts clip `order.clip(e, i)` at position n = e * E + i; the micro-batch starting at s holds
-positions [s, s + G) and rank r builds [s + r*B, s + (r+1)*B). So from any micro-batch start every process of a node
-can list, without talking to the others, the shards its node's ranks read in the next H positions, in order:
-`ShardPlanner.next_use` is Belady's distance for eviction (farthest next use goes first) and `upcoming` is what the
-prefetcher fetches. Shards of other sets or splits (eval) are not in the train order: their distance is infinite.
+From a micro-batch start every process of a node lists, without talking to the others, the shards its ranks read in
+the next H positions: `ShardPlanner.next_use` is Belady's distance for eviction, `upcoming` what the prefetcher
+fetches. Shards outside the train order (eval) are infinitely far.
 """
 
 from __future__ import annotations
@@ -43,18 +41,14 @@ class ShardPlanner:
         horizon: int = 0,
         in_flight: int = 1,
     ) -> None:
-        """in_flight: micro-batches a rank's DataLoader may be building at once (workers x prefetch_factor; 1 when
-        the training process builds them itself): the prefetcher's reference (`reference`)."""
+        """in_flight: micro-batches a rank's DataLoader may build at once (workers x prefetch_factor, or 1)."""
         self.order, self.clip_shard, self.shard_sha = order, clip_shard, list(shard_sha)
         self.in_flight = max(1, in_flight)
         self.B, self.G, self.node_ranks = batch_size, batch_size * world_size, node_ranks
         self.E: int = order.epoch_size  # type: ignore[attr-defined]
-        # positions looked ahead: one epoch, at most 65,536 (a shard read later counts as not needed: LRU among those)
-        self.horizon = horizon or min(self.E, 1 << 16)
+        self.horizon = horizon or min(self.E, 1 << 16)  # positions looked ahead (later reads: LRU among them)
         self.position = 0  # the micro-batch start this process works at
-        # the first position the run does not read (its last micro-batch's end; `stop_at`): shards read only at or
-        # after it are not needed (infinite distance) and not prefetched. None: no end
-        self.end: int | None = None
+        self.end: int | None = None  # the first position the run does not read (`stop_at`); None: no end
         self.cursor: int | None = None  # the example being read (position <= cursor < position + G); None: position
         self._first: tuple[int, dict[str, np.ndarray]] | None = None
         self._epochs: dict[int, np.ndarray] = {}
@@ -67,14 +61,11 @@ class ShardPlanner:
         return self._epochs[epoch]
 
     def stop_at(self, end: int) -> None:
-        """The run reads no position >= `end` (trainer.max_steps): set before the loader's workers start (they copy
-        the planner), so past the last step a train shard counts as not needed, like an eval shard, and the
-        prefetcher fetches none for steps that never come."""
+        """The run reads no position >= `end` (trainer.max_steps); set before the workers copy the planner."""
         self.end, self._first = end, None
 
     def finish(self) -> None:
-        """The run reads no more train examples (its loop is over): every train shard is as far as an eval shard, so
-        the closing eval's reads evict train shards (the oldest first) rather than each other."""
+        """The loop is over: every train shard is as far as an eval shard, so the closing eval evicts them first."""
         self.stop_at(0)
 
     def window(self, start: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,12 +84,9 @@ class ShardPlanner:
         return shards, mine
 
     def reference(self) -> tuple[int, int]:
-        """(the position next uses are measured from, the micro-batch start the ranks' slices align to). A reader
-        (`cursor` set: a DataLoader worker, or the training process without workers) measures from the example it
-        reads: Belady's rule for its own reads. The prefetcher (`cursor` None, `position` = the newest micro-batch
-        the DataLoader asked for) measures from the oldest one that may still be in flight,
-        position - (in_flight - 1) x G: the shards the workers are reading count as needed now, and a prefetch never
-        evicts them for a later batch."""
+        """(where next uses are measured from, the micro-batch start the rank slices align to). A reader (`cursor`
+        set) measures from the example it reads; the prefetcher from the oldest micro-batch that may still be in
+        flight, so a prefetch never evicts what the workers are reading."""
         if self.cursor is not None:
             return self.cursor, self.position
         floor = max(0, self.position - (self.in_flight - 1) * self.G)
@@ -144,13 +132,9 @@ class ShardPlanner:
 
 
 class Prefetcher:
-    """A background thread of the training process: fetches the shards this rank reads in the next
-    `lookahead` micro-batches, in order of first use, while the cache has room without evicting a shard needed
-    sooner. Told where the DataLoader is by `advance(start)` (the sampler's latest micro-batch start).
-
-    A failed prefetch is not the run's failure: the thread says so in one line (stderr) and goes on with the next
-    shard; the reader that needs the shard fetches it itself, and raises the error if the shard still cannot be
-    read. `failures` counts them."""
+    """A background thread that fetches the shards this rank reads in the next `lookahead` micro-batches (in order
+    of first use, without evicting a shard needed sooner); `advance(start)` says where the DataLoader is. A failed
+    prefetch prints one line and is counted in `failures`: the reader fetches the shard itself and raises."""
 
     def __init__(
         self, cache: ShardCache, planner: ShardPlanner, shards: Sequence[RemoteShard | None], rank: int, lookahead: int
@@ -192,9 +176,8 @@ class Prefetcher:
                     print(f"adapter_trainer: prefetch of {what} failed, its reader will fetch it: {e}", file=sys.stderr)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread: it starts no new download. One still running after `timeout_s` is left to finish in the
-        daemon thread, so that a run that stopped is not held up by it (a process that exits first leaves a .part
-        file, which the cache reclaims)."""
+        """Stop the thread; a download still running after `timeout_s` is left to the daemon thread (a process that
+        exits first leaves a .part, which the cache reclaims)."""
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=timeout_s)

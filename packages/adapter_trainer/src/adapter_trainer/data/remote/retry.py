@@ -5,6 +5,7 @@ retried: not found, forbidden, unauthorised and other 4xx answers: they name a p
 fsspec's backends raise their own types (aiohttp's, botocore's via s3fs, huggingface_hub's), so the status is read
 from the exception chain rather than from one class. Hand-written (not tenacity, not urllib3's Retry) because the
 backends differ in transport and the error must name the shard, the URL and the last status in one line.
+Copied from tokenizer_pipeline/remote/retry.py; tests/test_copies.py keeps them identical.
 """
 
 from __future__ import annotations
@@ -89,8 +90,7 @@ def retry_after_s(e: BaseException) -> float | None:
 def is_transient(e: BaseException) -> bool:
     """True for errors a retry may cure (see the module docstring). A failed connection or a cut body decides first:
     aiohttp's cut body carries a meaningless status 400, and fsspec's HTTP backend raises FileNotFoundError from a 503
-    on its size probe. Then the status. (tokenizer_pipeline's remote/retry.py classifies alike:
-    tests/remote/test_retry_agreement.py.)"""
+    on its size probe. Then the status."""
     chain = _chain(e)
     if any(isinstance(x, (TimeoutError, ConnectionError)) for x in chain) or any(
         any(n in type(x).__name__ for n in TRANSIENT_NAMES) for x in chain if not isinstance(x, UserError)

@@ -1,10 +1,8 @@
 """URLs of shard sets: which strings are URLs, the fsspec filesystem that reads one, Hub revisions pinned.
 
-A URL names a set's root as a directory does: `<url>/manifest.json`, `<url>/train/shard-000000.tar`. Credentials and
-endpoints are whatever the backend reads (AWS_ENDPOINT_URL, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN,
-HF_ENDPOINT, ...): nothing here is project-specific. Filesystems are looked up per call (`filesystem`), never
-pickled: a DataLoader worker, forked or spawned, opens its own client (s3fs / aiohttp sessions are not fork-safe), and
-a forked one never closes the clients it copied from its parent (`_keep_parent_clients`).
+Credentials and endpoints are whatever the backend reads (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN, ...).
+Filesystems are looked up per call, never pickled: each DataLoader worker opens its own clients (s3fs / aiohttp
+sessions are not fork-safe).
 """
 
 from __future__ import annotations
@@ -26,22 +24,16 @@ _HF_DATASET = re.compile(
     r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)(?:@(?P<rev>refs/(?:pr|convert)/[^/]+|[^/]+))?(?P<path>/.*)?$"
 )
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-
-
-# in a forked child: the fsspec filesystems the fork copied from the parent, kept so that they are never closed here
-_PARENT_CLIENTS: list[object] = []
+_PARENT_CLIENTS: list[object] = []  # in a forked child: the parent's fsspec filesystems, never closed here
 
 
 def _keep_parent_clients() -> None:
-    """After a fork, in the child: keep the parent's fsspec filesystems referenced and drop their finalizers.
+    """After a fork, in the child: keep the parent's fsspec filesystems referenced and detach their finalizers.
 
-    fsspec forgets its cached instances in a new process (the child makes its own clients, on its own event loop), and
-    forgetting an async one (HTTP, S3, GCS) collects it, whose finalizer closes its aiohttp session. The pooled
-    connections are the parent's sockets, registered in the parent's event loop's epoll instance, which a fork shares:
-    closing their transports here unregistered them in the parent too (and a TLS transport would write its close on
-    them). The parent then never heard the answer on that connection: its next download waited for aiohttp's 5-minute
-    timeout, holding its shard lock and its reservation (a rank's prefetch or eval read, after its workers' first
-    fetches). Here the copies stay as they are until the child exits, when the kernel closes its descriptors alone."""
+    fsspec forgets its instances in a new process, and collecting an async one closes its aiohttp session, whose
+    pooled sockets are registered in the parent's epoll instance (shared by the fork): closing them here would
+    unregister them in the parent too, which then waits on that connection until aiohttp's timeout. The kernel
+    closes the child's copies when it exits."""
     spec = sys.modules.get("fsspec.spec")
     if spec is None:
         return  # fsspec was not used before the fork: nothing was copied
@@ -50,9 +42,7 @@ def _keep_parent_clients() -> None:
         cls = classes.pop()
         classes.extend(cls.__subclasses__())
         _PARENT_CLIENTS.extend(vars(cls).get("_cache", {}).values())
-    # the finalizers would still run at the child's normal interpreter exit: detach them. weakref.finalize keeps the
-    # live ones in its class's _registry (private, there since Python 3.4); were it gone, the references above still
-    # cover DataLoader workers, which leave by os._exit (no exit hooks)
+    # weakref.finalize's _registry is private; without it the references above still cover workers (os._exit)
     for fin in list(getattr(weakref.finalize, "_registry", {})):
         info = fin.peek()
         if info is not None and isinstance(info[0], spec.AbstractFileSystem):
@@ -92,11 +82,7 @@ def protocol(url: str) -> str:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """(fsspec filesystem, path within it) for `url`. fsspec keeps one instance per protocol and settings and drops
-    them in a new process (forked or spawned workers make their own clients).
-
-    Raises UserError in one line when the protocol has no installed backend, naming the extra that installs it.
-    """
+    """(fsspec filesystem, path within it) for `url`; a UserError naming the extra when no backend is installed."""
     import fsspec
 
     proto = protocol(url)
@@ -114,10 +100,8 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 def pin(url: str, *, tries: int = 5) -> str:
-    """The URL with a Hub revision (branch, tag or none = main) replaced by its commit sha, so every rank, worker
-    and resume of a run reads one revision. Other URLs are returned unchanged: their bytes are pinned by the
-    manifest's sha256 (every shard is checked against it before use, and the manifest's own sha256 is in the run's
-    fingerprint)."""
+    """The URL with a Hub revision (branch, tag or none = main) replaced by its commit sha, so every rank, worker and
+    resume reads one revision. Other URLs are unchanged: the manifest's sha256s pin their bytes."""
     m = _HF_DATASET.match(url)
     if not m:
         if url.startswith("hf://") and not url.startswith("hf://datasets/"):

@@ -1,0 +1,177 @@
+"""The Hydra plumbing both packages' commands share: where this package's configs live, and a command line's
+refusals in one line naming the key most likely meant.
+
+Configs: $<PACKAGE>_CONF_DIR, the repository's `conf/<package>`, then the copy a normal wheel carries; Hydra's
+`--config-dir` adds a directory on top. Hydra refuses `key=value` for an undeclared key itself, while `+key=value`
+adds the key to the composed config: `refusals_in_one_line` turns Hydra's refusal into `<prog>: error: <one line>`,
+`undeclared_line` names a key the composed config holds beyond its schema.
+Copied from tokenizer_pipeline/hydra_cli.py; tests/test_copies.py keeps them identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+import types
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PACKAGE = __name__.split(".")[0]
+ENV = f"{PACKAGE.upper()}_CONF_DIR"
+
+
+def find_conf_dir() -> Path:
+    """Absolute path of the config directory; raises FileNotFoundError naming every place looked at."""
+    here = Path(__file__).resolve().parent
+    candidates = [Path(os.environ[ENV]).expanduser().resolve()] if os.environ.get(ENV) else []
+    candidates += [here.parents[3] / "conf" / PACKAGE, here / "conf"]
+    for c in candidates:
+        if c.is_dir():
+            return c
+    raise FileNotFoundError(
+        f"no config directory for {PACKAGE}; looked at {', '.join(map(str, candidates))}. "
+        f"Set {ENV}=/path/to/conf/{PACKAGE} or pass --config-dir."
+    )
+
+
+def declared_keys(schema: type) -> tuple[set[str], set[str]]:
+    """(every dotted key of the dataclass schema, sections included: `trainer`, `data.cache`, ...; the keys whose value
+    is open, lists, dicts and Any, whose own sub-keys are not declared)."""
+    keys: set[str] = set()
+    open_keys: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, t = f"{prefix}{f.name}", hints[f.name]
+            keys.add(key)
+            union = typing.get_origin(t) in (typing.Union, types.UnionType)
+            inner = [a for a in typing.get_args(t) if a is not type(None)] if union else [t]  # Optional[X] -> X
+            if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
+                walk(inner[0], f"{key}.")
+            elif any(a is Any or typing.get_origin(a) in (dict, list) or a in (dict, list) for a in inner):
+                open_keys.add(key)
+
+    walk(schema, "")
+    return keys, open_keys
+
+
+def config_groups(conf_dir: Path) -> set[str]:
+    """Hydra config groups (`experiment`, `model`, ...): the sub-folders of the config directory."""
+    return {p.relative_to(conf_dir).as_posix() for p in conf_dir.rglob("*") if p.is_dir()}
+
+
+def default_groups(primary: Path) -> set[str]:
+    """The groups the primary config's defaults list chooses (`data: musiccaps`): chosen without a `+`."""
+    from omegaconf import OmegaConf
+
+    entries = OmegaConf.to_container(OmegaConf.load(primary)).get("defaults", [])  # type: ignore[union-attr]
+    return {str(k).removeprefix("override ").strip() for e in entries if isinstance(e, dict) for k in e}
+
+
+def suggest(key: str, candidates: set[str]) -> str | None:
+    """The candidate `key` most likely meant: the closest dotted key, else the closest by its last part."""
+    close = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    by_leaf: dict[str, str] = {}
+    for c in sorted(candidates, key=len):
+        by_leaf.setdefault(c.rsplit(".", 1)[-1], c)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], sorted(by_leaf), n=1, cutoff=0.75)
+    return by_leaf[close[0]] if close else None
+
+
+def _overrides(argv: list[str]) -> Iterator[tuple[str, str, str, str]]:
+    """(the override as typed, its prefix `+`/`++`/`~`, key, value) of each `key=value` on the command line; Hydra's
+    own settings (`hydra.*`, `hydra/...`) and options are left out."""
+    for arg in argv:
+        head, sep, value = arg.partition("=")
+        key = head.lstrip("+~")
+        if sep and not arg.startswith("-") and "@" not in key and key != "hydra" and not key.startswith("hydra"):
+            yield arg, head[: len(head) - len(key)], key, value
+
+
+def _unknown(arg: str, key: str, value: str, candidates: set[str], keys_hint: str) -> str:
+    sections = {c.rsplit(".", 1)[0] for c in candidates if "." in c}  # `trainer` is no key to set to a value
+    guess = suggest(key, candidates - sections)
+    hint = f" (did you mean {guess}={value}?)" if guess and value else f" (did you mean {guess}?)" if guess else ""
+    return f"{arg}: {key} is not a config key{hint}; every key and its default: {keys_hint}"
+
+
+def undeclared_line(cfg: dict[str, Any], schema: type, argv: list[str], groups: set[str], keys_hint: str) -> str | None:
+    """One line for the first key of the composed config `cfg` (a plain container) that `schema` does not declare (one
+    a `+` added), naming the likely key; None when every key is declared. `argv`: the command line (the key's
+    override as typed); `groups`: the config groups (`+experiment` is a candidate for a top-level key)."""
+    keys, open_keys = declared_keys(schema)
+
+    def first(node: dict[str, Any], prefix: str) -> str | None:
+        for name, value in node.items():
+            key = f"{prefix}{name}"
+            if key not in keys:
+                return key
+            if isinstance(value, dict) and key not in open_keys and (found := first(value, f"{key}.")):
+                return found
+        return None
+
+    key = first(cfg, "")
+    if key is None:
+        return None
+    arg, value = next(((a, v) for a, _, k, v in _overrides(argv) if k == key), (key, ""))
+    return _unknown(arg, key, value, keys | {f"+{g}" for g in groups} if "." not in key else keys, keys_hint)
+
+
+def refusal_line(argv: list[str], schema: type, groups: set[str], in_defaults: set[str], keys_hint: str) -> str | None:
+    """Hydra refused the command line `argv`: one line for the first override that names an undeclared key, adds (+) a
+    declared one, or chooses a config group without the + it needs or with one it must not have; None when no override
+    is at fault (Hydra's own message stands). `in_defaults`: the groups the primary config chooses already."""
+    keys, open_keys = declared_keys(schema)
+    for arg, prefix, key, value in _overrides(argv):
+        if key in groups:
+            if key not in in_defaults and not prefix:
+                return f"{arg}: {key} is an optional config group; add a +: +{arg}"
+            if key in in_defaults and prefix == "+":
+                return f"{arg}: the config chooses a {key} already; drop the +: {arg[1:]}"
+        elif key in keys:
+            if prefix == "+":
+                return f"{arg}: {key} is a config key already; drop the +: {arg[1:]}"
+        elif opened := next((k for k in sorted(open_keys) if key.startswith((f"{k}.", f"{k}["))), None):
+            if not prefix:  # a key of the user's own inside an open mapping: Hydra adds it only with a +
+                return f"{arg}: {opened} takes keys of your own; add a +: +{arg}"
+        else:
+            candidates = keys if "." in key else keys | {f"+{g}" for g in groups - in_defaults}
+            return _unknown(arg, key, value, candidates, keys_hint)
+    return None
+
+
+@contextmanager
+def refusals_in_one_line(
+    prog: str,
+    schema: type,
+    conf_dir: Path,
+    primary: str,
+    keys_hint: str,
+    exit_code: int,
+    groups: set[str] | None = None,
+) -> Iterator[None]:
+    """Around a `@hydra.main` call: Hydra's refusal of the command line (an undeclared key, a group without its +, a
+    value of the wrong type) ends the process as `<prog>: error: <one line>` with `exit_code`, no traceback.
+    `groups`: the config groups the command chooses from (default: the sub-folders of `conf_dir`)."""
+    from unittest import mock
+
+    from hydra.errors import CompactHydraException
+
+    try:  # HYDRA_FULL_ERROR: Hydra raises its refusal to the caller instead of printing it
+        with mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"}):
+            yield
+    except CompactHydraException as e:
+        in_defaults = default_groups(conf_dir / f"{primary}.yaml")
+        groups = config_groups(conf_dir) if groups is None else groups
+        line = refusal_line(sys.argv[1:], schema, groups, in_defaults, keys_hint)
+        hydra_says = " ".join(f"{e} {e.__cause__ or ''}".split())  # Hydra's message (and OmegaConf's) on one line
+        print(f"{prog}: error: {line or hydra_says}", file=sys.stderr)
+        sys.exit(exit_code)
