@@ -16,7 +16,7 @@ into the training processes' environment) as s3://bench-shards/demo, then `+expe
 No periodic eval or checkpoint; the closing eval is cut to 16 clips x 1 derangement (as bench_data.py). Every run has
 its own output and cache directories, emptied first, and a second invocation measures again. Each run is a fresh interpreter
 (this script's --child: the recipe's setup, train and cleanup, as recipe_main) that reads the cache's .stats.json
-three times: after setup (the startup downloads: caption count, unigram baseline, eval captions), after
+three times: after setup (the startup downloads: none, the index sidecars say what a start needs), after
 the training loop with the prefetch thread stopped (the training downloads) and after the closing eval.
 
 Per run: data-wait fraction of step time (bench_data.py's definition: sum of train/data_wait_s / sum of train/step_s
