@@ -13,19 +13,34 @@ LAYOUT ?= musiccaps
 TRACK_SECONDS ?= 30
 LAYOUT_CLIPS ?= 32
 LAYOUT_EVAL_FRACTION ?= 0.25
-# clips whose encoder latents fit the demo codec's RVQ codebooks
+# clips whose encoder latents fit the demo codec's RVQ codebooks, and its conv width (encodec_32khz's is 64)
 DEMO_CODEC_CLIPS ?= 160
+DEMO_CODEC_WIDTH ?= 8
+# pretraining steps of the demo models, the demo run's training steps (empty: each command's own default)
+LLM_PRETRAIN_STEPS ?=
+T5_PRETRAIN_STEPS ?=
+MUSIC_PRETRAIN_STEPS ?=
+DEMO_STEPS ?=
+# make demo-quick: the same steps at these sizes, in build/demo-quick
+QUICK_CLIPS ?= 240
+QUICK_EVAL_FRACTION ?= 0.125
+QUICK_CODEC_CLIPS ?= 160
+QUICK_LLM_PRETRAIN_STEPS ?= 30
+QUICK_T5_PRETRAIN_STEPS ?= 30
+QUICK_MUSIC_PRETRAIN_STEPS ?= 60
+QUICK_STEPS ?= 60
 # extra Hydra overrides (make train ARGS="+experiment=demo trainer.max_steps=10"); for make bench, its flags
 ARGS ?=
 # real MusicCaps audio directory for `make shards`, and the shard-set output directory
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: help setup wheelhouse demo corpus codec demo-shards demo-models audio shards train verify test test-slow test-bench lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
+.PHONY: help setup wheelhouse demo demo-quick bench-codec corpus codec demo-shards demo-models audio shards train verify test test-slow test-bench lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
 
 # make help: the main targets in one screen (every variable: docs/configuration.md)
 help:
 	@echo 'make setup                      .venv with both packages (editable), pytest, ruff'
+	@echo 'make demo-quick                 the offline demo end to end at a smaller size (build/demo-quick)'
 	@echo 'make demo                       the offline demo end to end: corpus, codec, shards, tiny models, training'
 	@echo 'make listen                     clips for the demo run'"'"'s eval captions, probed, on a static page'
 	@echo 'make generate ADAPTER=DIR TEXT="calm solo piano"   wavs from an exported adapter folder'
@@ -94,44 +109,63 @@ $(DEMO)/corpus/.done: | setup
 		--out $(DEMO)/corpus --n-clips $(DEMO_CLIPS) --duration-s $(DEMO_SECONDS) --eval-fraction $(DEMO_EVAL_FRACTION)
 	touch $@
 
-# a build/demo made with other DEMO_* settings stops the build, naming the fix (make keeps built steps)
+# sizes that cannot give a demo, or a $(DEMO) built with other settings, stop the build before any work, naming the fix
 .PHONY: demo-settings
 demo-settings: | setup
-	@$(PY) -m tokenizer_pipeline.standin_corpus --check-built --out $(DEMO)/corpus --n-clips $(DEMO_CLIPS) \
-		--duration-s $(DEMO_SECONDS) --eval-fraction $(DEMO_EVAL_FRACTION)
+	@$(PY) -m tokenizer_pipeline.standin_corpus --check-built --out $(DEMO)/corpus --build-dir $(DEMO) \
+		--n-clips $(DEMO_CLIPS) --duration-s $(DEMO_SECONDS) --eval-fraction $(DEMO_EVAL_FRACTION) \
+		--codec-clips $(DEMO_CODEC_CLIPS) --setting DEMO_CODEC_WIDTH=$(DEMO_CODEC_WIDTH) \
+		--setting LLM_PRETRAIN_STEPS=$(LLM_PRETRAIN_STEPS) --setting T5_PRETRAIN_STEPS=$(T5_PRETRAIN_STEPS) \
+		--setting MUSIC_PRETRAIN_STEPS=$(MUSIC_PRETRAIN_STEPS) --count DEMO_STEPS=$(DEMO_STEPS)
 
 codec: demo-settings $(DEMO)/codec/config.json
 $(DEMO)/codec/config.json: $(DEMO)/corpus/.done
 	$(PY) -m tokenizer_pipeline.demo_codec --corpus $(DEMO)/corpus --out $(DEMO)/codec \
-		--n-clips $(DEMO_CODEC_CLIPS)
+		--n-clips $(DEMO_CODEC_CLIPS) --num-filters $(DEMO_CODEC_WIDTH)
 
 demo-shards: demo-settings $(DEMO)/shards/manifest.json
 # clips shorter than MusicCaps' 10-s window are the stand-in's length, not a bad download: widen the tolerance
-DEMO_SHARD_ARGS := duration_tolerance_s=$(shell $(PYTHON) -c 'print(round(10 - $(DEMO_SECONDS) + 0.5, 3))')
+DEMO_SHARD_ARGS := csv=$(DEMO)/corpus/musiccaps-subset.csv audio_dir=$(DEMO)/corpus out_dir=$(DEMO)/shards \
+	codec.name_or_path=$(DEMO)/codec duration_tolerance_s=$(shell $(PYTHON) -c 'print(round(10 - $(DEMO_SECONDS) + 0.5, 3))')
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 
-# tiny Llama pretrained on the MusicCaps captions not in the demo corpus; tiny MusicGen on the demo shards' train codes
-MUSIC_PRETRAIN_STEPS ?= 1500
+# tiny Llama on the captions not in the corpus (beside stage 1); tiny MusicGen: its T5 on them, then on the train codes
+DEMO_MODEL_ARGS := --out $(DEMO)/models --captions-csv data/musiccaps/musiccaps-public.csv \
+	--exclude-csv $(DEMO)/corpus/musiccaps-subset.csv $(if $(LLM_PRETRAIN_STEPS),--pretrain-steps $(LLM_PRETRAIN_STEPS)) \
+	$(if $(T5_PRETRAIN_STEPS),--t5-pretrain-steps $(T5_PRETRAIN_STEPS))
 demo-models: demo-settings $(DEMO)/models/.done
-$(DEMO)/models/.done: $(DEMO)/corpus/.done $(DEMO)/shards/manifest.json
-	$(PY) -m adapter_trainer.demo_models --out $(DEMO)/models \
-		--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv $(DEMO)/corpus/musiccaps-subset.csv \
-		--shards $(DEMO)/shards --music-pretrain-steps $(MUSIC_PRETRAIN_STEPS)
+$(DEMO)/models/.llm-done: $(DEMO)/corpus/.done
+	$(PY) -m adapter_trainer.demo_models --part llm $(DEMO_MODEL_ARGS)
+	touch $@
+$(DEMO)/models/.done: $(DEMO)/models/.llm-done $(DEMO)/shards/manifest.json
+	$(PY) -m adapter_trainer.demo_models --part musicgen $(DEMO_MODEL_ARGS) --shards $(DEMO)/shards \
+		$(if $(MUSIC_PRETRAIN_STEPS),--music-pretrain-steps $(MUSIC_PRETRAIN_STEPS))
 	touch $@
 
-demo: demo-shards demo-models
-	$(PY) -m adapter_trainer +experiment=demo $(ARGS)
+# the demo run reads $(DEMO)'s shards and models; make demo then exports the adapter to $(DEMO)/adapter (README's Python)
+DEMO_TRAIN_ARGS := 'data.shards=[$(DEMO)/shards]' model.llm=$(DEMO)/models/llm model.audio_lm=$(DEMO)/models/musicgen \
+	$(if $(DEMO_STEPS),trainer.max_steps=$(DEMO_STEPS))
+demo: demo-settings
+	@$(MAKE) --no-print-directory -j2 demo-shards demo-models  # two jobs: the LLM pretrains beside the codec and encoding
+	$(PY) -m adapter_trainer +experiment=demo $(DEMO_TRAIN_ARGS) trainer.output_dir=$(DEMO)/runs/demo $(ARGS)
+	$(PY) -m adapter_trainer.export $(DEMO)/runs/demo --out $(DEMO)/adapter --overwrite
+
+demo-quick:
+	@$(MAKE) --no-print-directory demo DEMO=build/demo-quick DEMO_CLIPS=$(QUICK_CLIPS) \
+		DEMO_EVAL_FRACTION=$(QUICK_EVAL_FRACTION) DEMO_CODEC_CLIPS=$(QUICK_CODEC_CLIPS) \
+		LLM_PRETRAIN_STEPS=$(QUICK_LLM_PRETRAIN_STEPS) T5_PRETRAIN_STEPS=$(QUICK_T5_PRETRAIN_STEPS) \
+		MUSIC_PRETRAIN_STEPS=$(QUICK_MUSIC_PRETRAIN_STEPS) DEMO_STEPS=$(QUICK_STEPS)
 
 # ---- listen: a clip per eval caption of the demo run (LISTEN_N: the first N), decoded, probed, on a static page
 RUN ?= $(DEMO)/runs/demo
 LISTEN_N ?= 0
 LISTEN_SECONDS ?= 5
 $(RUN)/final_metrics.json: | demo-shards demo-models
-	$(PY) -m adapter_trainer +experiment=demo trainer.output_dir=$(RUN)
+	$(PY) -m adapter_trainer +experiment=demo $(DEMO_TRAIN_ARGS) trainer.output_dir=$(RUN)
 
 listen: $(RUN)/final_metrics.json
-	$(PY) -m adapter_trainer.generate +experiment=demo trainer.output_dir=$(RUN) generate.checkpoint=latest \
+	$(PY) -m adapter_trainer.generate +experiment=demo $(DEMO_TRAIN_ARGS) trainer.output_dir=$(RUN) generate.checkpoint=latest \
 		generate.captions=eval generate.n=$(LISTEN_N) generate.seconds=$(LISTEN_SECONDS) generate.overwrite=true $(ARGS)
 	rm -rf $(RUN)/listen $(RUN)/audio_metrics.json
 	$(PY) -m tokenizer_pipeline.decode $(RUN)/generated out_dir=$(RUN)/listen/generated
@@ -230,9 +264,16 @@ $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/requirements.txt constra
 	$(PY) -m pip install --quiet -c constraints.txt -r benchmarks/requirements.txt
 	touch $@
 
+# the codec make bench encodes with: encodec_32khz's width (64), fitted like the demo codec, so its figures are real users'
+BENCH_CODEC := build/bench/codec
+bench-codec: $(BENCH_CODEC)/config.json
+$(BENCH_CODEC)/config.json: $(DEMO)/corpus/.done
+	$(PY) -m tokenizer_pipeline.demo_codec --corpus $(DEMO)/corpus --out $(BENCH_CODEC) \
+		--n-clips $(DEMO_CODEC_CLIPS) --num-filters 64
+
 # make bench: every group but the opt-in ones (resample, gpu, memory), each script in its own process
-bench: demo-shards demo-models bench-setup
-	$(PY) benchmarks/run_benchmarks.py $(ARGS)
+bench: demo-shards demo-models bench-setup bench-codec
+	$(PY) benchmarks/run_benchmarks.py --codec $(BENCH_CODEC) $(ARGS)
 
 # the real-size memory sweep (bench_memory.py), merged into build/bench/results.json
 bench-memory: | setup

@@ -1,16 +1,13 @@
-"""The demo on the real recipe vs the random audio tables it trained before (docs/results.md, "The demo on the real
-recipe").
+"""The towers on the demo, against MusicGen as it ships (docs/results.md, "MusicGen as it ships: the teacher, and the
+towers").
 
-Variants (each `+experiment=demo` on `make demo`'s shards and LLM, 600 steps, trainer.seed in --seeds):
-    real      the preset as it is: the pretrained demo MusicGen (build/demo/models/musicgen), frozen, and the
-              adapter's audio tables and heads from its own (`audio_embed_init/audio_head_init: musicgen`)
-    random    the demo before 2026-11-27: a random-init MusicGen and random audio tables and heads
-    random_pt random audio tables and heads on the pretrained MusicGen (which of the two changes matters)
-    llm_separate    the real recipe with per-modality attention (model.mot.audio_attention=separate: audio rows get
-              their own norm + q/k/v/o, copies of the Llama's, at optimizer.pretrained_copy_lr_scale=0.1; the
-              Mixture-of-Transformers and LlamaFusion reading)
-    musicgen_tower  the real recipe with model.mot.audio_tower=musicgen: audio rows run MusicGen's own layers and read
-              the caption through its cross-attention (docs/results.md, "Audio rows that keep MusicGen's layers")
+Variants (each `+experiment=demo` on `make demo`'s shards and models, 600 steps, trainer.seed in --seeds):
+    musicgen_tower  the schema's default: audio rows run the frozen demo MusicGen's own layers and read the caption
+              through its cross-attention (docs/architecture.md)
+    llm_tower       model.mot.audio_tower=llm: audio rows ride the frozen Llama's layers (shared attention) with
+              MusicGen's FFN blocks as experts, audio tables and heads from MusicGen's
+    llm_separate    the llm tower with per-modality attention (model.mot.audio_attention=separate: audio rows get
+              their own norm + q/k/v/o, copies of the Llama's, at optimizer.pretrained_copy_lr_scale=0.1)
 For each run: train, generate a clip for every held-out caption (5 s), run the attribute probe; then one table of
 held-out CE vs unigram, vs the music LM alone (its null condition) and vs the teacher (MusicGen reading the caption
 through its own text encoder), caption gains, first-10-frames caption gain, probe fraction of its ceiling, trainable
@@ -18,8 +15,8 @@ params, training tokens/s and generation time. The null and teacher rows come fr
 do not train: every variant of a seed reports the same figures).
 Each stage is a subprocess with its log under `<out>/logs/`; a stage whose output exists is skipped (resumable).
 
-    python benchmarks/demo_recipe.py --out build/demo_recipe                 # 2 variants x 3 seeds (~35 min, 2 cores)
-    python benchmarks/demo_recipe.py --out /tmp/r --variants real --seeds 1 --steps 20 --generate-n 8   # smoke
+    python benchmarks/demo_recipe.py --out build/tower_table                  # 2 towers x 3 seeds, with the probe
+    python benchmarks/demo_recipe.py --out /tmp/r --variants musicgen_tower --seeds 1 --steps 20 --generate-n 8
 
 Writes `<out>/results.json` and `<out>/results.md`.
 """
@@ -37,34 +34,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("real", "random", "random_pt", "llm_separate", "musicgen_tower")
+VARIANTS = {
+    "musicgen_tower": [],
+    "llm_tower": ["model.mot.audio_tower=llm"],
+    "llm_separate": [
+        "model.mot.audio_tower=llm",
+        "model.mot.audio_attention=separate",
+        "optimizer.pretrained_copy_lr_scale=0.1",
+    ],
+}
 
 
-def random_musicgen(out: Path) -> Path:
-    """The random-init demo MusicGen `make demo-models` wrote before it was pretrained (same seed, same weights)."""
-    mg = out / "random_models" / "musicgen"
-    if not (mg / "config.json").is_file():
-        subprocess.run(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from adapter_trainer.demo.models import "
-             "write_musicgen; write_musicgen(Path(sys.argv[1]), seed=0)", str(mg.parent)],
-            check=True,
-        )  # fmt: skip
-    return mg
-
-
-def overrides(variant: str, args, out: Path) -> list[str]:
+def overrides(variant: str, args) -> list[str]:
     models = args.models
-    mg = random_musicgen(out) if variant == "random" else models / "musicgen"
-    tables = (
-        ["model.mot.audio_embed_init=random", "model.mot.audio_head_init=random"]
-        if variant in ("random", "random_pt")
-        else []
-    )
-    tower = {
-        "musicgen_tower": ["model.mot.audio_tower=musicgen"],
-        "llm_separate": ["model.mot.audio_attention=separate", "optimizer.pretrained_copy_lr_scale=0.1"],
-    }.get(variant, [])
-    return [f"data.shards=[{args.shards}]", f"model.llm={models / 'llm'}", f"model.audio_lm={mg}", *tables, *tower]
+    return [f"data.shards=[{args.shards}]", f"model.llm={models / 'llm'}", f"model.audio_lm={models / 'musicgen'}",
+            *VARIANTS[variant]]  # fmt: skip
 
 
 def run(cmd: list[str], log: Path, threads: int) -> float:
@@ -80,7 +64,7 @@ def run(cmd: list[str], log: Path, threads: int) -> float:
 
 def one_run(variant: str, seed: int, args, out: Path, threads: int) -> dict:
     run_dir = out / "runs" / f"{variant}_s{seed}"
-    common = [*overrides(variant, args, out), f"trainer.seed={seed}", f"trainer.output_dir={run_dir}",
+    common = [*overrides(variant, args), f"trainer.seed={seed}", f"trainer.output_dir={run_dir}",
               f"trainer.max_steps={args.steps}", "trainer.progress_bar=false", *args.overrides]  # fmt: skip
     py, logs, secs = sys.executable, out / "logs" / f"{variant}_s{seed}", {}
     if not (run_dir / "final_metrics.json").is_file():
@@ -179,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "demo_recipe")
     ap.add_argument("--shards", type=Path, default=ROOT / "build" / "demo" / "shards")
     ap.add_argument("--models", type=Path, default=ROOT / "build" / "demo" / "models")
-    ap.add_argument("--variants", nargs="+", default=["real", "random"], choices=VARIANTS)
+    ap.add_argument("--variants", nargs="+", default=["musicgen_tower", "llm_tower"], choices=sorted(VARIANTS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1234, 1, 2])
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--generate-n", type=int, default=0, help="clips for the probe (0 = every held-out; -1 = none)")
@@ -190,8 +174,6 @@ def main(argv: list[str] | None = None) -> None:
         if not need.is_file():
             ap.error(f"{need} does not exist: build the demo first (make demo-shards demo-models)")
     threads = 1 if args.parallel > 1 else (os.cpu_count() or 1)
-    if "random" in args.variants:
-        random_musicgen(args.out)  # once, before the runs that read it start side by side
     jobs = [(v, s) for s in args.seeds for v in args.variants]
     with ThreadPoolExecutor(args.parallel) as pool:
         figs = list(pool.map(lambda vs: one_run(vs[0], vs[1], args, args.out, threads), jobs))

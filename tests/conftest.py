@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+# as both packages do on import (their __init__.py): OpenMP threads wait passively, set before anything imports torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 pytest_plugins = ("tests.time_budget",)
 
 

@@ -375,22 +375,21 @@ def test_caption_scaling_smoke_run(tmp_path: Path) -> None:
 
 @pytest.mark.bench_smoke
 def test_demo_recipe_smoke_run(tiny: dict, tmp_path: Path) -> None:
-    """benchmarks/demo_recipe.py (docs/results.md, "The demo on the real recipe"): one variant, 2 steps, no probe. The
-    `random` one: it also writes its own random-init MusicGen and overrides the preset's tables (the real recipe is the
-    preset itself, which every other trainer test runs)."""
+    """benchmarks/demo_recipe.py (docs/results.md, "MusicGen as it ships: the teacher, and the towers"): the `llm_tower`
+    variant, 2 steps, no probe: it overrides the schema's default tower (the default one every other trainer test
+    runs)."""
     out = tmp_path / "recipe"
     # --parallel 2 with its one run: one intra-op thread for it (a lone run, --parallel 1, gets every core)
     run_script(BENCH / "demo_recipe.py", ["--out", str(out), "--shards", str(tiny["shards"]),
-               "--models", str(tiny["models"]["llm"].parent), "--variants", "random", "--seeds", "1", "--steps", "2",
-               "--generate-n", "-1", "--parallel", "2", *trainer_overrides(tiny)[3:], "trainer.eval_every=0"],
+               "--models", str(tiny["models"]["llm"].parent), "--variants", "llm_tower", "--seeds", "1", "--steps",
+               "2", "--generate-n", "-1", "--parallel", "2", *trainer_overrides(tiny)[3:], "trainer.eval_every=0"],
                tmp_path)  # fmt: skip
     rows = json.loads((out / "results.json").read_text())
-    assert [(r["variant"], r["seed"]) for r in rows] == [("random", 1)]
+    assert [(r["variant"], r["seed"]) for r in rows] == [("llm_tower", 1)]
     assert_finite(rows[0], ("eval_ce", "ce_rel_pct", "music_lm_ce", "gain_over_music_lm", "gain_first10"))
     assert rows[0]["trainable_params"] > 0
-    random_cfg = (out / "runs" / "random_s1" / "config.yaml").read_text()
-    assert str(out / "random_models" / "musicgen") in random_cfg and "audio_embed_init: random" in random_cfg
-    assert "| random | 1 |" in (out / "results.md").read_text()
+    assert "audio_tower: llm" in (out / "runs" / "llm_tower_s1" / "config.yaml").read_text()
+    assert "| llm_tower | 1 |" in (out / "results.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------- coverage, groups

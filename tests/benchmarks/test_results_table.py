@@ -26,3 +26,27 @@ def test_rows_without_a_recorded_length_claim_none() -> None:
     md = run_benchmarks.table([ENCODE, PIPELINE])
     assert "-s clips" not in md
     assert "| float32, batch 1, 8 clips |" in md and "32 clips |" in md
+
+
+def test_encoding_rows_name_the_codec_they_measured(tmp_path: Path) -> None:
+    """make bench encodes with encodec_32khz's width, not the narrow demo codec: each encoding row says which."""
+    import json
+
+    codec = tmp_path / "codec"
+    codec.mkdir()
+    (codec / "config.json").write_text(json.dumps({"num_filters": 64}))
+    label = run_benchmarks.codec_label(codec)
+    assert label == f"{codec} (EncodecModel, num_filters 64)"
+    md = run_benchmarks.table([{**ENCODE, "codec": label}, PIPELINE])
+    assert f"| float32, batch 1, 8 clips; codec {label} |" in md
+    assert md.count("num_filters") == 1  # the pipeline row recorded no codec and claims none
+    assert set(run_benchmarks.CODEC_SCRIPTS) <= {
+        s for group in run_benchmarks.plan(_args()).values() for s, _, _ in group
+    }
+
+
+def _args():
+    import argparse
+
+    return argparse.Namespace(device="cpu", train_steps=1, encode_clips=1, pipeline_clips=1, byo_tracks=1,
+                              byo_repeats=1, gpu_budget_s=None)  # fmt: skip

@@ -31,7 +31,11 @@ def tiny_mot(pattern: str = "delay", lora_rank: int = 0, dtype: torch.dtype = to
     llm = LlamaForCausalLM(lc).to(dtype)
     mg = MusicgenForCausalLM(tiny_musicgen_decoder_config()).to(dtype)
     vocab = AudioVocab(text_vocab_size=TEXT_VOCAB, n_codebooks=4, codebook_size=2048)
-    cfg = MoTConfig(audio_attention="lora", lora_rank=lora_rank) if lora_rank else MoTConfig()
+    cfg = (
+        MoTConfig(audio_tower="llm", audio_attention="lora", lora_rank=lora_rank)
+        if lora_rank
+        else MoTConfig(audio_tower="llm")
+    )
     return MoTAdapterModel(llm, mg, vocab, pattern, cfg), vocab
 
 

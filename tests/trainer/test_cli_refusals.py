@@ -67,7 +67,7 @@ def test_train_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: py
         _run("adapter_trainer", *_train_args(models, shards, tmp_path / "a", "data.eval_split=train")), "overlap"
     )
     in_process = [
-        (_train_args(models, shards, run_dir, "trainer.resume=latest", "data.pattern=flatten"), "cannot resume", 2),
+        (_train_args(models, shards, run_dir, "trainer.resume=latest", "model.mot.audio_tower=llm"), "cannot resume", 2),
         (_train_args(models, shards, tmp_path / "b", f"model.llm={tmp_path / 'no-llm'}"), "model.llm", 2),
         (_train_args(models, shards, tmp_path / "c", "trainer.batch_size=two"), "trainer.batch_size=two", 2),
     ]
@@ -81,7 +81,7 @@ def test_generate_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd:
     base = _train_args(models, shards, run_dir, f"generate.out_dir={tmp_path / 'g'}", "generate.n=2")
     _assert_refused(_run("adapter_trainer.generate", *base), "data.caption_dropout=0")  # cfg_scale 3 by default
     in_process = [
-        ([*base, "generate.cfg_scale=1", "data.pattern=flatten"], "cannot", 2),
+        ([*base, "generate.cfg_scale=1", "model.mot.audio_tower=llm"], "cannot", 2),
         ([*base, "generate.cfg_scale=1", f"model.audio_lm={tmp_path / 'none'}"], "model.audio_lm", 2),
         ([*base, "generate.nope=1"], "generate.nope is not a config key", 2),
     ]

@@ -104,6 +104,7 @@ def test_every_value_is_overridable_and_hydra_writes_under_output_dir() -> None:
     overrides = (
         "+experiment=demo",
         "optimizer.lr=0.5",
+        "model.mot.audio_tower=llm",
         "model.mot.audio_attention=lora",
         "model.mot.lora_rank=4",
         "data.eval_max_clips=3",

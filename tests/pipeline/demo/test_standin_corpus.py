@@ -13,9 +13,8 @@ import soundfile as sf
 
 from tests import REPO
 from tokenizer_pipeline.demo.standin_attributes import ClipAttributes, derive_attributes, parse_aspects
-from tokenizer_pipeline.demo.standin_corpus import SUBSET_CSV, build_corpus, check_built
+from tokenizer_pipeline.demo.standin_corpus import SUBSET_CSV, build_corpus
 from tokenizer_pipeline.demo.standin_render import SAMPLE_RATE, render_clip
-from tokenizer_pipeline.standin_corpus import main
 
 CSV = REPO / "data" / "musiccaps" / "musiccaps-public.csv"
 N_CLIPS = 16
@@ -167,60 +166,6 @@ def test_errors_name_the_fix(tmp_path: Path) -> None:
         build_corpus(tmp_path / "missing.csv", tmp_path / "out", 4)
     with pytest.raises(ValueError, match="lower --n-clips"):
         build_corpus(CSV, tmp_path / "out", 100_000)
-
-
-def test_check_built_refuses_a_corpus_of_other_settings(
-    corpus_dirs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """make keeps a built corpus: one built with other DEMO_* settings must stop the build, naming both settings
-    and both fixes, instead of feeding the old clips to a new codec, shard set and LLM."""
-    built = corpus_dirs[0]  # 16 clips x 10 s, 4 held out
-    check_built(built, N_CLIPS, 0.25, 10.0)  # the settings it was built with
-    check_built(tmp_path / "nothing-built-yet", 1040, 0.0769, 2.5)
-    for n, fraction, dur in ((N_CLIPS, 0.25, 2.5), (N_CLIPS * 2, 0.25, 10.0), (N_CLIPS, 0.5, 10.0)):
-        with pytest.raises(ValueError, match=r"16 clips x 10 s \(4 held out\)") as e:
-            check_built(built, n, fraction, dur)
-        assert "rm -rf build/demo" in str(e.value) and "DEMO_CLIPS=16 DEMO_SECONDS=10 DEMO_EVAL_FRACTION=0.25" in str(
-            e.value
-        )
-    # the command line make runs: exit 2 with the message, 0 when the settings match; nothing is written
-    before = _digest(built)
-    assert (
-        main(
-            [
-                "--check-built",
-                "--out",
-                str(built),
-                "--n-clips",
-                "1040",
-                "--duration-s",
-                "2.5",
-                "--eval-fraction",
-                "0.25",
-            ]
-        )
-        == 2
-    )
-    assert "rm -rf build/demo" in capsys.readouterr().err
-    assert main(["--check-built", "--out", str(built), "--n-clips", str(N_CLIPS), "--eval-fraction", "0.25"]) == 0
-    assert _digest(built) == before
-
-
-@pytest.mark.parametrize(
-    "text",
-    ['{"n_clips": 16, "duration_s": 10.0', '[1, 2]', '{"n_clips": 16, "duration_s": 10.0}',
-     '{"n_clips": 0, "n_eval": 0, "duration_s": 10.0}', '{"n_clips": 16, "n_eval": 4, "duration_s": null}',
-     '{"n_clips": 16, "n_eval": 4, "duration_s": 10.0, "layout": "audiocraft"}'],
-    ids=["truncated", "not_an_object", "no_n_eval", "no_clips", "null_duration", "other_layout"],
-)  # fmt: skip
-def test_check_built_refuses_what_is_not_a_demo_corpus_with_exit_2(
-    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A damaged or foreign corpus.json is a user error naming the file and the fix, never a traceback."""
-    (tmp_path / "corpus.json").write_text(text)
-    assert main(["--check-built", "--out", str(tmp_path), "--n-clips", "16", "--eval-fraction", "0.25"]) == 2
-    err = capsys.readouterr().err
-    assert str(tmp_path / "corpus.json") in err and "rm -rf build/demo" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("layout", ["audiocraft", "audiofolder"])

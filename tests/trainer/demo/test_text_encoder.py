@@ -20,6 +20,7 @@ from adapter_trainer.demo.pretrain import read_captions
 from adapter_trainer.demo.text_encoder import (
     FALLBACK_TEXTS,
     REQUIRED_CHAR_STEP,
+    T5_EXTRA_IDS,
     T5_VOCAB_PIECES,
     _canonical_required_chars,
     train_t5_tokenizer,
@@ -64,12 +65,27 @@ def test_tokenizer_follows_t5_conventions_and_loads_with_auto_tokenizer(folder: 
     assert batch["input_ids"][0][sum(short) :] == [0] * (len(short) - sum(short))  # right-padded with <pad>
 
 
+def test_the_sentinels_are_t5_s_100_extra_ids_on_top_and_survive_a_save(folder: Path) -> None:
+    """As in t5-base: `<extra_id_0>` is the last id, `<extra_id_99>` the first above the trained pieces; they are
+    special tokens and never change a caption's ids."""
+    tok = AutoTokenizer.from_pretrained(folder)
+    n = len(tok)
+    assert T5_EXTRA_IDS == 100 and tok.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_99>"]) == [n - 1, n - 100]
+    assert tok.convert_ids_to_tokens(list(range(n - 100, n))) == [f"<extra_id_{i}>" for i in range(99, -1, -1)]
+    assert max(i for t in FALLBACK_TEXTS for i in tok(t)["input_ids"]) < n - 100  # captions use the pieces below
+    ids = tok(f"{CAPTIONS[0]} <extra_id_3>")["input_ids"]
+    assert ids[-2:] == [n - 4, 1] and ids[:-2] == tok(CAPTIONS[0])["input_ids"][:-1]
+    assert tok.decode(ids, skip_special_tokens=True) == CAPTIONS[0]
+    fresh = train_t5_tokenizer(FALLBACK_TEXTS)
+    assert fresh.get_vocab() == tok.get_vocab() and fresh.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+
+
 def test_tokenizer_trained_on_musiccaps_captions_is_the_same_every_time() -> None:
     """tokenizers' UnigramTrainer gives different ids run to run on this text (scores differ in their last bits and
     the characters it adds come in hash order); the canonical form makes them equal."""
     captions, _ = read_captions(REPO / "data" / "musiccaps" / "musiccaps-public.csv", None)
     a, b = train_t5_tokenizer(captions), train_t5_tokenizer(captions)
-    assert len(a) == T5_VOCAB_PIECES
+    assert len(a) == T5_VOCAB_PIECES + T5_EXTRA_IDS
     assert a.backend_tokenizer.to_str() == b.backend_tokenizer.to_str()
     ids = a(captions[0])["input_ids"]
     assert 2 not in ids and len(ids) < len(captions[0].split()) * 2  # mostly whole words

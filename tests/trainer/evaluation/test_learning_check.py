@@ -210,9 +210,13 @@ def test_music_lm_alone_is_musicgens_own_loss_on_the_eval_windows(models, tmp_pa
     assert np.isfinite(r.scalars()["eval/gain_over_music_lm"])
 
 
-@pytest.mark.parametrize("override", ["trainer.eval_music_lm=false", "data.pattern=flatten"])
-def test_music_lm_alone_is_not_scored_when_off_or_on_flatten(models, shards, tmp_path: Path, override: str) -> None:
-    recipe = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "run", override))
+@pytest.mark.parametrize(
+    "overrides", [("trainer.eval_music_lm=false",), ("model.mot.audio_tower=llm", "data.pattern=flatten")]
+)
+def test_music_lm_alone_is_not_scored_when_off_or_on_flatten(
+    models, shards, tmp_path: Path, overrides: tuple[str, ...]
+) -> None:
+    recipe = MoTAdapterRecipe(make_cfg(models, shards, tmp_path / "run", *overrides))
     recipe.setup()
     r = recipe.evaluate()
     assert recipe.held_out.music_lm is None and not r.music_lm_ce_per_codebook

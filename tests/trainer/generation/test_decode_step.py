@@ -51,7 +51,7 @@ def mot(pattern: str, variant: str):
     torch.manual_seed(0)
     lc = tiny_llama_config()
     lc.vocab_size = TEXT_VOCAB
-    cfg = MoTConfig(audio_attention=variant, lora_rank=4 if variant == "lora" else 0)
+    cfg = MoTConfig(audio_tower="llm", audio_attention=variant, lora_rank=4 if variant == "lora" else 0)
     model = MoTAdapterModel(
         LlamaForCausalLM(lc), MusicgenForCausalLM(tiny_musicgen_decoder_config()), vocab, pattern, cfg
     )

@@ -113,7 +113,7 @@ def test_kv_cache_sampling_equals_full_recompute(models) -> None:
     llm, mg = load_llm(models["llm"]), load_musicgen_decoder(models["musicgen"])
     vocab = AudioVocab(llm.config.vocab_size, mg.config.num_codebooks, mg.config.vocab_size)
     model = MoTAdapterModel(
-        llm, mg, vocab, "delay", MoTConfig(audio_embed_init="random", audio_head_init="random")
+        llm, mg, vocab, "delay", MoTConfig(audio_tower="llm", audio_embed_init="random", audio_head_init="random")
     ).eval()
     with torch.no_grad():  # non-zero experts, so audio rows really differ from text rows
         for layer in model.layers:

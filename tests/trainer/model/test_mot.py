@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def make(model_dirs: dict[str, Path], pattern: str = "delay", **cfg) -> MoTAdapterModel:
     torch.manual_seed(0)
     llm, mg = load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"])
-    return MoTAdapterModel(llm, mg, VOCAB, pattern, MoTConfig(**cfg))
+    return MoTAdapterModel(llm, mg, VOCAB, pattern, MoTConfig(audio_tower="llm", **cfg))
 
 
 def make_batch(pattern: str, n: int = 2, frames: int = 8, seed: int = 0) -> Batch:
@@ -226,4 +226,4 @@ def test_bf16_autocast_and_no_codec(model_dirs: dict[str, Path]) -> None:
 def test_mismatched_codebooks_names_the_fix(model_dirs: dict[str, Path]) -> None:
     llm, mg = load_llm(model_dirs["llm"]), load_musicgen_decoder(model_dirs["musicgen"])
     with pytest.raises(ValueError, match="n_codebooks/codebook_size must match"):
-        MoTAdapterModel(llm, mg, AudioVocab(V, 8, 1024), "delay", MoTConfig())
+        MoTAdapterModel(llm, mg, AudioVocab(V, 8, 1024), "delay", MoTConfig(audio_tower="llm"))

@@ -45,7 +45,7 @@ def make(
         load_musicgen_decoder(model_dirs["musicgen"]),
         VOCAB,
         pattern,
-        MoTConfig(audio_attention=variant, **VARIANTS[variant]),
+        MoTConfig(audio_tower="llm", audio_attention=variant, **VARIANTS[variant]),
     ).eval()
     if perturb_seed is not None:
         g = torch.Generator().manual_seed(perturb_seed)
@@ -265,7 +265,7 @@ def test_lora_rank_belongs_to_the_lora_variant() -> None:
     from adapter_trainer.config import ConfigError, DataConfig, ModelConfig, TrainConfig, TrainerConfig, validate_config
 
     def cfg(**mot) -> TrainConfig:
-        model = ModelConfig(llm="llm", audio_lm="mg", mot=MoTConfig(**mot))
+        model = ModelConfig(llm="llm", audio_lm="mg", mot=MoTConfig(audio_tower="llm", **mot))
         return TrainConfig(data=DataConfig(shards=["s"]), model=model, trainer=TrainerConfig(output_dir="o"))
 
     with pytest.raises(ConfigError, match="audio_attention=lora"):
@@ -324,6 +324,7 @@ def pretrained_starts(model_dirs: dict[str, Path], variant: str, init: str) -> s
         VOCAB,
         "delay",
         MoTConfig(
+            audio_tower="llm",
             audio_attention=variant,
             **VARIANTS[variant],
             audio_embed_init=init,
@@ -349,6 +350,7 @@ def test_pretrained_copy_parameters_are_exactly_the_tensors_that_start_pretraine
         VOCAB,
         "delay",
         MoTConfig(
+            audio_tower="llm",
             audio_attention=variant,
             **VARIANTS[variant],
             audio_embed_init=init,

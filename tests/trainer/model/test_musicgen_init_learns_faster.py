@@ -76,7 +76,11 @@ def held_out_curve(music_lm: MusicgenForCausalLM, init: str, train: list[Clip], 
     lc = tiny_llama_config()
     lc.vocab_size = TEXT_V
     model = MoTAdapterModel(
-        LlamaForCausalLM(lc), music_lm, VOCAB, "delay", MoTConfig(audio_embed_init=init, audio_head_init=init)
+        LlamaForCausalLM(lc),
+        music_lm,
+        VOCAB,
+        "delay",
+        MoTConfig(audio_tower="llm", audio_embed_init=init, audio_head_init=init),
     )
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.0)
     rng = np.random.default_rng(0)

@@ -40,7 +40,7 @@ def musicgen_mot(mg: MusicgenForCausalLM, pattern: str = "delay") -> MoTAdapterM
     torch.manual_seed(0)
     lc = tiny_llama_config()
     lc.vocab_size = TEXT_V
-    return MoTAdapterModel(LlamaForCausalLM(lc), mg, VOCAB, pattern, MoTConfig()).eval()
+    return MoTAdapterModel(LlamaForCausalLM(lc), mg, VOCAB, pattern, MoTConfig(audio_tower="llm")).eval()
 
 
 def codes_grid(T: int = 6) -> np.ndarray:

@@ -55,13 +55,19 @@ def codec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory, codec: Path) -> Path:
-    """The synthetic set, its manifest naming the tiny codec (weights sha256 and a path relative to the set)."""
+    """The synthetic set, its manifest naming the tiny codec (weights sha256, identity config, a path relative to the
+    set: what decode checks)."""
+    from transformers import EncodecConfig
+
+    from tokenizer_pipeline.codec.encode import config_identity
+
     root = write_synthetic_set(tmp_path_factory.mktemp("shards") / "set", n_train=12, n_eval=4, frames=(12, 24))
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["codec"].update(
         name_or_path=str(codec),
         weights_sha256=sha256_of(list(codec.glob("*.safetensors"))),
         path_from_set=Path(os.path.relpath(codec, root)).as_posix(),
+        config=config_identity(EncodecConfig.from_pretrained(codec)),
     )
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return root

@@ -67,7 +67,7 @@ def test_fifty_steps_each_with_backward_and_no_autograd_error(models, shards, tm
 def test_resume_continues_identically(
     models, shards, tmp_path: Path, recompute: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import adapter_trainer.model.mot as mot_module
+    import adapter_trainer.model.musicgen_rows as tower_module  # the default tower's layers
 
     recomputed = {"layers": 0}  # layer calls wrapped for recompute: the setting reaches the model
 
@@ -75,8 +75,8 @@ def test_resume_continues_identically(
         recomputed["layers"] += 1
         return real_checkpoint(*args, **kwargs)
 
-    real_checkpoint = mot_module.checkpoint
-    monkeypatch.setattr(mot_module, "checkpoint", counting_checkpoint)
+    real_checkpoint = tower_module.checkpoint
+    monkeypatch.setattr(tower_module, "checkpoint", counting_checkpoint)
     common = (
         "trainer.max_steps=8",
         "trainer.grad_accum_steps=2",
@@ -108,13 +108,14 @@ def test_resume_continues_identically(
     assert (recomputed["layers"] > 0) == recompute
 
 
-def test_resume_with_different_pattern_is_refused(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
+def test_resume_with_a_different_sequence_length_is_refused(models, shards, step2_ckpt: Path, tmp_path: Path) -> None:
     cfg = make_cfg(
-        models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}", "data.pattern=flatten"
+        models, shards, tmp_path / "r", "trainer.max_steps=4", f"trainer.resume={step2_ckpt}", "data.max_seq_len=40"
     )
     with pytest.raises(ResumeError) as e:
         MoTAdapterRecipe(cfg).setup()
-    assert "data.pattern: checkpoint='delay' run='flatten'" in str(e.value) and str(step2_ckpt) in str(e.value)
+    assert "data.max_seq_len: checkpoint=" in str(e.value) and "run=40" in str(e.value)
+    assert str(step2_ckpt) in str(e.value)
 
 
 def test_resume_with_different_data_is_refused(models, step2_ckpt: Path, tmp_path: Path) -> None:

@@ -77,9 +77,9 @@ class MoTConfig:
     lora_alpha: float = 16.0
     audio_embed_init: str = "musicgen"  # musicgen (MusicGen's code embeddings) | random
     audio_head_init: str = "musicgen"  # musicgen (MusicGen's lm_heads) | random
-    # llm: audio rows ride the frozen Llama's layers with MusicGen's FFN blocks as experts; musicgen: audio rows run
-    # MusicGen's own decoder layers and read the caption through its cross-attention
-    audio_tower: str = "llm"
+    # musicgen: audio rows run MusicGen's own decoder layers and read the caption through its cross-attention (every
+    # preset's); llm: audio rows ride the frozen Llama's layers with MusicGen's FFN blocks as experts
+    audio_tower: str = "musicgen"
 
 
 @dataclass

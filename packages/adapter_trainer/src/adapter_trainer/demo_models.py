@@ -2,7 +2,9 @@
 
     python -m adapter_trainer.demo_models --out build/demo/models [--seed 0] \
         [--captions-csv data/musiccaps/musiccaps-public.csv --exclude-csv build/demo/corpus/musiccaps-subset.csv] \
-        [--shards build/demo/shards]
+        [--shards build/demo/shards] [--pretrain-steps N] [--t5-pretrain-steps N] [--music-pretrain-steps N]
+
+With captions the LLM and MusicGen's T5 encoder pretrain on them (--t5-pretrain-steps 0 keeps the T5 random).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from adapter_trainer.demo.models import write_demo_models
 from adapter_trainer.demo.music_pretrain import MusicPretrainConfig
 from adapter_trainer.demo.pretrain import PretrainConfig
+from adapter_trainer.demo.t5_pretrain import T5PretrainConfig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         "--captions-csv",
         type=Path,
         default=None,
-        help="MusicCaps CSV: pretrain the LLM on its captions (omit for a random-init LLM)",
+        help="MusicCaps CSV: pretrain the LLM and MusicGen's T5 encoder on its captions (omit: both random init)",
     )
     parser.add_argument(
         "--exclude-csv",
@@ -33,6 +36,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig.steps, help="pretraining optimizer steps")
     parser.add_argument(
+        "--t5-pretrain-steps",
+        type=int,
+        default=T5PretrainConfig.steps,
+        help="steps of MusicGen's T5 encoder pretraining on the captions (0: random init)",
+    )
+    parser.add_argument(
         "--shards",
         type=Path,
         default=None,
@@ -41,6 +50,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--music-pretrain-steps", type=int, default=MusicPretrainConfig.steps, help="MusicGen pretraining steps"
     )
+    parser.add_argument(
+        "--music-pretrain-threads", type=int, default=MusicPretrainConfig.threads, help="its torch threads"
+    )
+    parser.add_argument(
+        "--part",
+        choices=("all", "llm", "musicgen"),
+        default="all",
+        help="llm: the LLM alone (needs no shards: make demo runs it beside stage 1); musicgen: the rest beside it",
+    )
     args = parser.parse_args(argv)
     for path in (args.captions_csv, args.exclude_csv):
         if path is not None and not path.is_file():
@@ -48,7 +66,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.shards is not None and not (args.shards / "manifest.json").is_file():
         parser.error(f"{args.shards}/manifest.json does not exist; build the demo shards first (make demo-shards)")
     pretrain = PretrainConfig(steps=args.pretrain_steps, seed=args.seed)
-    music_pretrain = MusicPretrainConfig(steps=args.music_pretrain_steps, seed=args.seed)
+    try:
+        t5_pretrain = T5PretrainConfig(steps=args.t5_pretrain_steps, seed=args.seed)
+        music_pretrain = MusicPretrainConfig(
+            steps=args.music_pretrain_steps, seed=args.seed, threads=args.music_pretrain_threads
+        )
+    except ValueError as e:
+        parser.error(str(e))
     paths = write_demo_models(
         args.out,
         seed=args.seed,
@@ -57,7 +81,12 @@ def main(argv: list[str] | None = None) -> None:
         pretrain=pretrain,
         shards=args.shards,
         music_pretrain=music_pretrain,
+        t5_pretrain=t5_pretrain,
+        parts=("llm", "musicgen") if args.part == "all" else (args.part,),
     )
+    if args.part == "llm":
+        print(f"wrote the demo LLM: {paths['llm']} (then --part musicgen writes the rest)")
+        return
     kinds = [
         k for k, on in (("LLM pretrained on captions", args.captions_csv), ("MusicGen on codes", args.shards)) if on
     ]

@@ -8,14 +8,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tokenizer_pipeline.demo.standin_corpus import (
-    DURATION_S,
-    LAYOUT_DURATION_S,
-    LAYOUTS,
-    SAMPLE_RATE,
-    build_corpus,
-    check_built,
-)  # fmt: skip
+from tokenizer_pipeline.demo.build_settings import check_sizes, check_stamp, parse_settings
+from tokenizer_pipeline.demo.standin_corpus import DURATION_S, LAYOUT_DURATION_S, LAYOUTS, SAMPLE_RATE, build_corpus
 from tokenizer_pipeline.errors import exit_code
 
 PREFIX = "tokenizer_pipeline.standin_corpus: "
@@ -45,7 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument(
         "--check-built", action="store_true",
-        help="render nothing: exit 2 if --out holds a corpus built with other --n-clips/--duration-s/--eval-fraction",
+        help="render nothing: exit 2 if the sizes cannot give a demo or --build-dir was built with other settings",
+    )  # fmt: skip
+    p.add_argument("--codec-clips", type=int, default=None, help="--check-built: clips the codec is fitted on")
+    p.add_argument("--build-dir", type=Path, default=None, help="--check-built: the build directory (make's DEMO)")
+    p.add_argument(
+        "--setting", action="append", default=[], metavar="NAME=VALUE",
+        help="--check-built: one more setting the build depends on (make's variable), recorded and compared",
+    )  # fmt: skip
+    p.add_argument(
+        "--count", action="append", default=[], metavar="NAME=VALUE",
+        help="--check-built: a count the build does not depend on (the run's steps): checked, not recorded",
     )  # fmt: skip
     args = p.parse_args(argv)
     if args.csv is None and not args.check_built:
@@ -57,7 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     duration = args.duration_s if args.duration_s is not None else (LAYOUT_DURATION_S if full else DURATION_S)
     channels = args.channels if args.channels is not None else (2 if full else 1)
     if args.check_built:
-        return exit_code(lambda: check_built(args.out, args.n_clips, args.eval_fraction, duration), PREFIX)
+        if args.codec_clips is None or args.build_dir is None:
+            p.error("--check-built needs --codec-clips N and --build-dir DIR")
+
+        def check() -> None:
+            for warning in check_sizes(args.n_clips, args.eval_fraction, duration, args.codec_clips):
+                print(f"{PREFIX}warning: {warning}")
+            sizes = {"DEMO_CLIPS": args.n_clips, "DEMO_SECONDS": f"{duration:g}", "DEMO_CODEC_CLIPS": args.codec_clips}
+            sizes |= {"DEMO_EVAL_FRACTION": f"{args.eval_fraction:g}"}
+            parse_settings(args.count)
+            check_stamp(args.build_dir, {k: str(v) for k, v in sizes.items()} | parse_settings(args.setting))
+
+        return exit_code(check, PREFIX)
 
     def build() -> None:
         t0 = time.perf_counter()

@@ -3,9 +3,10 @@ adapter_trainer.demo_models`).
 
 `<out>/llm/`: a tiny LlamaForCausalLM with the real Llama 3 vocabulary and tokenizer, pretrained on captions outside
 the demo corpus when given (pretrain.py). `<out>/musicgen/`: the facebook/musicgen-small layout (composite
-MusicgenConfig, `decoder.*`, `text_encoder.*`, `enc_to_dec_proj.*` tensors, a T5-kind tokenizer), pretrained on a
-shard set's train split when given (music_pretrain.py). They load back through the real checkpoints' loaders; no
-EnCodec model is built (the audio_encoder sub-config is configuration only).
+MusicgenConfig, `decoder.*`, `text_encoder.*`, `enc_to_dec_proj.*` tensors, a T5-kind tokenizer): its T5 encoder
+pretrained on the same captions when given (t5_pretrain.py), then its decoder on a shard set's train split when given
+(music_pretrain.py). They load back through the real checkpoints' loaders; no EnCodec model is built (the
+audio_encoder sub-config is configuration only).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from adapter_trainer.data.samples import Clip, load_split
 from adapter_trainer.data.shards import read_manifest
 from adapter_trainer.demo.music_pretrain import MusicPretrainConfig, MusicPretrainReport, pretrain_music_lm
 from adapter_trainer.demo.pretrain import PretrainConfig, PretrainReport, pretrain_on_captions, read_captions
+from adapter_trainer.demo.t5_pretrain import T5PretrainConfig, T5PretrainReport, pretrain_t5_encoder
 from adapter_trainer.demo.text_encoder import FALLBACK_TEXTS, build_text_path, composite_state_dict
 from adapter_trainer.file_modes import follow_umask, save_safetensors
 from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_decoder_config
@@ -39,10 +41,10 @@ Use them to run the pipeline offline, never to judge audio quality.
   {llm_training}
 - `musicgen/`: the `facebook/musicgen-small` layout (composite `MusicgenConfig`): a tiny `MusicgenForCausalLM`
   decoder ({mc.num_codebooks} codebooks x {mc.vocab_size} codes, hidden {mc.hidden_size}, {mc.num_hidden_layers}
-  layers), its own text encoder, a tiny `T5EncoderModel` (d_model {t5[d_model]}, {t5[num_layers]} layers; random
-  init and frozen, as musicgen-small froze its T5), and `enc_to_dec_proj` ({t5[d_model]} -> {mc.hidden_size}). The
-  T5 tokenizer is a SentencePiece Unigram vocabulary of {t5[vocab_size]} pieces in T5's conventions (`<pad>` 0,
-  `</s>` 1 closing every text, `<unk>` 2), {t5_vocab_source} (no T5 vocabulary ships offline). No EnCodec weights:
+  layers), its own text encoder, a tiny `T5EncoderModel` (d_model {t5[d_model]}, {t5[num_layers]} layers;
+  {t5_training}), and `enc_to_dec_proj` ({t5[d_model]} -> {mc.hidden_size}). The T5 tokenizer is a SentencePiece
+  Unigram vocabulary of {t5[vocab_size]} ids in T5's conventions (`<pad>` 0, `</s>` 1 closing every text, `<unk>` 2,
+  the 100 sentinels `<extra_id_N>` on top), {t5_vocab_source} (no T5 vocabulary ships offline). No EnCodec weights:
   the `audio_encoder` sub-config is configuration only.
   {mg_training}
 
@@ -195,11 +197,13 @@ def write_musicgen(
     music: MusicTrainingSet | None = None,
     pretrain: MusicPretrainConfig | None = None,
     texts: list[str] | None = None,
+    t5_pretrain: T5PretrainConfig | None = None,
 ) -> Path:
     """Tiny MusicGen with its own text encoder, in the facebook/musicgen-small layout, into out_dir/musicgen.
 
-    max_shard_size (e.g. "300KB") writes sharded safetensors with an index; `music` pretrains the decoder and
-    `enc_to_dec_proj` first; `texts` trains the T5 tokenizer (None: FALLBACK_TEXTS).
+    max_shard_size (e.g. "300KB") writes sharded safetensors with an index; `texts` trains the T5 tokenizer (None:
+    FALLBACK_TEXTS) and pretrains the T5 encoder (`t5_pretrain`, steps 0: random init); then `music` pretrains the
+    decoder and `enc_to_dec_proj` with the T5 frozen. musicgen/demo_pretraining.json records what was pretrained.
     """
     mg_dir = out_dir / "musicgen"
     mg_dir.mkdir(parents=True, exist_ok=True)
@@ -208,6 +212,10 @@ def write_musicgen(
     decoder = MusicgenForCausalLM(dec_cfg).eval()
     teacher = build_text_path(decoder, seed, texts)
     t5_cfg: T5Config = teacher.text_encoder.config
+    t5_run = t5_pretrain or T5PretrainConfig(seed=seed)
+    t5_report = None
+    if texts and t5_run.steps > 0:
+        t5_report = pretrain_t5_encoder(teacher.text_encoder, teacher.tokenizer, texts, t5_run)
     text_record = {
         "tokenizer": "SentencePiece Unigram (tokenizers' UnigramTrainer), saved as T5Tokenizer",
         "vocab_size": len(teacher.tokenizer),
@@ -215,17 +223,19 @@ def write_musicgen(
         "t5": {k: getattr(t5_cfg, k) for k in ("d_model", "d_kv", "d_ff", "num_layers", "num_heads")},
         "t5_weights": "random init, frozen",
     }
+    if t5_report is not None:
+        text_record["t5_weights"] = (
+            f"pretrained by span corruption (T5's objective) on {t5_report.n_captions} captions, then frozen"
+        )
+        text_record["pretraining"] = {"config": asdict(t5_run), "report": asdict(t5_report)}
+    record: dict = {"text_encoder": text_record, "torch_threads": 1}
     if music is not None:
         cfg = pretrain or MusicPretrainConfig(seed=seed)
         report = pretrain_music_lm(decoder, music.train, cfg, teacher=teacher, eval_clips=music.eval, eval_split="eval")
-        record = {
-            "config": asdict(cfg),
-            "report": asdict(report),
-            "shards": music.shards,
-            "manifest_sha256": music.manifest_sha256,
-            "text_encoder": text_record,
-            "torch_threads": 1,
-        }
+        record.update(
+            config=asdict(cfg), report=asdict(report), shards=music.shards, manifest_sha256=music.manifest_sha256
+        )
+    if music is not None or t5_report is not None:
         (mg_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
     config = musicgen_small_layout_config(dec_cfg.to_dict(), t5_cfg.to_dict())
     config.save_pretrained(mg_dir)
@@ -274,20 +284,31 @@ def write_demo_models(
     pretrain: PretrainConfig | None = None,
     shards: str | Path | None = None,
     music_pretrain: MusicPretrainConfig | None = None,
+    t5_pretrain: T5PretrainConfig | None = None,
+    parts: tuple[str, ...] = ("llm", "musicgen"),
 ) -> dict[str, Path]:
     """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed, the CSVs and the shards. The
-    LLM is pretrained on `captions_csv` less `exclude_csv`'s ytids, MusicGen on `shards`' train split."""
+    LLM and MusicGen's T5 encoder are pretrained on `captions_csv` less `exclude_csv`'s ytids, MusicGen's decoder on
+    `shards`' train split. `parts`: ("llm",) writes llm/ alone (it needs no shards, so it can run beside stage 1);
+    ("musicgen",) then writes the rest beside that llm/."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     captions = None
+    llm_dir = out / "llm"
+    if "llm" not in parts and not (llm_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{llm_dir} holds no demo LLM: write it first (python -m adapter_trainer.demo_models "
+                                f"--part llm, with the same --out and captions)")  # fmt: skip
     if captions_csv is None:
-        llm_dir = write_llm(out, seed)
+        if "llm" in parts:
+            write_llm(out, seed)
         kind, llm_training = "random init", "Random init: it carries no knowledge."
     else:
         captions, n_excluded = read_captions(Path(captions_csv), Path(exclude_csv) if exclude_csv else None)
         cfg = pretrain or PretrainConfig(seed=seed)
-        llm_dir = write_llm(out, seed, captions=captions, pretrain=cfg)
-        rep = PretrainReport(**json.loads((llm_dir / PRETRAINING_JSON).read_text())["report"])
+        if "llm" in parts:
+            write_llm(out, seed, captions=captions, pretrain=cfg)
+        record = json.loads((llm_dir / PRETRAINING_JSON).read_text())
+        cfg, rep = PretrainConfig(**record["config"]), PretrainReport(**record["report"])
         kind = "LLM pretrained on captions"
         llm_training = (
             f"Pretrained as a language model on {rep.n_captions} MusicCaps captions ({n_excluded} rows of the demo "
@@ -296,13 +317,15 @@ def write_demo_models(
             f"{rep.final_loss:.2f} nats/token. It stands in for Llama 3.2's knowledge of music vocabulary; the "
             f"trainer freezes it like the real Llama."
         )
+    if "musicgen" not in parts:
+        return {"llm": llm_dir, "musicgen": out / "musicgen"}
     if shards is None:
-        mg_dir = write_musicgen(out, seed, texts=captions)
+        mg_dir = write_musicgen(out, seed, texts=captions, t5_pretrain=t5_pretrain)
         mg_training = "Random init: it carries no knowledge."
     else:
         music = read_music_training_set(Path(shards))
         mcfg = music_pretrain or MusicPretrainConfig(seed=seed)
-        mg_dir = write_musicgen(out, seed, music=music, pretrain=mcfg, texts=captions)
+        mg_dir = write_musicgen(out, seed, music=music, pretrain=mcfg, texts=captions, t5_pretrain=t5_pretrain)
         mrep = MusicPretrainReport(**json.loads((mg_dir / PRETRAINING_JSON).read_text())["report"])
         held = (
             f"; on the {mrep.eval_clips} held-out clips it never saw, {mrep.eval_ce:.2f} nats/code with their own "
@@ -331,6 +354,27 @@ def write_demo_models(
     )
     (out / "README.md").write_text(
         README.format(kind=kind, llm_training=llm_training, mg_training=mg_training, seed=seed, lc=lc, mc=mc, t5=t5,
-                      t5_vocab_source=t5_vocab_source)
+                      t5_vocab_source=t5_vocab_source, t5_training=_t5_training(mg_dir))
     )  # fmt: skip
     return {"llm": llm_dir, "musicgen": mg_dir}
+
+
+def _t5_training(mg_dir: Path) -> str:
+    """The README's words on the T5 encoder's weights, from musicgen/demo_pretraining.json."""
+    path = mg_dir / PRETRAINING_JSON
+    pre = json.loads(path.read_text())["text_encoder"].get("pretraining") if path.is_file() else None
+    if pre is None:
+        return "random init and frozen (musicgen-small froze its pretrained T5)"
+    cfg, rep = T5PretrainConfig(**pre["config"]), T5PretrainReport(**pre["report"])
+    held = (
+        f"; on the {rep.n_heldout} held-out captions {rep.heldout_loss_init:.2f} at random init -> "
+        f"{rep.heldout_loss:.2f}"
+        if rep.heldout_loss is not None
+        else ""
+    )
+    return (
+        f"pretrained by span corruption, T5's own objective, on the captions the LLM pretrains on "
+        f"({rep.n_captions} trained on, {rep.n_heldout} held out), {cfg.steps} steps of {cfg.batch_size}: loss "
+        f"{rep.first_loss:.2f} -> {rep.final_loss:.2f} nats per target token{held}; then frozen, as musicgen-small "
+        f"froze its pretrained T5"
+    )

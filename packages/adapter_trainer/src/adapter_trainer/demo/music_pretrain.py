@@ -22,7 +22,7 @@ from adapter_trainer.model.teacher import MusicgenTeacher
 
 @dataclass
 class MusicPretrainConfig:
-    steps: int = 1500  # optimizer steps
+    steps: int = 400  # optimizer steps (about 3 epochs of the demo's 960 train clips)
     batch_size: int = 8  # sequences per step
     max_frames: int = 250  # sequence length in frames (5 s at 50 Hz); a longer clip gives a random crop of it
     lr: float = 3e-3  # peak AdamW lr (tiny model)
@@ -30,9 +30,10 @@ class MusicPretrainConfig:
     weight_decay: float = 0.01  # >= 2-D weights except the code embeddings
     cond_dropout: float = 0.3  # conditional runs: share of rows trained on the null condition (audiocraft's rate)
     seed: int = 0
+    threads: int = 1  # torch intra-op threads (the same weights come back for the same count, on the same machine)
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "max_frames", "warmup_steps"):
+        for name in ("steps", "batch_size", "max_frames", "warmup_steps", "threads"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(
                     f"MusicPretrainConfig.{name}={getattr(self, name)} must be >= 1 (e.g. --music-pretrain-steps 1500)"
@@ -198,7 +199,7 @@ def pretrain_music_lm(
         if int(clip.codes.max()) >= C or int(clip.codes.min()) < 0:
             raise ValueError(f"clip {clip.key!r}: codes outside 0..{C - 1} (the music LM's codebook size)")
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # determinism and a fair share of a shared CPU
+    torch.set_num_threads(cfg.threads)  # a recorded setting: floats depend on the thread count
     try:
         losses = _train(model, train, cfg, progress, teacher)
         ce = held_out_ce(model, eval_clips, cfg.max_frames, teacher=teacher) if eval_clips else None

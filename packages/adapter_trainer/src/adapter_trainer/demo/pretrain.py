@@ -19,7 +19,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 @dataclass
 class PretrainConfig:
-    steps: int = 300  # optimizer steps
+    steps: int = 200  # optimizer steps
     batch_size: int = 24  # captions per step
     max_tokens: int = 50  # BOS + caption + EOS, truncated (the demo keeps 48 caption tokens: data.max_caption_tokens)
     lr: float = 3e-3  # peak AdamW lr (tiny model)

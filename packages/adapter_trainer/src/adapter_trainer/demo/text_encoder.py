@@ -1,8 +1,9 @@
 """The demo MusicGen's own text path: a tiny frozen T5 encoder, its T5-kind tokenizer and `enc_to_dec_proj`.
 
 No T5 vocabulary ships offline, so a SentencePiece Unigram tokenizer is trained on the demo captions in T5's
-conventions (`<pad>` 0, `</s>` 1, `<unk>` 2) and saved as `T5Tokenizer`. The random-init encoder is wider (128) than
-the decoder (64), so the projection exists as in musicgen-small.
+conventions (`<pad>` 0, `</s>` 1, `<unk>` 2, the 100 sentinels `<extra_id_N>` on top) and saved as `T5Tokenizer`.
+The encoder (random init here; t5_pretrain.py pretrains it on captions) is wider (128) than the decoder (64), so the
+projection exists as in musicgen-small.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from adapter_trainer.model.teacher import MusicgenTeacher
 T5_VOCAB_PIECES = 4096  # the Unigram trainer's target (a small text gives fewer)
 T5_MAX_LENGTH = 512  # t5-base's model_max_length
 T5_SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2, as in every T5 vocabulary
+T5_EXTRA_IDS = 100  # span corruption's sentinels, the vocabulary's top ids: `<extra_id_0>` the last, as in T5
 SCORE_DECIMALS = 4  # Unigram log-probabilities kept to 1e-4 (see train_t5_tokenizer)
 REQUIRED_CHAR_STEP = 1e-4  # tokenizers' UnigramTrainer: the score step between the characters it adds
 # the tokenizer's training text when no captions are given: fixed, so a random-init folder is deterministic
@@ -44,14 +46,15 @@ def tiny_t5_encoder_config(vocab_size: int) -> T5Config:
         num_layers=2,
         num_heads=4,
         feed_forward_proj="relu",
-        dropout_rate=0.0,  # frozen and run in eval mode anyway
+        dropout_rate=0.0,  # frozen and run in eval mode (t5_pretrain.py pretrains it without dropout, as T5 v1.1)
         is_encoder_decoder=False,
         use_cache=False,
     )
 
 
 def train_t5_tokenizer(texts: list[str] | tuple[str, ...], vocab_size: int = T5_VOCAB_PIECES) -> T5Tokenizer:
-    """A SentencePiece Unigram vocabulary trained on `texts`, as transformers' `T5Tokenizer`.
+    """A SentencePiece Unigram vocabulary of up to `vocab_size` pieces trained on `texts`, then T5's
+    `T5_EXTRA_IDS` sentinels (`<extra_id_99>` ... `<extra_id_0>`, the last id), as transformers' `T5Tokenizer`.
 
     The trainer runs over hash maps, so its output is made canonical: the characters it adds get their scores in
     character order, scores are rounded to `SCORE_DECIMALS` and pieces sorted by (score, piece): same texts, same ids."""
@@ -72,7 +75,8 @@ def train_t5_tokenizer(texts: list[str] | tuple[str, ...], vocab_size: int = T5_
         ((round(score, SCORE_DECIMALS), piece) for piece, score in scores.items()), key=lambda x: (-x[0], x[1])
     )
     vocab = [(p, 0.0) for p in T5_SPECIALS] + [(piece, score) for score, piece in pieces]
-    return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=T5_MAX_LENGTH)
+    vocab += [(f"<extra_id_{i}>", 0.0) for i in reversed(range(T5_EXTRA_IDS))]  # as t5-base's spiece.model
+    return T5Tokenizer(vocab=vocab, extra_ids=T5_EXTRA_IDS, model_max_length=T5_MAX_LENGTH)
 
 
 def _canonical_required_chars(scores: dict[str, float]) -> dict[str, float]:

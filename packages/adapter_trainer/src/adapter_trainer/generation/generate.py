@@ -1,7 +1,8 @@
 """Sample audio codes from a trained adapter: `python -m adapter_trainer.generate +experiment=demo [generate.*=...]`.
 
-From a run's checkpoint (its fingerprint must match this config) or an exported adapter folder (`generate.adapter`),
-writes a shard set in `generate.out_dir` with generation_stats.json and captions.jsonl.
+From a run's checkpoint (its fingerprint must match this config) or an exported adapter folder (`generate.adapter`,
+loaded by `api.MoTAdapter.from_pretrained`), sampled by `sample_texts` (the Python API's loop), writes a shard set in
+`generate.out_dir` with generation_stats.json and captions.jsonl.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from adapter_trainer.config import ConfigError, shard_paths
 from adapter_trainer.data.sample_keys import MAX_KEY_LEN
 from adapter_trainer.generation.config import GenerateConfig, GenerateRunConfig, validate_generate
-from adapter_trainer.generation.model_source import GenerationSource, adapter_generate_config, adapter_source
+from adapter_trainer.generation.model_source import GenerationSource, adapter_generate_config
 from adapter_trainer.training.checkpoint import ResumeError, check_fingerprint, find_checkpoint
 
 
@@ -110,6 +110,10 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
         bos_id=built.bos_id,
         pad_id=built.pad_id,
         frame_rate=shard_sets[0].frame_rate,
+        device=device,
+        pattern=cfg.data.pattern,
+        precision=cfg.trainer.precision,
+        max_caption_tokens=cfg.data.max_caption_tokens,
         source_manifest=shard_sets[0].manifest,
         provenance={
             "checkpoint": str(ckpt_dir),
@@ -125,56 +129,29 @@ def run_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
 def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
     """Load models + checkpoint (or an adapter folder), sample, write the shard set. Returns the stats also written
     to generation_stats.json."""
+    from adapter_trainer.generation.api import MoTAdapter
     from adapter_trainer.generation.generated_shards import GeneratedClip, write_generated_set
-    from adapter_trainer.generation.sampling import SamplingConfig, generate_codes
-    from adapter_trainer.model.kv_cache import MoTKVCache
-    from adapter_trainer.training.device import autocast, check_precision, resolve_device
+    from adapter_trainer.generation.sample_texts import sample_texts
+    from adapter_trainer.generation.sampling import SamplingConfig
+    from adapter_trainer.training.device import check_precision, resolve_device
 
     g = cfg.generate
     validate_generate(g)
     device = resolve_device(cfg.trainer.device)
     check_precision(cfg.trainer.precision, device)
-    source = adapter_source(cfg, device) if g.adapter else run_source(cfg, device)
-    model, tokenizer, vocab = source.model, source.tokenizer, source.vocab
-    rows = _caption_rows(cfg, source.eval_clips)
-
-    bos_id, pad_id = source.bos_id, source.pad_id
-    captions = [
-        list(tokenizer(r["caption"], add_special_tokens=False)["input_ids"])[: cfg.data.max_caption_tokens]
-        for r in rows
-    ]
-    frame_rate = source.frame_rate
-    max_frames = max(1, int(round(g.seconds * frame_rate)))
-    sampling = SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale)
-    codes: list[np.ndarray] = []
-    ended: list[bool] = []
-    steps = 0
-    seconds = 0.0
-    for start in range(0, len(rows), g.batch_size):
-        idx = list(range(start, min(start + g.batch_size, len(rows))))
-        with autocast(cfg.trainer.precision, device):
-            res = generate_codes(
-                model,
-                [captions[i] for i in idx],
-                vocab=vocab,
-                pattern=cfg.data.pattern,
-                bos_id=bos_id,
-                pad_id=pad_id,
-                max_frames=max_frames,
-                sampling=sampling,
-                row_seeds=[g.seed * 1_000_003 + i for i in idx],
-                device=device,
-                new_cache=getattr(model, "new_generation_cache", MoTKVCache.allocate),  # audio_tower=musicgen: its own
-            )
-        codes += res.codes
-        ended += res.ended
-        steps += res.steps * len(idx)
-        seconds += res.seconds
-        print(
-            f"generate: clips {idx[0]}..{idx[-1]}: {res.steps} steps in {res.seconds:.2f} s "
-            f"({res.positions_per_s:.1f} positions/s)"
+    if g.adapter:  # the Python API's load: MoTAdapter.from_pretrained(DIR, llm=..., audio_lm=..., device=...)
+        adapter = MoTAdapter.from_pretrained(
+            g.adapter, llm=cfg.model.llm, audio_lm=cfg.model.audio_lm, device=device, check_weights=g.check_base_weights
         )
-
+        adapter.check_uncond(g.cfg_scale, g.allow_untrained_uncond, "generate.")
+        source = adapter.source
+    else:
+        source = run_source(cfg, device)
+    rows = _caption_rows(cfg, source.eval_clips)
+    sampling = SamplingConfig(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, cfg_scale=g.cfg_scale)
+    sampled = sample_texts(
+        source, [r["caption"] for r in rows], sampling=sampling, seconds=g.seconds, seed=g.seed, batch_size=g.batch_size
+    )
     clips = [
         GeneratedClip(
             key=generated_key(i, r["source_key"]),
@@ -184,7 +161,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
             source_key=r["source_key"],
             csv_row=0,
         )
-        for i, (r, c) in enumerate(zip(rows, codes))
+        for i, (r, c) in enumerate(zip(rows, sampled.codes))
     ]
     out_dir = Path(g.out_dir) if g.out_dir else Path(cfg.trainer.output_dir) / "generated"
     generated = {
@@ -194,7 +171,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
             **asdict(sampling),
             "seed": g.seed,
             "seconds": g.seconds,
-            "max_frames": max_frames,
+            "max_frames": sampled.max_frames,
             "batch_size": g.batch_size,
             "captions": g.captions,
         },
@@ -206,7 +183,7 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
                 "n_frames": int(c.codes.shape[0]),
                 "ended_with_audio_end": e,
             }
-            for c, e in zip(clips, ended)
+            for c, e in zip(clips, sampled.ended)
         ],
     }
     write_generated_set(
@@ -217,12 +194,13 @@ def run_generate(cfg: GenerateRunConfig) -> dict[str, Any]:
         config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
         overwrite=g.overwrite,
     )
+    steps, seconds = sampled.positions, sampled.seconds
     stats = {
         "clips": len(clips),
         "positions": steps,
         "seconds": seconds,
         "positions_per_s": steps / max(seconds, 1e-9),
-        "frames_per_s": sum(int(c.shape[0]) for c in codes) / max(seconds, 1e-9),
+        "frames_per_s": sum(int(c.shape[0]) for c in sampled.codes) / max(seconds, 1e-9),
         "device": str(device),
         "batch_size": g.batch_size,
         "cfg_scale": g.cfg_scale,

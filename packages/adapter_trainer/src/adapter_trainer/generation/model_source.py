@@ -1,9 +1,11 @@
 """Where generation's model comes from: a run's checkpoint (`generate.run_source`) or an exported adapter folder
-(`adapter_source`, `generate.adapter=DIR`, configured from the folder alone by `adapter_generate_config`).
+(`api.MoTAdapter`; `generate.adapter=DIR` is configured from the folder alone by `adapter_generate_config`), a local
+directory or a Hub repo (`adapter_folder`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ class GenerationSource:
     bos_id: int
     pad_id: int
     frame_rate: float  # code frames per second of the codec
+    device: Any  # torch.device the model is on
+    pattern: str  # data.pattern the model was trained with (delay | flatten)
+    precision: str  # trainer.precision: the autocast sampling runs under
+    max_caption_tokens: int  # captions are cut to this many tokens, as training cut them
     source_manifest: dict[str, Any]  # codec, codes: what write_generated_set copies
     provenance: dict[str, Any]  # the generated manifest's checkpoint / source fields
     eval_clips: list = field(default_factory=list)  # captions=eval: the first n eval clips (run source only)
@@ -46,7 +52,7 @@ def adapter_generate_config(cfg: DictConfig, given: set[str] | None = None) -> G
             f"{Path(g.adapter) / 'adapter_config.json'}; drop {', '.join(clash)} (local copies of the base towers: "
             f"generate.adapter_llm=DIR generate.adapter_audio_lm=DIR; the device: trainer.device)"
         )
-    folder = Path(g.adapter)  # type: ignore[arg-type]
+    folder = adapter_folder(g.adapter)  # type: ignore[arg-type]
     acfg = read_adapter_config(folder)
     if given is not None and (folder / "generation_config.json").is_file():
         from adapter_trainer.model.adapter_io import GENERATION_FILE, read_json
@@ -55,8 +61,10 @@ def adapter_generate_config(cfg: DictConfig, given: set[str] | None = None) -> G
         for key in SAMPLING_KEYS:
             if f"generate.{key}" not in given and key in defaults:
                 setattr(g, key, type(getattr(g, key))(defaults[key]))
-    if not g.out_dir:
-        g.out_dir = str(Path("outputs") / folder.resolve().name / "generated")
+    if not g.out_dir:  # a Hub repo: its name, not its snapshot's commit
+        name = folder.resolve().name if Path(g.adapter).expanduser().is_dir() else str(g.adapter).rsplit("/", 1)[-1]
+        g.out_dir = str(Path("outputs") / name / "generated")
+    g.adapter = str(folder)
     validate_generate(g)
     device = OmegaConf.select(cfg, "trainer.device", default="auto", throw_on_missing=False)
     try:
@@ -68,37 +76,27 @@ def adapter_generate_config(cfg: DictConfig, given: set[str] | None = None) -> G
     )
 
 
-def adapter_source(cfg: GenerateRunConfig, device: Any) -> GenerationSource:
-    """Load the adapter folder of generate.adapter onto `device` (checks: `model.adapter_io.load_adapter`)."""
-    from adapter_trainer.model.adapter_io import load_adapter
+def adapter_folder(name_or_path: str | os.PathLike, revision: str | None = None) -> Path:
+    """An exported adapter folder: the directory itself, or the snapshot of a Hub repo that `--push-to-hub` wrote
+    (downloaded, or read from the local cache when offline or when the Hub cannot serve it: `model.hub_source`)."""
+    from adapter_trainer.model.adapter_io import AdapterError
+    from adapter_trainer.model.builders import _looks_like_path
 
-    g = cfg.generate
-    folder = Path(g.adapter)  # type: ignore[arg-type]
-    loaded = load_adapter(
-        folder, llm=cfg.model.llm, audio_lm=cfg.model.audio_lm, device=device, check_weights=g.check_base_weights
-    )
-    acfg = loaded.adapter_config
-    dropout = float(acfg["captions"]["caption_dropout"])
-    if g.cfg_scale != 1.0 and not g.allow_untrained_uncond and dropout <= 0.0:
-        raise ConfigError(
-            f"generate.cfg_scale={g.cfg_scale} needs the empty caption, but {folder} was trained with "
-            f"data.caption_dropout={dropout:g} (its unconditioned branch never trained); use generate.cfg_scale=1 "
-            f"or pass generate.allow_untrained_uncond=true"
-        )
-    shards = acfg["shards"]
-    return GenerationSource(
-        model=loaded.model,
-        tokenizer=loaded.tokenizer,
-        vocab=loaded.vocab,
-        bos_id=loaded.bos_id,
-        pad_id=loaded.pad_id,
-        frame_rate=float(acfg["codec"]["frame_rate"]),
-        source_manifest={"codec": acfg["codec"], "codes": shards["codes"]},
-        provenance={
-            "adapter": str(folder),  # the codec's path_from_set is relative to it (generated_shards)
-            "checkpoint": acfg["training"]["checkpoint"],
-            "checkpoint_step": acfg["training"]["step"],
-            "source_shards": [],
-            "source_manifest_sha256": [s["manifest_sha256"] for s in shards["sets"]],
-        },
-    )
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    fix = "export one with `python -m adapter_trainer.export RUN_DIR --out DIR`, or pass a Hub repo id (user/name)"
+    if _looks_like_path(str(name_or_path)) or str(name_or_path).count("/") != 1:
+        raise AdapterError(f"adapter folder {name_or_path} does not exist; {fix}")
+    from huggingface_hub import snapshot_download
+
+    from adapter_trainer.model.hub_source import cache_only
+
+    try:
+        local = cache_only(str(name_or_path))
+        return Path(snapshot_download(str(name_or_path), revision=revision, local_files_only=local))
+    except Exception as e:  # huggingface_hub's errors (HfHubHTTPError, HFValidationError, ...), ModelSourceError
+        why = " ".join(str(e).split())[:300] or type(e).__name__
+        raise AdapterError(
+            f"adapter {str(name_or_path)!r}: no such folder, and the Hub repo is unreadable ({why}); {fix}"
+        ) from e

@@ -1,5 +1,5 @@
 """Codes -> wav files, with the codec that made them (`python -m tokenizer_pipeline.decode`): the only place codes
-meet a decoder.
+meet a decoder (`codec.decode_api` decodes codes held in memory through it).
 
 The codec (`codec=`, else `codec.path_from_set`, else `codec.name_or_path`) must match the manifest's weights sha256
 and config. The set is checked before anything is written; any problem is one line naming the shard and member.
@@ -143,11 +143,34 @@ def _codec_candidates(manifest: dict, root: Path, name_or_path: str | None) -> l
 def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, device: torch.device):
     """EncodecModel whose weight files hash to the manifest's codec.weights_sha256 and whose config.json agrees with
     the manifest's codec.config (the fields that change the computation); DecodeError otherwise."""
+    relative = "" if name_or_path is None or Path(name_or_path).is_absolute() else f" (cwd {Path.cwd()})"
+    return load_checked_codec(
+        manifest["codec"],
+        _codec_candidates(manifest, where, name_or_path),
+        device,
+        missing=f"the codec that made {where} is not available here{relative}",
+        record=(f"{where / 'manifest.json'} was encoded with", "manifest"),
+        fix="Pass codec=<the directory of the codec that made the shards>",
+    )
+
+
+def load_checked_codec(
+    info: dict,
+    candidates: list[tuple[str, str]],
+    device: torch.device,
+    *,
+    missing: str,
+    record: tuple[str, str],
+    fix: str,
+):
+    """(EncodecModel, its directory, is the demo codec) from the first of `candidates` (name, where it came from) that
+    is here, checked against what `info` records: weights_sha256, config (identity fields), sampling_rate and
+    codebook_size, each where present. DecodeError otherwise: `missing` opens the not-found line, `record` is (the
+    phrase before the recorded sha256, the name of the record) and `fix` ends the mismatch lines."""
     from transformers import EncodecConfig, EncodecModel
 
-    info = manifest["codec"]
     tried = []
-    for name, source in _codec_candidates(manifest, where, name_or_path):
+    for name, source in candidates:
         try:
             model_dir = _local_model_dir(name)
             have = hash_weight_files(model_dir)
@@ -155,40 +178,33 @@ def load_matching_codec(manifest: dict, where: Path, name_or_path: str | None, d
         except (OSError, ValueError) as e:  # missing dir / no weight files / not a hub id in the local cache
             tried.append(f"{name!r} (from {source}): {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     else:
-        relative = "" if name_or_path is None or Path(name_or_path).is_absolute() else f" (cwd {Path.cwd()})"
+        raise DecodeError(f"{missing}: tried {'; '.join(tried)}. Pass codec=/path/to/the/codec/dir")
+    want = info.get("weights_sha256")
+    if want is not None and have != want:
         raise DecodeError(
-            f"the codec that made {where} is not available here{relative}: tried {'; '.join(tried)}. "
-            "Pass codec=/path/to/the/codec/dir"
-        )
-    want = info["weights_sha256"]
-    if have != want:
-        raise DecodeError(
-            f"codec {name!r} has weights sha256 {have}, but {where / 'manifest.json'} was encoded with weights sha256 "
-            f"{want}: these codes would decode to the wrong audio. Pass codec=<the directory of the codec that made "
-            f"the shards>"
+            f"codec {name!r} has weights sha256 {have}, but {record[0]} weights sha256 {want}: these codes would "
+            f"decode to the wrong audio. {fix}"
         )
     cfg = EncodecConfig.from_pretrained(str(model_dir))  # checked before the weights are loaded
-    recorded, have_cfg = info["config"], config_identity(cfg)
-    diff = sorted(k for k in set(recorded) | set(have_cfg) if recorded.get(k) != have_cfg.get(k))
+    recorded, have_cfg = info.get("config") or {}, config_identity(cfg)  # no record: nothing to compare
+    diff = sorted(k for k in set(recorded) | set(have_cfg) if recorded.get(k) != have_cfg.get(k)) if recorded else []
     if diff:
-        shown = ", ".join(f"{k}={have_cfg.get(k)!r} (manifest {recorded.get(k)!r})" for k in diff)
+        shown = ", ".join(f"{k}={have_cfg.get(k)!r} ({record[1]} {recorded.get(k)!r})" for k in diff)
         raise DecodeError(
             f"codec {name!r} has the right weights but another config.json: {shown}; these codes would decode "
-            "to other audio. Pass codec=<the directory of the codec that made the shards>"
+            f"to other audio. {fix}"
         )
-    if int(cfg.sampling_rate) != int(info["sampling_rate"]) or int(cfg.codebook_size) != int(info["codebook_size"]):
-        raise DecodeError(
-            f"codec {name!r}: sampling_rate/codebook_size {cfg.sampling_rate}/{cfg.codebook_size} != "
-            f"manifest {info['sampling_rate']}/{info['codebook_size']}"
-        )
+    for key in ("sampling_rate", "codebook_size"):
+        if key in info and int(getattr(cfg, key)) != int(info[key]):
+            raise DecodeError(f"codec {name!r}: {key} {getattr(cfg, key)} != {record[1]} {info[key]}. {fix}")
     model = EncodecModel.from_pretrained(str(model_dir)).to(device).eval()
     is_demo = (model_dir / DEMO_CODEC_MARKER).is_file()
     return model, str(model_dir), is_demo
 
 
 @torch.inference_mode()
-def decode_codes(model, codes: np.ndarray, device: torch.device) -> np.ndarray:
-    """codes [T, K] int16 -> waveform [N] float32 (EnCodec decode, scale None: the codecs here do not normalize)."""
+def decode_clip(model, codes: np.ndarray, device: torch.device) -> np.ndarray:
+    """codes [T, K] (int16 or int64) -> waveform [N] float32 (EnCodec decode, scale None: the codecs here do not normalize)."""
     x = torch.from_numpy(codes.astype(np.int64)).T[None, None].to(device)  # [T, K] -> [1 chunk, 1 batch, K, T]
     audio = model.decode(x, [None], return_dict=True).audio_values  # [1, 1, N]
     return audio[0, 0].float().cpu().numpy()  # [N]
@@ -249,7 +265,7 @@ def run_decode(args: DecodeConfig) -> Path:
         codes, key = sample.codes, sample.key  # [T, K]
         if args.max_seconds > 0:
             codes = codes[: max(1, int(round(args.max_seconds * float(manifest["codec"]["frame_rate"]))))]  # [T', K]
-        wav = decode_codes(model, codes, device)  # [N]
+        wav = decode_clip(model, codes, device)  # [N]
         peak = float(np.abs(wav).max()) if wav.size else 0.0
         clipped = float((np.abs(wav) > 1.0).mean()) if wav.size else 0.0
         sf.write(out_dir / f"{key}.wav", np.clip(wav, -1.0, 1.0), sr, subtype="PCM_16")

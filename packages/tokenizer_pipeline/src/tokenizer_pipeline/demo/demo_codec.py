@@ -1,6 +1,7 @@
-"""Embedded offline default, step 2: a demo codec with the real `facebook/encodec_32khz` architecture.
+"""Embedded offline default, step 2: a demo codec with the `facebook/encodec_32khz` architecture and token layout.
 
-The same `EncodecModel` config with seeded random weights, whose residual quantizer is then fitted by k-means on the
+The same `EncodecModel` config (its width, `num_filters`, may be narrower: 64 is encodec_32khz's, the demo uses a
+narrower one to encode fast) with seeded random weights, whose residual quantizer is then fitted by k-means on the
 random encoder's latents of stand-in clips (a random-init model has all-zero codebooks). Codes are non-degenerate and
 audio-dependent; the decoder is untrained. `--out` holds `save_pretrained` files, `preprocessor_config.json` and
 `DEMO_CODEC.md`.
@@ -23,11 +24,12 @@ from tokenizer_pipeline.errors import ConfigError, InputNotFoundError
 
 SAMPLING_RATE = 32_000
 KMEANS_MAX_ITER = 20  # Lloyd iterations per codebook; more = tighter codebooks, slower build
+ENCODEC_32KHZ_NUM_FILTERS = 64  # facebook/encodec_32khz's width; a narrower demo codec keeps every other setting
 DEMO_NOTE = """# Demo codec (stand-in, NOT a real codec)
 
-This directory holds an `EncodecModel` with the exact `facebook/encodec_32khz` architecture
-(32 kHz mono, 50 frames/s, 4 codebooks x 2048 codes at 2.2 kbps, `normalize=False`), built offline by
-`python -m tokenizer_pipeline.demo_codec`:
+This directory holds an `EncodecModel` with the `facebook/encodec_32khz` architecture and token layout
+(32 kHz mono, 50 frames/s, 4 codebooks x 2048 codes at 2.2 kbps, `normalize=False`) at width `num_filters` {num_filters}
+(encodec_32khz: 64), built offline by `python -m tokenizer_pipeline.demo_codec`:
 
 - encoder/decoder weights: seeded random initialisation (seed {seed}), never trained;
 - RVQ codebooks: fitted by k-means on the random encoder's latents of {n_clips} stand-in corpus clips
@@ -44,13 +46,16 @@ Fit summary over the fitting clips (frames: {n_frames}):
 """
 
 
-def encodec_32khz_config() -> EncodecConfig:
+def encodec_32khz_config(num_filters: int = ENCODEC_32KHZ_NUM_FILTERS) -> EncodecConfig:
     """`EncodecConfig()` with the overrides transformers' convert_encodec_checkpoint_to_pytorch.py sets for
-    `encodec_32khz` (`build_random_model` asserts the 50 frames/s x 4 codebooks they give)."""
+    `encodec_32khz` (`build_random_model` asserts the 50 frames/s x 4 codebooks they give); `num_filters` is the
+    width of every conv (64 there), the one setting a narrower demo codec changes."""
+    if num_filters < 1:
+        raise ConfigError(f"num_filters must be >= 1 (encodec_32khz: {ENCODEC_32KHZ_NUM_FILTERS}), got {num_filters}")
     return EncodecConfig(
         upsampling_ratios=[8, 5, 4, 4],  # hop 640 samples -> 50 frames/s
         target_bandwidths=[2.2],
-        num_filters=64,
+        num_filters=num_filters,
         sampling_rate=SAMPLING_RATE,
         codebook_size=2048,
         use_causal_conv=False,
@@ -59,10 +64,10 @@ def encodec_32khz_config() -> EncodecConfig:
     )
 
 
-def build_random_model(seed: int) -> EncodecModel:
+def build_random_model(seed: int, num_filters: int = ENCODEC_32KHZ_NUM_FILTERS) -> EncodecModel:
     """Seeded random-init EncodecModel (all-zero codebooks until `fit_codebooks`)."""
     torch.manual_seed(seed)
-    model = EncodecModel(encodec_32khz_config()).eval()
+    model = EncodecModel(encodec_32khz_config(num_filters)).eval()
     assert model.config.frame_rate == 50 and model.config.num_quantizers == 4, (
         f"encodec_32khz must give 50 frames/s x 4 codebooks, got {model.config.frame_rate} x "
         f"{model.config.num_quantizers}"
@@ -146,10 +151,10 @@ def encode_file(model: EncodecModel, path: Path) -> torch.Tensor:
 
 
 def fit_demo_codec(
-    files: list[Path], seed: int = 0, max_iter: int = KMEANS_MAX_ITER
+    files: list[Path], seed: int = 0, max_iter: int = KMEANS_MAX_ITER, num_filters: int = ENCODEC_32KHZ_NUM_FILTERS
 ) -> tuple[EncodecModel, list[torch.Tensor]]:
     """Seeded random EncodecModel with RVQ codebooks fitted on `files`. Returns (model, latents n x [T, D])."""
-    model = build_random_model(seed)
+    model = build_random_model(seed, num_filters)
     latents = encode_latents(model, files)  # n x [T, D]
     fit_codebooks(model, torch.cat(latents).numpy(), seed, max_iter)  # [sum T, D]
     return model, latents
@@ -171,11 +176,18 @@ def save_demo_codec(model: EncodecModel, out: Path) -> None:
             f.chmod(0o666 & ~mask)
 
 
-def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> dict:
+def build_demo_codec(
+    corpus: Path,
+    out: Path,
+    n_clips: int,
+    seed: int = 0,
+    max_iter: int = KMEANS_MAX_ITER,
+    num_filters: int = ENCODEC_32KHZ_NUM_FILTERS,
+) -> dict:
     """Build, fit, save, reload and summarise the demo codec. Returns the summary dict."""
     files = corpus_files(corpus, n_clips)
     t0 = time.perf_counter()
-    model, latents = fit_demo_codec(files, seed, max_iter)
+    model, latents = fit_demo_codec(files, seed, max_iter, num_filters)
     t_fit = time.perf_counter() - t0
     mem_codes = quantize_latents(model, latents)  # [N, K]
     save_demo_codec(model, out)
@@ -196,7 +208,15 @@ def build_demo_codec(corpus: Path, out: Path, n_clips: int, seed: int = 0, max_i
         f"| {k} | {d} | {h:.3f} | {math.log(loaded.config.codebook_size):.3f} |" for k, (d, h) in enumerate(stats)
     )
     (out / "DEMO_CODEC.md").write_text(
-        DEMO_NOTE.format(seed=seed, n_clips=len(files), corpus=corpus.name, n_frames=codes.shape[0], table=table),
+        DEMO_NOTE.format(
+            seed=seed,
+            num_filters=num_filters,
+            n_clips=len(files),
+            corpus=corpus.name,
+            n_frames=codes.shape[0],
+            table=table,
+        ),
         encoding="utf-8",
     )
-    return {"n_clips": len(files), "n_frames": int(codes.shape[0]), "stats": stats, "fit_s": t_fit}
+    n_params = sum(p.numel() for p in loaded.parameters())
+    return {"n_clips": len(files), "n_frames": int(codes.shape[0]), "stats": stats, "fit_s": t_fit, "params": n_params}

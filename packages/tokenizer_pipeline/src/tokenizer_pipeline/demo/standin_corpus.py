@@ -158,36 +158,6 @@ def build_corpus(
     return corpus
 
 
-def check_built(out: Path, n_clips: int, eval_fraction: float, duration_s: float) -> None:
-    """Refuse a corpus already in `out` that was built with other settings, or is not a musiccaps-layout one.
-
-    `make` keeps what it built, so after a change of DEMO_CLIPS / DEMO_SECONDS / DEMO_EVAL_FRACTION (or of their
-    defaults) the codec, shards and models would silently come from the old corpus. No corpus yet: nothing to check.
-    """
-    path = out / CORPUS_JSON
-    if not path.is_file():
-        return
-    rebuild = "remove the build directory it belongs to (make demo: rm -rf build/demo) and build again"
-    try:
-        built = json.loads(path.read_text(encoding="utf-8"))
-        have = (int(built["n_clips"]), int(built["n_eval"]), float(built["duration_s"]))
-        layout = built.get("layout", "musiccaps")
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ConfigError(f"{path}: not a stand-in corpus.json ({type(e).__name__}: {e}); {rebuild}") from e
-    if layout != "musiccaps" or have[0] < 1:
-        raise ConfigError(f"{path}: a {layout} corpus of {have[0]} clips, not the musiccaps-layout corpus; {rebuild}")
-    want = (n_clips, n_eval_rows(n_clips, eval_fraction), float(duration_s))
-    if have != want:
-        n, n_eval, dur = have
-        raise ConfigError(
-            f"{path}: this corpus has {n} clips x {dur:g} s ({n_eval} held out), the settings ask for {want[0]} x "
-            f"{want[2]:g} s ({want[1]} held out); the codec, shards and models built from it would not match them. "
-            f"Rebuild: {rebuild}; or keep it by asking "
-            f"for what it was built with (--n-clips {n} --duration-s {dur:g} --eval-fraction {n_eval / n:.4g}; "
-            f"make demo DEMO_CLIPS={n} DEMO_SECONDS={dur:g} DEMO_EVAL_FRACTION={n_eval / n:.4g})"
-        )
-
-
 def _render_musiccaps_clip(job: tuple[str, str, int, float, str]) -> None:
     """Render one row's clip and write `{ytid}.wav` through a temp file (a worker process's unit of work)."""
     aspect_list, ytid, seed, duration_s, out = job
