@@ -61,7 +61,8 @@ def test_every_yaml_composes_to_the_schema(overrides: list[str]) -> None:
     assert isinstance(cfg, PipelineConfig)
     assert cfg.codec.dtype == "float32" and cfg.max_failure_fraction == 0.5 and cfg.overwrite is False
     assert cfg.audio_ext[0] == "wav" and cfg.crop_to_window is False
-    assert cfg.workers is None and cfg.threads is None and cfg.prefetch == 4
+    assert cfg.workers is None and cfg.prefetch == 4
+    assert cfg.threads == (1 if overrides == ["+preset=demo"] else None)  # the demo encodes on one thread
     if overrides == ["+preset=demo"]:
         assert cfg.csv == "build/demo/corpus/musiccaps-subset.csv" and cfg.audio_dir == "build/demo/corpus"
         assert cfg.codec.name_or_path == "build/demo/codec" and cfg.out_dir == "build/demo/shards"

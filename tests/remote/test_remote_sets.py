@@ -184,7 +184,7 @@ def test_a_hub_revision_is_pinned_to_its_commit(local_set, hub_server, tmp_path)
     assert moved[0].manifest_sha256 != local.manifest_sha256  # a resume on the moved branch would be refused
 
 
-@pytest.mark.budget(60, reason="a one-process reference and a torchrun run of 2 ranks x 2 workers")
+@pytest.mark.budget(120, reason="a one-process reference and a torchrun run of 2 ranks x 2 workers, musicgen tower")
 def test_torchrun_two_ranks_two_workers_share_one_bounded_cache(http_server, tmp_path) -> None:
     """2 ranks x 2 workers on one node read an HTTP copy through one cache smaller than the set: the losses, eval
     and examples equal a one-process run on the local directory (rel 1e-4, as tests/trainer/training). A stalled

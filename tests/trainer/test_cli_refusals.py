@@ -67,7 +67,11 @@ def test_train_refusals(models, shards, run_dir: Path, tmp_path: Path, capfd: py
         _run("adapter_trainer", *_train_args(models, shards, tmp_path / "a", "data.eval_split=train")), "overlap"
     )
     in_process = [
-        (_train_args(models, shards, run_dir, "trainer.resume=latest", "model.mot.audio_tower=llm"), "cannot resume", 2),
+        (
+            _train_args(models, shards, run_dir, "trainer.resume=latest", "model.mot.audio_tower=llm"),
+            "cannot resume",
+            2,
+        ),
         (_train_args(models, shards, tmp_path / "b", f"model.llm={tmp_path / 'no-llm'}"), "model.llm", 2),
         (_train_args(models, shards, tmp_path / "c", "trainer.batch_size=two"), "trainer.batch_size=two", 2),
     ]

@@ -266,11 +266,17 @@ def test_pretraining_learns_captions_deterministically_and_touches_only_seen_row
 
 def test_write_demo_models_with_captions_records_the_pretraining(tmp_path: Path) -> None:
     from adapter_trainer.demo.pretrain import PretrainConfig
+    from adapter_trainer.demo.t5_pretrain import T5PretrainConfig
 
     full = _caption_csv(tmp_path / "full.csv", PRETRAIN_ROWS)
     corpus = _caption_csv(tmp_path / "corpus.csv", PRETRAIN_ROWS[:2])
     paths = write_demo_models(
-        tmp_path / "m", seed=0, captions_csv=full, exclude_csv=corpus, pretrain=PretrainConfig(steps=3, batch_size=2)
+        tmp_path / "m",
+        seed=0,
+        captions_csv=full,
+        exclude_csv=corpus,
+        pretrain=PretrainConfig(steps=3, batch_size=2),
+        t5_pretrain=T5PretrainConfig(steps=3, batch_size=2),
     )
     record = json.loads((paths["llm"] / "demo_pretraining.json").read_text())
     assert record["report"]["n_captions"] == 4 and record["config"]["steps"] == 3

@@ -114,6 +114,7 @@ def train_args(world: dict, out: str, *extra: str) -> list[str]:
             "optimizer.warmup_steps=2", "trainer.num_workers=0", *extra)]  # fmt: skip
 
 
+@pytest.mark.budget(150, reason="2 nodes x 1 rank of the musicgen tower, then a resumed run")
 def test_without_a_shared_disk_a_run_resumes_from_rank_0s_checkpoint(world, isolated, tmp_path: Path) -> None:
     nodes = [tmp_path / "node0", tmp_path / "node1"]
     for n in nodes:

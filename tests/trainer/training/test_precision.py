@@ -18,6 +18,7 @@ def test_bf16_towers_keep_fp32_trainable_weights_and_tiny_updates(models, shards
         models,
         shards,
         tmp_path / "run",
+        "model.mot.audio_tower=llm",  # the tower whose 1.1 M trainable audio weights the update count below reads
         "model.dtype=bfloat16",
         "trainer.precision=bf16",
         "trainer.max_steps=1",
