@@ -146,7 +146,7 @@ $(DEMO)/models/.done: $(DEMO)/models/.llm-done $(DEMO)/shards/manifest.json
 # the demo run reads $(DEMO)'s shards and models; make demo then exports the adapter to $(DEMO)/adapter (README's Python)
 DEMO_TRAIN_ARGS := 'data.shards=[$(DEMO)/shards]' model.llm=$(DEMO)/models/llm model.audio_lm=$(DEMO)/models/musicgen \
 	$(if $(DEMO_STEPS),trainer.max_steps=$(DEMO_STEPS))
-demo: demo-settings
+demo: | setup
 	@$(MAKE) --no-print-directory -j2 demo-shards demo-models  # two jobs: the LLM pretrains beside the codec and encoding
 	$(PY) -m adapter_trainer +experiment=demo $(DEMO_TRAIN_ARGS) trainer.output_dir=$(DEMO)/runs/demo $(ARGS)
 	$(PY) -m adapter_trainer.export $(DEMO)/runs/demo --out $(DEMO)/adapter --overwrite

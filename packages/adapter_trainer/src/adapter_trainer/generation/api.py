@@ -25,6 +25,7 @@ from adapter_trainer.generation.sample_texts import sample_texts
 from adapter_trainer.generation.sampling import SamplingConfig
 from adapter_trainer.model.adapter_io import GENERATION_FILE, LoadedAdapter, load_adapter, read_json
 
+# Copied from tokenizer_pipeline/codec/decode_api.py; tests/test_copies.py keeps them identical
 PAD_CODE = -1  # the codes after a row's end (AUDIO_END before T frames), where tokenizer_pipeline.decode_codes pads
 # the codec record's keys decode checks against (docs/shard-format.md, the manifest's `codec` block)
 CODEC_KEYS = ("name_or_path", "weights_sha256", "n_codebooks", "codebook_size", "sampling_rate", "frame_rate", "config")
