@@ -169,13 +169,16 @@ def test_guidance_needs_a_trained_empty_caption(exported: Path, adapter) -> None
         adapter.loaded.adapter_config = acfg
 
 
-def test_a_missing_or_foreign_folder_is_one_line(tmp_path: Path) -> None:
+def test_a_missing_or_foreign_folder_is_one_line(tmp_path: Path, monkeypatch) -> None:
     from adapter_trainer import MoTAdapter
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").mkdir()  # `build/x` names a missing folder only where `build` is a folder here
     cases = [
         (tmp_path / "nope", "adapter folder .*nope does not exist; export one with"),
         ("build/no-such-adapter", "does not exist"),  # a relative path, not a Hub id
         (tmp_path, "adapter_config.json not found"),  # a directory, but no adapter in it
+        ("nobuild/no-such-adapter", "no such folder, and the Hub repo is unreadable"),  # could be a Hub id
     ]
     for name, message in cases:
         with pytest.raises(AdapterError, match=message) as e:
