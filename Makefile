@@ -130,16 +130,16 @@ DEMO_SHARD_ARGS := csv=$(DEMO)/corpus/musiccaps-subset.csv audio_dir=$(DEMO)/cor
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 
-# tiny Llama on the captions not in the corpus (beside stage 1); tiny MusicGen: its T5 on them, then on the train codes
+# tiny Llama and MusicGen's T5 on the captions not in the corpus (beside stage 1), then MusicGen on the train codes
 DEMO_MODEL_ARGS := --out $(DEMO)/models --captions-csv data/musiccaps/musiccaps-public.csv \
 	--exclude-csv $(DEMO)/corpus/musiccaps-subset.csv $(if $(LLM_PRETRAIN_STEPS),--pretrain-steps $(LLM_PRETRAIN_STEPS)) \
 	$(if $(T5_PRETRAIN_STEPS),--t5-pretrain-steps $(T5_PRETRAIN_STEPS))
 demo-models: demo-settings $(DEMO)/models/.done
-$(DEMO)/models/.llm-done: $(DEMO)/corpus/.done
-	$(PY) -m adapter_trainer.demo_models --part llm $(DEMO_MODEL_ARGS)
+$(DEMO)/models/.text-done: $(DEMO)/corpus/.done
+	$(PY) -m adapter_trainer.demo_models --part text $(DEMO_MODEL_ARGS)
 	touch $@
-$(DEMO)/models/.done: $(DEMO)/models/.llm-done $(DEMO)/shards/manifest.json
-	$(PY) -m adapter_trainer.demo_models --part musicgen $(DEMO_MODEL_ARGS) --shards $(DEMO)/shards \
+$(DEMO)/models/.done: $(DEMO)/models/.text-done $(DEMO)/shards/manifest.json
+	$(PY) -m adapter_trainer.demo_models --part music $(DEMO_MODEL_ARGS) --shards $(DEMO)/shards \
 		$(if $(MUSIC_PRETRAIN_STEPS),--music-pretrain-steps $(MUSIC_PRETRAIN_STEPS))
 	touch $@
 
@@ -147,7 +147,7 @@ $(DEMO)/models/.done: $(DEMO)/models/.llm-done $(DEMO)/shards/manifest.json
 DEMO_TRAIN_ARGS := 'data.shards=[$(DEMO)/shards]' model.llm=$(DEMO)/models/llm model.audio_lm=$(DEMO)/models/musicgen \
 	$(if $(DEMO_STEPS),trainer.max_steps=$(DEMO_STEPS))
 demo: | setup
-	@$(MAKE) --no-print-directory -j2 demo-shards demo-models  # two jobs: the LLM pretrains beside the codec and encoding
+	@$(MAKE) --no-print-directory -j2 demo-shards demo-models  # two jobs: the LLM and T5 pretrain beside the codec and encoding
 	$(PY) -m adapter_trainer +experiment=demo $(DEMO_TRAIN_ARGS) trainer.output_dir=$(DEMO)/runs/demo $(ARGS)
 	$(PY) -m adapter_trainer.export $(DEMO)/runs/demo --out $(DEMO)/adapter --overwrite
 

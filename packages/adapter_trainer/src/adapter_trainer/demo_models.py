@@ -55,9 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--part",
-        choices=("all", "llm", "musicgen"),
+        choices=("all", "text", "music"),
         default="all",
-        help="llm: the LLM alone (needs no shards: make demo runs it beside stage 1); musicgen: the rest beside it",
+        help="text: the LLM and MusicGen's T5 (they need no shards: make demo runs them beside stage 1); music: the "
+        "rest beside them",
     )
     args = parser.parse_args(argv)
     for path in (args.captions_csv, args.exclude_csv):
@@ -82,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
         shards=args.shards,
         music_pretrain=music_pretrain,
         t5_pretrain=t5_pretrain,
-        parts=("llm", "musicgen") if args.part == "all" else (args.part,),
+        parts=("text", "music") if args.part == "all" else (args.part,),
     )
-    if args.part == "llm":
-        print(f"wrote the demo LLM: {paths['llm']} (then --part musicgen writes the rest)")
+    if args.part == "text":
+        print(f"wrote the demo LLM and MusicGen's T5: {paths['llm']} (then --part music writes the rest)")
         return
     kinds = [
         k for k, on in (("LLM pretrained on captions", args.captions_csv), ("MusicGen on codes", args.shards)) if on

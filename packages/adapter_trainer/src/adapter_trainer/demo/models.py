@@ -11,12 +11,20 @@ audio_encoder sub-config is configuration only).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import LlamaForCausalLM, MusicgenConfig, MusicgenForCausalLM, PreTrainedTokenizerFast, T5Config
+from transformers import (
+    LlamaForCausalLM,
+    MusicgenConfig,
+    MusicgenForCausalLM,
+    PreTrainedTokenizerFast,
+    T5Config,
+    T5EncoderModel,
+)
 
 from adapter_trainer.data.samples import Clip, load_split
 from adapter_trainer.data.shards import read_manifest
@@ -30,6 +38,7 @@ from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_deco
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
 LLAMA3_NUM_RESERVED_SPECIAL_TOKENS = 256
 PRETRAINING_JSON = "demo_pretraining.json"  # in llm/ and musicgen/: what each was pretrained on, and the losses
+TEXT_ENCODER_DIR = "text_encoder"  # MusicGen's pretrained T5 alone, before musicgen/ holds it (write_text_encoder)
 
 README = """# Demo models ({kind})
 
@@ -190,6 +199,55 @@ def read_music_training_set(shards: Path, train_split: str = "train", eval_split
     )
 
 
+def write_text_encoder(
+    out_dir: Path, seed: int, texts: list[str] | None, t5_pretrain: T5PretrainConfig | None = None
+) -> dict:
+    """MusicGen's T5 encoder, pretrained on `texts` (`t5_pretrain`, steps 0: random init, nothing written), into
+    out_dir/text_encoder: it needs only captions, so make demo runs it beside stage 1. Returns the record
+    musicgen/demo_pretraining.json keeps under "text_encoder"; `write_musicgen` loads these weights into its T5."""
+    torch.manual_seed(seed + 1)
+    teacher = build_text_path(MusicgenForCausalLM(tiny_musicgen_decoder_config()), seed, texts)  # the same init
+    t5_cfg: T5Config = teacher.text_encoder.config
+    t5_run = t5_pretrain or T5PretrainConfig(seed=seed)
+    record = {
+        "tokenizer": "SentencePiece Unigram (tokenizers' UnigramTrainer), saved as T5Tokenizer",
+        "vocab_size": len(teacher.tokenizer),
+        "trained_on": f"{len(texts)} captions" if texts else f"FALLBACK_TEXTS ({len(FALLBACK_TEXTS)} fixed sentences)",
+        "t5": {k: getattr(t5_cfg, k) for k in ("d_model", "d_kv", "d_ff", "num_layers", "num_heads")},
+        "t5_weights": "random init, frozen",
+    }
+    if not texts or t5_run.steps == 0:
+        return record
+    report = pretrain_t5_encoder(teacher.text_encoder, teacher.tokenizer, texts, t5_run)
+    record["t5_weights"] = (
+        f"pretrained by span corruption (T5's objective) on {report.n_captions} captions, then frozen"
+    )
+    record["pretraining"] = {"config": asdict(t5_run), "report": asdict(report)}
+    record["texts_sha256"] = _texts_sha256(texts)
+    t5_dir = out_dir / TEXT_ENCODER_DIR
+    teacher.text_encoder.save_pretrained(t5_dir)
+    (t5_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    return record
+
+
+def _texts_sha256(texts: list[str]) -> str:
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
+
+
+def _text_encoder_record(
+    out_dir: Path, seed: int, texts: list[str] | None, t5_pretrain: T5PretrainConfig | None
+) -> dict:
+    """The record of out_dir/text_encoder when it was pretrained with these settings on as many texts; else a fresh
+    `write_text_encoder`."""
+    t5_run = t5_pretrain or T5PretrainConfig(seed=seed)
+    path = out_dir / TEXT_ENCODER_DIR / PRETRAINING_JSON
+    if texts and t5_run.steps > 0 and path.is_file():
+        record = json.loads(path.read_text())
+        if record["pretraining"]["config"] == asdict(t5_run) and record.get("texts_sha256") == _texts_sha256(texts):
+            return record
+    return write_text_encoder(out_dir, seed, texts, t5_pretrain)
+
+
 def write_musicgen(
     out_dir: Path,
     seed: int,
@@ -212,22 +270,10 @@ def write_musicgen(
     decoder = MusicgenForCausalLM(dec_cfg).eval()
     teacher = build_text_path(decoder, seed, texts)
     t5_cfg: T5Config = teacher.text_encoder.config
-    t5_run = t5_pretrain or T5PretrainConfig(seed=seed)
-    t5_report = None
-    if texts and t5_run.steps > 0:
-        t5_report = pretrain_t5_encoder(teacher.text_encoder, teacher.tokenizer, texts, t5_run)
-    text_record = {
-        "tokenizer": "SentencePiece Unigram (tokenizers' UnigramTrainer), saved as T5Tokenizer",
-        "vocab_size": len(teacher.tokenizer),
-        "trained_on": f"{len(texts)} captions" if texts else f"FALLBACK_TEXTS ({len(FALLBACK_TEXTS)} fixed sentences)",
-        "t5": {k: getattr(t5_cfg, k) for k in ("d_model", "d_kv", "d_ff", "num_layers", "num_heads")},
-        "t5_weights": "random init, frozen",
-    }
-    if t5_report is not None:
-        text_record["t5_weights"] = (
-            f"pretrained by span corruption (T5's objective) on {t5_report.n_captions} captions, then frozen"
-        )
-        text_record["pretraining"] = {"config": asdict(t5_run), "report": asdict(t5_report)}
+    text_record = _text_encoder_record(out_dir, seed, texts, t5_pretrain)
+    if text_record.get("pretraining"):  # the weights `write_text_encoder` pretrained (beside stage 1, in make demo)
+        weights = T5EncoderModel.from_pretrained(out_dir / TEXT_ENCODER_DIR).state_dict()
+        teacher.text_encoder.load_state_dict(weights)
     record: dict = {"text_encoder": text_record, "torch_threads": 1}
     if music is not None:
         cfg = pretrain or MusicPretrainConfig(seed=seed)
@@ -235,7 +281,7 @@ def write_musicgen(
         record.update(
             config=asdict(cfg), report=asdict(report), shards=music.shards, manifest_sha256=music.manifest_sha256
         )
-    if music is not None or t5_report is not None:
+    if music is not None or text_record.get("pretraining"):
         (mg_dir / PRETRAINING_JSON).write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
     config = musicgen_small_layout_config(dec_cfg.to_dict(), t5_cfg.to_dict())
     config.save_pretrained(mg_dir)
@@ -285,28 +331,29 @@ def write_demo_models(
     shards: str | Path | None = None,
     music_pretrain: MusicPretrainConfig | None = None,
     t5_pretrain: T5PretrainConfig | None = None,
-    parts: tuple[str, ...] = ("llm", "musicgen"),
+    parts: tuple[str, ...] = ("text", "music"),
 ) -> dict[str, Path]:
     """Write llm/, musicgen/ and README.md into out_dir; deterministic given the seed, the CSVs and the shards. The
     LLM and MusicGen's T5 encoder are pretrained on `captions_csv` less `exclude_csv`'s ytids, MusicGen's decoder on
-    `shards`' train split. `parts`: ("llm",) writes llm/ alone (it needs no shards, so it can run beside stage 1);
-    ("musicgen",) then writes the rest beside that llm/."""
+    `shards`' train split. `parts`: ("text",) writes what needs only captions, llm/ and text_encoder/ (so it can
+    run beside stage 1); ("music",) then writes musicgen/ and README.md beside them."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     captions = None
     llm_dir = out / "llm"
-    if "llm" not in parts and not (llm_dir / "config.json").is_file():
+    if "text" not in parts and not (llm_dir / "config.json").is_file():
         raise FileNotFoundError(f"{llm_dir} holds no demo LLM: write it first (python -m adapter_trainer.demo_models "
-                                f"--part llm, with the same --out and captions)")  # fmt: skip
+                                f"--part text, with the same --out and captions)")  # fmt: skip
     if captions_csv is None:
-        if "llm" in parts:
+        if "text" in parts:
             write_llm(out, seed)
         kind, llm_training = "random init", "Random init: it carries no knowledge."
     else:
         captions, n_excluded = read_captions(Path(captions_csv), Path(exclude_csv) if exclude_csv else None)
         cfg = pretrain or PretrainConfig(seed=seed)
-        if "llm" in parts:
+        if "text" in parts:
             write_llm(out, seed, captions=captions, pretrain=cfg)
+            write_text_encoder(out, seed, captions, t5_pretrain)
         record = json.loads((llm_dir / PRETRAINING_JSON).read_text())
         cfg, rep = PretrainConfig(**record["config"]), PretrainReport(**record["report"])
         kind = "LLM pretrained on captions"
@@ -317,7 +364,7 @@ def write_demo_models(
             f"{rep.final_loss:.2f} nats/token. It stands in for Llama 3.2's knowledge of music vocabulary; the "
             f"trainer freezes it like the real Llama."
         )
-    if "musicgen" not in parts:
+    if "music" not in parts:
         return {"llm": llm_dir, "musicgen": out / "musicgen"}
     if shards is None:
         mg_dir = write_musicgen(out, seed, texts=captions, t5_pretrain=t5_pretrain)
