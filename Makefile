@@ -35,7 +35,7 @@ ARGS ?=
 DATA ?=
 OUT ?= build/shards
 
-.PHONY: help setup wheelhouse demo demo-quick bench-codec corpus codec demo-shards demo-models audio shards train verify test test-slow test-bench lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
+.PHONY: help setup wheelhouse demo demo-quick bench-codec corpus codec demo-shards demo-models audio shards train verify test test-slow test-multiprocess test-bench lint format bench bench-setup bench-memory bench-gpu clean listen listen-check
 
 # make help: the main targets in one screen (every variable: docs/configuration.md)
 help:
@@ -49,7 +49,7 @@ help:
 	@echo 'make verify [OUT=build/shards]  check a shard set against the contract'
 	@echo 'make train ARGS="+experiment=cuda_1b '"'"'data.shards=[build/shards]'"'"'"   train (stage 2)'
 	@echo 'make test / make lint / make format   the tests (2 workers) / ruff check + format --check / apply ruff'
-	@echo 'make test-bench / make test-slow      the opt-in tests: benchmark smoke runs (CI runs them) / full-size checks'
+	@echo 'make test-multiprocess / test-bench / test-slow   opt-in tests: runs of several processes, benchmark smoke runs (CI runs both) / full-size checks'
 	@echo 'make bench                      speed and memory of both stages -> build/bench/results.md'
 	@echo 'make clean                      remove build/, outputs/, multirun/'
 	@echo 'python -m adapter_trainer --help, python -m tokenizer_pipeline --help: the commands themselves'
@@ -251,6 +251,12 @@ format: | setup
 # opt-in heavier checks (full-size demo run); never part of make test
 test-slow: | setup
 	$(PY) -m pytest tests -q --run-slow -m slow
+
+# runs of several processes (torchrun ranks, nodes, spawned workers: tests/conftest.py, multiprocess)
+test-multiprocess: | setup
+	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist worksteal --run-multiprocess -m multiprocess \
+		$(if $(TORCH_THREADS),--torch-threads $(TORCH_THREADS)) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-multiprocess: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # the benchmark scripts' smoke runs that start several processes each (tests/conftest.py: bench_smoke)
 test-bench: | setup

@@ -32,6 +32,11 @@ pytest_plugins = ("tests.time_budget",)
 # marker -> (its flag, what it holds, the command that runs it)
 OPT_IN = {
     "slow": ("--run-slow", "heavier check: full-size demo checks, the offline install", "make test-slow"),
+    "multiprocess": (
+        "--run-multiprocess",
+        "a run of several processes: torchrun ranks, nodes, spawned DataLoader workers",
+        "make test-multiprocess",
+    ),
     "bench_smoke": (
         "--run-bench-smoke",
         "smoke run of a benchmark script that starts several processes",

@@ -221,6 +221,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complete
     return r, json.loads((cwd / "gpu.json").read_text()), (cwd / "gpu.md").read_text(), cwd
 
 
+@pytest.mark.bench_smoke
 def test_smoke_run_writes_every_section_without_a_demo_build(smoke) -> None:
     r, got, md, cwd = smoke
     assert sorted(p.name for p in cwd.iterdir()) == ["gpu.json", "gpu.md"]  # no build/ made or needed
@@ -241,6 +242,7 @@ def test_smoke_run_writes_every_section_without_a_demo_build(smoke) -> None:
     assert "not a GPU figure" in md
 
 
+@pytest.mark.bench_smoke
 def test_smoke_run_budget_dropped_the_largest_sizes_and_says_so(smoke) -> None:
     r, got, md, _ = smoke
     row = got["rows"][0]
@@ -255,6 +257,7 @@ def test_smoke_run_budget_dropped_the_largest_sizes_and_says_so(smoke) -> None:
         assert f"| {d['case']} |" in md
 
 
+@pytest.mark.bench_smoke
 def test_smoke_run_encoder_is_the_encodec_32khz_architecture(smoke) -> None:
     """The config tokenizer_pipeline's CodecEncoder reports for the codec the bench built: facebook/encodec_32khz's
     (32 kHz mono, 4 codebooks x 2048 at 2.2 kbps, 50 frames/s), and codes that vary with the audio."""

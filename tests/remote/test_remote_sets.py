@@ -67,7 +67,7 @@ def same(a, b) -> bool:
     return len(a) == len(b) and all(ka == kb and torch.equal(ta, tb) for (ka, ta), (kb, tb) in zip(a, b))
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [1, pytest.param(2, marks=pytest.mark.multiprocess)])
 def test_http_and_s3_copies_give_the_local_batches_under_a_quarter_set_bound(
     world, local_set, http_server, s3_env, tmp_path
 ) -> None:
@@ -184,6 +184,7 @@ def test_a_hub_revision_is_pinned_to_its_commit(local_set, hub_server, tmp_path)
     assert moved[0].manifest_sha256 != local.manifest_sha256  # a resume on the moved branch would be refused
 
 
+@pytest.mark.multiprocess
 @pytest.mark.budget(120, reason="a one-process reference and a torchrun run of 2 ranks x 2 workers, musicgen tower")
 def test_torchrun_two_ranks_two_workers_share_one_bounded_cache(http_server, tmp_path) -> None:
     """2 ranks x 2 workers on one node read an HTTP copy through one cache smaller than the set: the losses, eval
@@ -260,6 +261,7 @@ print(json.dumps([[keys, tokens.tolist()] for keys, tokens in got]))
 """
 
 
+@pytest.mark.multiprocess
 def test_spawned_workers_read_the_same_batches_through_the_cache(local_set, http_server, tmp_path) -> None:
     """DataLoader workers started with `spawn` (macOS's default) get the cache and the planner pickled, and make
     their own HTTP clients: same batches as the local directory, bound held."""

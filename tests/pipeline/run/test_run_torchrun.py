@@ -37,6 +37,7 @@ def _run(args: list[str], cwd: Path) -> Ended:
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "tokenizer_pipeline"]
 
 
+@pytest.mark.multiprocess
 def test_two_cpu_ranks_match_one_process_and_resume(corpus, tiny_codec: Path, tmp_path: Path) -> None:
     csv_path, audio_dir, _ = corpus
     s = tmp_path / "shards"
@@ -105,6 +106,7 @@ def test_a_finished_torchrun_job_exits_0_every_time(corpus, tiny_codec: Path, tm
         assert r.stdout.count(f"shard set: {out}") == 1
 
 
+@pytest.mark.multiprocess
 def test_two_cpu_ranks_match_one_process_for_an_audiocraft_source(tiny_codec: Path, tmp_path: Path) -> None:
     """Your own audio under torchrun: the segment plan is every rank's, each owns a range of its shards."""
     from tests.pipeline.sources.helpers import make_audiocraft, source_config

@@ -23,7 +23,10 @@ from tests.run_end import run_to_end
 from tests.trainer.helpers import run_recipe_recording_keys, tiny_demo_overrides
 
 STEPS, GLOBAL_BATCH = 4, 4
-pytestmark = pytest.mark.budget(60, reason="the module's setup: a one-process run, then a torchrun job of 2 ranks")
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.budget(60, reason="the module's setup: a one-process run, then a torchrun job of 2 ranks"),
+]
 
 
 def overrides(models: dict[str, Path], shards: Path, out: Path, batch_size: int, *extra: str) -> list[str]:

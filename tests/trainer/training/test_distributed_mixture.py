@@ -15,6 +15,7 @@ from tests.trainer.training.test_distributed import compose, overrides, run_two_
 GLOBAL_BATCH = 4
 
 
+@pytest.mark.multiprocess
 @pytest.mark.budget(90, reason="a one-process run and a 2-rank torchrun run of the musicgen tower")
 def test_two_ranks_see_the_one_process_mixture(models, tmp_path: Path) -> None:
     a = write_synthetic_set(tmp_path / "a", n_train=12, n_eval=4, frames=(12, 30), samples_per_shard=32)

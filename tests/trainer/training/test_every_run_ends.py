@@ -114,6 +114,7 @@ def test_a_run_that_stops_after_its_loader_started_ends_at_once(case, models, cl
         assert last.startswith("adapter_trainer: error: ") and "Traceback" not in ended.stderr, ended.stderr[-3000:]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.budget(90, reason="a torchrun job of 2 ranks x 2 workers that meets its fault at its first micro-batch")
 @pytest.mark.parametrize("case", ["remote-corrupt", "worker-bug"])
 def test_under_torchrun_every_rank_ends_when_one_stops(case, models, clean_set, http, tmp_path) -> None:

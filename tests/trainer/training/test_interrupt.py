@@ -185,6 +185,7 @@ def test_a_sigterm_outside_the_loop_ends_in_one_line_keeping_the_last_step(
         assert (out / "checkpoints" / "step-000003" / "adapter.safetensors").is_file()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.budget(90, reason="a 2-rank torchrun launch of the real entry point")
 def test_under_torchrun_a_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(models, shards, tmp_path: Path):
     out = tmp_path / "ddp"

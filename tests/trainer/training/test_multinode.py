@@ -29,9 +29,10 @@ from tests.contract.shard_fixture import write_synthetic_set
 from tests.run_end import Ended, run_live
 from tests.trainer.helpers import tiny_demo_overrides
 
-pytestmark = pytest.mark.budget(
-    60, reason="two-node torchrun launches (a train, a resume) and a one-process reference run"
-)
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.budget(60, reason="two-node torchrun launches (a train, a resume) and a one-process reference run"),
+]
 
 STEPS = 4  # checkpoints at 2 and 4: a resume from step 2 still trains and checkpoints on both nodes
 

@@ -15,7 +15,7 @@ import pytest
 from tests import REPO
 from tests.trainer.helpers import make_cfg
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.multiprocess]
 
 RUN = ("trainer.max_steps=2", "trainer.grad_accum_steps=2")
 SPAWNED = """

@@ -38,6 +38,10 @@ from adapter_trainer.model.builders import tiny_llama_config, tiny_musicgen_deco
 BOS_TOKEN, EOS_TOKEN = "<|begin_of_text|>", "<|end_of_text|>"
 LLAMA3_NUM_RESERVED_SPECIAL_TOKENS = 256
 PRETRAINING_JSON = "demo_pretraining.json"  # in llm/ and musicgen/: what each was pretrained on, and the losses
+TEXT_ENCODER_LINE = (
+    "- `text_encoder/`: that T5 encoder alone, as pretrained (`--part text` writes it beside stage 1; `musicgen/` "
+    "holds a copy).\n"
+)
 TEXT_ENCODER_DIR = "text_encoder"  # MusicGen's pretrained T5 alone, before musicgen/ holds it (write_text_encoder)
 
 README = """# Demo models ({kind})
@@ -56,7 +60,7 @@ Use them to run the pipeline offline, never to judge audio quality.
   the 100 sentinels `<extra_id_N>` on top), {t5_vocab_source} (no T5 vocabulary ships offline). No EnCodec weights:
   the `audio_encoder` sub-config is configuration only.
   {mg_training}
-
+{text_encoder_line}
 Real runs: `model.llm=/path/to/Llama-3.2-1B model.audio_lm=/path/to/musicgen-small`.
 """
 
@@ -401,7 +405,8 @@ def write_demo_models(
     )
     (out / "README.md").write_text(
         README.format(kind=kind, llm_training=llm_training, mg_training=mg_training, seed=seed, lc=lc, mc=mc, t5=t5,
-                      t5_vocab_source=t5_vocab_source, t5_training=_t5_training(mg_dir))
+                      t5_vocab_source=t5_vocab_source, t5_training=_t5_training(mg_dir),
+                      text_encoder_line=TEXT_ENCODER_LINE if (out / TEXT_ENCODER_DIR).is_dir() else "")
     )  # fmt: skip
     return {"llm": llm_dir, "musicgen": mg_dir}
 
