@@ -130,7 +130,7 @@ DEMO_SHARD_ARGS := csv=$(DEMO)/corpus/musiccaps-subset.csv audio_dir=$(DEMO)/cor
 $(DEMO)/shards/manifest.json: $(DEMO)/codec/config.json
 	$(PY) -m tokenizer_pipeline +preset=demo $(DEMO_SHARD_ARGS)
 
-# tiny Llama and MusicGen's T5 on the captions not in the corpus (beside stage 1), then MusicGen on the train codes
+# tiny Llama and MusicGen's T5 on the captions not in the corpus (beside stage 1), then MusicGen on the train codes, alone
 DEMO_MODEL_ARGS := --out $(DEMO)/models --captions-csv data/musiccaps/musiccaps-public.csv \
 	--exclude-csv $(DEMO)/corpus/musiccaps-subset.csv $(if $(LLM_PRETRAIN_STEPS),--pretrain-steps $(LLM_PRETRAIN_STEPS)) \
 	$(if $(T5_PRETRAIN_STEPS),--t5-pretrain-steps $(T5_PRETRAIN_STEPS))
@@ -139,7 +139,7 @@ $(DEMO)/models/.text-done: $(DEMO)/corpus/.done
 	$(PY) -m adapter_trainer.demo_models --part text $(DEMO_MODEL_ARGS)
 	touch $@
 $(DEMO)/models/.done: $(DEMO)/models/.text-done $(DEMO)/shards/manifest.json
-	$(PY) -m adapter_trainer.demo_models --part music $(DEMO_MODEL_ARGS) --shards $(DEMO)/shards \
+	$(PY) -m adapter_trainer.demo_models --part music $(DEMO_MODEL_ARGS) --shards $(DEMO)/shards --music-pretrain-threads 2 \
 		$(if $(MUSIC_PRETRAIN_STEPS),--music-pretrain-steps $(MUSIC_PRETRAIN_STEPS))
 	touch $@
 
