@@ -19,15 +19,6 @@ from tokenizer_pipeline.run.pipeline import run_pipeline
 from tokenizer_pipeline.shards.verify import verify
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, tiny_codec: Path) -> Path:
-    base = tmp_path_factory.mktemp("decode")
-    csv_path, audio_dir, _ = make_corpus(base / "corpus", n_train=2, n_eval=1)
-    out = base / "set"
-    assert run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0
-    return out
-
-
 @pytest.fixture()
 def shard_set(built: Path, tmp_path: Path) -> Path:
     """A fresh copy of the built set per test (tests tamper with it)."""

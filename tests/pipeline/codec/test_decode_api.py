@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,22 +13,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from tests import REPO
-from tests.pipeline.helpers import make_corpus, pipeline_config
 from tokenizer_pipeline.codec.decode import DecodeError, read_samples
 from tokenizer_pipeline.decode import main as decode_main
-from tokenizer_pipeline.run.pipeline import run_pipeline
 
 HOP = 640  # the tiny codec: 32 kHz, 50 frames/s
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, tiny_codec: Path) -> Path:
-    base = tmp_path_factory.mktemp("decode_api")
-    csv_path, audio_dir, _ = make_corpus(base / "corpus", n_train=2, n_eval=1)
-    out = base / "set"
-    assert run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False).exit_code == 0
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +110,3 @@ def test_a_codec_with_other_weights_is_refused(clips, tiny_codec: Path, tmp_path
         decode_codes(codes, codec={**manifest["codec"], "path": str(other)})
     assert str(other) in str(e.value)
     shutil.rmtree(other)
-
-
-def test_the_package_exports_decode_codes_lazily() -> None:
-    code = (
-        "import sys, tokenizer_pipeline\n"
-        "light = 'torch' not in sys.modules\n"
-        "from tokenizer_pipeline import decode_codes\n"
-        "print(light, decode_codes.__module__, 'adapter_trainer' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.stdout.split() == ["True", "tokenizer_pipeline.codec.decode_api", "False"], out.stderr[-2000:]

@@ -8,8 +8,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +17,6 @@ import torch
 from adapter_trainer.config import ConfigError
 from adapter_trainer.hydra_cli import find_conf_dir
 from adapter_trainer.model.adapter_io import AdapterError
-from tests import REPO
 from tests.contract.shard_fixture import write_synthetic_set
 from tests.trainer.helpers import tiny_demo_overrides
 
@@ -205,14 +202,3 @@ def test_a_hub_id_loads_the_snapshot_the_hub_gives(exported: Path, monkeypatch) 
     with pytest.raises(AdapterError, match="'me/private': no such folder, and the Hub repo is unreadable") as e:
         adapter_folder("me/private")
     assert "\n" not in str(e.value) and "401" in str(e.value)
-
-
-def test_the_package_exports_the_api_lazily() -> None:
-    code = (
-        "import sys, adapter_trainer\n"
-        "light = 'torch' not in sys.modules\n"
-        "from adapter_trainer import MoTAdapter\n"
-        "print(light, MoTAdapter.__module__, 'tokenizer_pipeline' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.stdout.split() == ["True", "adapter_trainer.generation.api", "False"], out.stderr[-2000:]
