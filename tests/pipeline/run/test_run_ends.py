@@ -1,7 +1,7 @@
 """Stage 1 ends on every path and leaves no process behind (tests/run_end.py): an error raised in the encoding loop
 after its decode workers started (2 of them) ends the run at once, and the shards finished before it are kept for
-the rerun. (Stage 1's decode workers keep SIGTERM's default: multiprocessing's exit hook ends them too; the loop
-closes them itself, on every way out.)"""
+the rerun. (Stage 1's decode workers ignore SIGINT and exit 0 on SIGTERM, so multiprocessing's exit hook still ends
+them; the loop closes them itself, on every way out. Signals: tests/pipeline/run/test_stop_signals.py.)"""
 
 from __future__ import annotations
 

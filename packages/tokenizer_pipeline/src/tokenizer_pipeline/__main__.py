@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
+from collections.abc import Callable
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from .config import PipelineConfig
+from .config import PipelineConfig, expand_user
 from .errors import USER_ERROR_EXIT, UserError
-from .hydra_cli import config_groups, find_conf_dir, refusals_in_one_line, undeclared_line
-from .run.pipeline import EXPLAIN, run_pipeline
+from .hydra_cli import config_groups, find_conf_dir, refusals_in_one_line, shell_word, undeclared_line
+from .run.pipeline import EXPLAIN, RunStopped, run_pipeline
 
 ConfigStore.instance().store(name="shards_schema", node=PipelineConfig)
 KEYS_HINT = "python -m tokenizer_pipeline audio_dir=DIR --cfg job, docs/configuration.md"
@@ -34,18 +36,55 @@ def _hydra_main(dcfg: DictConfig) -> None:
     if unknown:  # a key added with + (Hydra refuses one given without)
         _user_error(unknown)
     try:
-        cfg: PipelineConfig = OmegaConf.to_object(dcfg)  # typed from here on
+        cfg: PipelineConfig = expand_user(OmegaConf.to_object(dcfg))  # typed from here on
     except MissingMandatoryValue as e:
         _user_error(f"{e.full_key} is required.\n\n{EXPLAIN}")
     rank0 = os.environ.get("RANK", "0") == "0"
+    signals: list[int] = []
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt(signals))  # a scheduler's SIGTERM ends it as Ctrl-C
     try:
         result = run_pipeline(cfg)
     except UserError as e:
         # PipelineError, CsvError, ConfigError: a problem the user fixes; the message names the fix, no traceback
         _user_error(str(e))
+    except (RunStopped, KeyboardInterrupt) as e:  # the lock is released and the decode workers closed by now
+        signum = signals[0] if signals else signal.SIGINT
+        if rank0:
+            print(_stopped_line(e, signum, cfg), file=sys.stderr)
+        _exit(128 + signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if rank0:
         print(result.message, file=sys.stderr if result.exit_code else sys.stdout)
     _exit(result.exit_code)
+
+
+def _raise_interrupt(signals: list[int]) -> Callable[[int, object], None]:
+    """A SIGTERM handler that records the signal and raises KeyboardInterrupt, so the run stops as on Ctrl-C."""
+
+    def handler(signum: int, frame: object) -> None:
+        signals.append(signum)
+        raise KeyboardInterrupt
+
+    return handler
+
+
+def _stopped_line(stop: BaseException, signum: int, cfg: PipelineConfig) -> str:
+    """The one line a run stopped by Ctrl-C or SIGTERM ends with: what is kept, and the command that continues."""
+    how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    world, per_node = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    launcher = f"torchrun --nproc_per_node={per_node} -m" if world > 1 else "python -m"
+    command = " ".join([f"{launcher} tokenizer_pipeline", *(shell_word(a) for a in sys.argv[1:])])
+    if isinstance(stop, RunStopped):
+        kept = f"{stop.kept} of {stop.total} shards are complete and kept in {stop.out_dir}"
+        if world > 1:
+            kept = f"rank 0's {kept}"
+    else:
+        kept = f"nothing was encoded yet into {cfg.out_dir}"
+    return (
+        f"tokenizer_pipeline: stopped ({how}): {kept}; the same command continues, encoding only what is missing: "
+        f"{command}"
+    )
 
 
 def _exit(code: int) -> None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,27 @@ class PipelineConfig:
     shard: ShardConfig = field(default_factory=ShardConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
     segment: SegmentConfig = field(default_factory=SegmentConfig)
+
+
+PATH_KEYS = ("csv", "audio_dir", "out_dir", "source.manifest", "source.root", "source.dir", "codec.name_or_path")
+
+
+def expand_user(cfg: PipelineConfig) -> PipelineConfig:
+    """`cfg` with a leading `~` of each path key expanded (zsh passes `out_dir=~/x` on as typed, Hydra as quoted)."""
+    from dataclasses import replace
+
+    def expanded(node: Any, dotted: str) -> Any:  # a config section, a dotted key in it
+        head, _, rest = dotted.partition(".")
+        value = getattr(node, head)
+        if rest:
+            return replace(node, **{head: expanded(value, rest)})
+        if isinstance(value, str) and value.startswith("~"):
+            return replace(node, **{head: os.path.expanduser(value)})
+        return node
+
+    for key in PATH_KEYS:
+        cfg = expanded(cfg, key)
+    return cfg
 
 
 # Keys that never change a shard's bytes: left out of the manifest and of the resume fingerprint, so

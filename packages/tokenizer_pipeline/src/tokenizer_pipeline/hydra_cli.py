@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
+import shlex
 import sys
 import types
 import typing
@@ -36,6 +38,37 @@ def find_conf_dir() -> Path:
         f"no config directory for {PACKAGE}; looked at {', '.join(map(str, candidates))}. "
         f"Set {ENV}=/path/to/conf/{PACKAGE} or pass --config-dir."
     )
+
+
+# what Hydra's override grammar reads as a plain value (its ID and unquoted characters, less $ \\ * ? |); else quoted
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_/+.%@:-]+")
+_SHELL_SAFE_IN_DOUBLE = re.compile(r'[^"$`\\!]*')  # nothing bash or zsh expands inside double quotes
+
+
+def hydra_value(value: str) -> str:
+    """`value` as Hydra's grammar reads it back: as is when plain, else in single quotes (a space, a non-ASCII letter,
+    `~`, brackets); a list `[a,b]` element by element. `key=` + this is one override."""
+    if value.startswith("[") and value.endswith("]"):
+        return "[" + ",".join(hydra_value(v.strip()) for v in value[1:-1].split(",") if v.strip()) + "]"
+    if _PLAIN_VALUE.fullmatch(value):
+        return value
+    # in a quoted value a quote is escaped, and so is every backslash right before a quote or the end
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
+    return f"'{escaped}'"
+
+
+def shell_word(arg: str) -> str:
+    """`arg` quoted so that pasting it into bash or zsh gives it back: as is, in single quotes, or (holding a single
+    quote, such as Hydra's quoted value) in double quotes when nothing in it expands there."""
+    quoted = shlex.quote(arg)
+    if quoted == arg or "'" not in arg:
+        return quoted
+    return f'"{arg}"' if _SHELL_SAFE_IN_DOUBLE.fullmatch(arg) else quoted
+
+
+def override_word(key: str, value: str) -> str:
+    """`key=value` as one word to paste into bash or zsh, read back by Hydra as that key and value."""
+    return shell_word(f"{key}={hydra_value(value)}")
 
 
 def declared_keys(schema: type) -> tuple[set[str], set[str]]:
@@ -124,20 +157,38 @@ def undeclared_line(cfg: dict[str, Any], schema: type, argv: list[str], groups: 
     return _unknown(arg, key, value, keys | {f"+{g}" for g in groups} if "." not in key else keys, keys_hint)
 
 
-def refusal_line(argv: list[str], schema: type, groups: set[str], in_defaults: set[str], keys_hint: str) -> str | None:
-    """Hydra refused the command line `argv`: one line for the first override that names an undeclared key, adds (+) a
-    declared one, or chooses a config group without the + it needs or with one it must not have; None when no override
-    is at fault (Hydra's own message stands). `in_defaults`: the groups the primary config chooses already."""
+def refusal_line(
+    argv: list[str],
+    schema: type,
+    groups: set[str],
+    in_defaults: set[str],
+    keys_hint: str,
+    options: dict[str, set[str]] | None = None,
+) -> str | None:
+    """Hydra refused the command line `argv`: one line for the first override that Hydra cannot parse (naming its
+    quoted form), names an undeclared key, adds (+) a declared one, chooses a config group without the + it needs or
+    with one it must not have or an option the group lacks (`options`: group -> its options), or gives a value of
+    the wrong type; None when no override is at fault (Hydra's own message stands). `in_defaults`: the groups the
+    primary config chooses already."""
     keys, open_keys = declared_keys(schema)
     for arg, prefix, key, value in _overrides(argv):
+        if (line := _unparsable(arg, prefix, key, value)) is not None:
+            return line
         if key in groups:
             if key not in in_defaults and not prefix:
                 return f"{arg}: {key} is an optional config group; add a +: +{arg}"
             if key in in_defaults and prefix == "+":
                 return f"{arg}: the config chooses a {key} already; drop the +: {arg[1:]}"
+            known = (options or {}).get(key)
+            if known and value not in known:
+                guess = difflib.get_close_matches(value, sorted(known), n=1, cutoff=0.6)
+                hint = f" (did you mean {prefix}{key}={guess[0]}?)" if guess else ""
+                return f"{arg}: {key} has no option {value!r}{hint}; its options: {', '.join(sorted(known))}"
         elif key in keys:
             if prefix == "+":
                 return f"{arg}: {key} is a config key already; drop the +: {arg[1:]}"
+            if (line := _wrong_type(arg, key, value, schema)) is not None:
+                return line
         elif opened := next((k for k in sorted(open_keys) if key.startswith((f"{k}.", f"{k}["))), None):
             if not prefix:  # a key of the user's own inside an open mapping: Hydra adds it only with a +
                 return f"{arg}: {opened} takes keys of your own; add a +: +{arg}"
@@ -145,6 +196,85 @@ def refusal_line(argv: list[str], schema: type, groups: set[str], in_defaults: s
             candidates = keys if "." in key else keys | {f"+{g}" for g in groups - in_defaults}
             return _unknown(arg, key, value, candidates, keys_hint)
     return None
+
+
+def _unparsable(arg: str, prefix: str, key: str, value: str) -> str | None:
+    """One line for an override Hydra's grammar cannot read (a path with a space, a non-ASCII letter or `~`): its
+    quoted form to paste; None when Hydra reads it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        OverridesParser.create().parse_override(arg)
+        return None
+    except HydraException:
+        pass
+    fixed = f"{prefix}{key}={hydra_value(value)}"
+    try:
+        OverridesParser.create().parse_override(fixed)
+    except HydraException:
+        return None  # not a quoting problem: Hydra's own message says what it is
+    return (
+        f"{arg}: Hydra reads a value with a space, `~` or characters other than letters, digits and _/+.-%@: only "
+        f"in quotes; type it as {shell_word(fixed)}"
+    )
+
+
+def _field_type(schema: type, key: str) -> type | None:
+    """The declared type of the dotted `key` (Optional[X] -> X), or None when it is not a plain field."""
+    cls: Any = schema
+    t: Any = None
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return None
+        t = typing.get_type_hints(cls).get(part)
+        if t is None:
+            return None
+        if typing.get_origin(t) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(t) if a is not type(None)]
+            t = inner[0] if len(inner) == 1 else None
+        cls = t
+    return t
+
+
+_BOOLS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}
+
+
+def _wrong_type(arg: str, key: str, value: str, schema: type) -> str | None:
+    """One line for a number or boolean key given a value that is not one (`trainer.batch_size=two`), else None."""
+    t = _field_type(schema, key)
+    if t not in (int, float, bool) or value.lower() == "null":
+        return None
+    try:
+        if t is bool:
+            ok = value.lower() in _BOOLS
+        else:
+            t(value)
+            ok = t is not int or float(value).is_integer()
+    except ValueError:
+        ok = False
+    if ok:
+        return None
+    kind = {int: "a whole number", float: "a number", bool: "true or false"}[t]
+    default = next((f.default for f in _all_fields(schema, key)), dataclasses.MISSING)
+    example = f"{key}={default}" if default is not dataclasses.MISSING else f"{key}=1"
+    return f"{arg}: {key} takes {kind}, not {value!r}; e.g. {example.replace('True', 'true').replace('False', 'false')}"
+
+
+def _all_fields(schema: type, key: str) -> Iterator[dataclasses.Field]:
+    """The dataclass field of the dotted `key` (nothing when it is not one)."""
+    *parents, leaf = key.split(".")
+    cls: Any = schema
+    for part in parents:
+        cls = _field_type(cls, part)
+        if cls is None or not dataclasses.is_dataclass(cls):
+            return
+    yield from (f for f in dataclasses.fields(cls) if f.name == leaf)
+
+
+def group_options(conf_dir: Path, groups: set[str]) -> dict[str, set[str]]:
+    """Each config group's options: the names of its yaml files."""
+    return {g: {p.stem for p in (conf_dir / g).glob("*.yaml")} for g in groups if (conf_dir / g).is_dir()}
 
 
 @contextmanager
@@ -170,7 +300,7 @@ def refusals_in_one_line(
     except CompactHydraException as e:
         in_defaults = default_groups(conf_dir / f"{primary}.yaml")
         groups = config_groups(conf_dir) if groups is None else groups
-        line = refusal_line(sys.argv[1:], schema, groups, in_defaults, keys_hint)
+        line = refusal_line(sys.argv[1:], schema, groups, in_defaults, keys_hint, group_options(conf_dir, groups))
         hydra_says = " ".join(f"{e} {e.__cause__ or ''}".split())  # Hydra's message (and OmegaConf's) on one line
         print(f"{prog}: error: {line or hydra_says}", file=sys.stderr)
         sys.exit(exit_code)

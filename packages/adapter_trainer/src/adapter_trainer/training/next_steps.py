@@ -1,11 +1,14 @@
 """The commands a run's last lines hand the user (resume, export, generate, listen), built from its command line
-and quoted for any shell (shlex: `data.shards=[a]` becomes `'data.shards=[a]'`, no zsh glob)."""
+and quoted for bash and zsh (`data.shards=[a]` becomes `'data.shards=[a]'`, no zsh glob; a path with a space or a
+non-ASCII letter is quoted for Hydra too: `"trainer.output_dir='runs/Müsik ♪'"`)."""
 
 from __future__ import annotations
 
 import os
 import shlex
 from collections.abc import Sequence
+
+from adapter_trainer.hydra_cli import hydra_value, shell_word
 
 # overrides the resume command sets itself or drops (overwrite would delete the checkpoints it resumes from)
 _RESUME_SETS = ("trainer.output_dir", "trainer.resume", "trainer.overwrite")
@@ -40,13 +43,13 @@ def _launcher(module: str) -> str:
 
 
 def _quoted(args: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in args)
+    return " ".join(shell_word(a) for a in args)
 
 
 def resume_command(argv: Sequence[str], output_dir: str, *extra: str) -> str:
     """`argv` continuing the run in `output_dir` from its newest checkpoint; `extra` overrides go last."""
     kept = [a for a in argv if a.startswith("-") or _key(a) not in _RESUME_SETS]
-    args = [*kept, f"trainer.output_dir={output_dir}", "trainer.resume=latest", *extra]
+    args = [*kept, f"trainer.output_dir={hydra_value(output_dir)}", "trainer.resume=latest", *extra]
     return f"{_launcher('adapter_trainer')} {_quoted(args)}"
 
 
@@ -66,11 +69,11 @@ def next_steps(argv: Sequence[str], output_dir: str, step: int) -> list[str]:
     if demo_only:
         listen = f"make listen RUN={shlex.quote(output_dir)}"
     else:  # the run's own overrides: generate's checkpoint check needs the same model and data settings
-        gen = [a for a in overrides if _key(a) not in _RESUME_SETS] + [f"trainer.output_dir={output_dir}"]
+        gen = [a for a in overrides if _key(a) not in _RESUME_SETS] + [f"trainer.output_dir={hydra_value(output_dir)}"]
         listen = (
             f"python -m adapter_trainer.generate {_quoted(gen)} generate.captions=eval && python -m "
             f"tokenizer_pipeline.decode {shlex.quote(output_dir + '/generated')} "
-            f"out_dir={shlex.quote(output_dir + '/listen')}"
+            f"{shell_word('out_dir=' + hydra_value(output_dir + '/listen'))}"
         )
     return [
         "next steps:",

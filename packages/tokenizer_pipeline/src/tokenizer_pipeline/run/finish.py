@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..audio.read_audio import FFMPEG_FIX
 from ..config import PipelineConfig
+from ..hydra_cli import hydra_value, shell_word
 from ..shards.manifest import CodecInfo, FailureRecord, Manifest, SplitSummary, write_failures_jsonl, write_text_atomic
 from ..shards.write_shards import ShardPlan
 from .index_parts import write_indexes
@@ -117,12 +118,10 @@ def with_next_steps(result: RunResult, codec_name_or_path: str) -> RunResult:
     if result.exit_code:
         return result
     out = shlex.quote(str(result.out_dir))
+    shards = shell_word(f"data.shards=[{hydra_value(str(result.out_dir))}]")  # Hydra's quotes, then the shell's
     if (Path(codec_name_or_path) / "DEMO_CODEC.md").is_file():  # the stand-in codec: only the demo models fit it
-        train = f"python -m adapter_trainer +experiment=demo {shlex.quote(f'data.shards=[{result.out_dir}]')}"
+        train = f"python -m adapter_trainer +experiment=demo {shards}"
     else:
-        train = (
-            f"python -m adapter_trainer +experiment=cuda_1b {shlex.quote(f'data.shards=[{result.out_dir}]')}   "
-            f"(Apple silicon: +experiment=mps_small)"
-        )
+        train = f"python -m adapter_trainer +experiment=cuda_1b {shards}   (Apple silicon: +experiment=mps_small)"
     lines = [result.message, f"next: python -m tokenizer_pipeline.verify {out}", f"      {train}"]
     return RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))

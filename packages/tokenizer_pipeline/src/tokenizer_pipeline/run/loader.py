@@ -8,6 +8,8 @@ share a batch downstream never depends on timing.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +79,10 @@ class ClipSource(torch.utils.data.Dataset):
 
 def _worker_init(_: int) -> None:
     torch.set_num_threads(1)  # one core per decode worker; the encoder owns the intra-op threads
+    # Ctrl-C reaches the whole foreground job: the main process decides (it closes the workers, which finish the clip
+    # in hand); a SIGTERM to the job ends a worker quietly (exit 0: the main process does not report it as a crash)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 
 
 def _as_is(clip: DecodedClip) -> DecodedClip:

@@ -35,7 +35,7 @@ from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, why_redo
 from .ranks import RankInfo, agree, check_shared_out_dir, join_ranks
 from .segment_items import segmentation_summary, source_summary
 
-__all__ = ["EXPLAIN", "RunResult", "run_pipeline"]
+__all__ = ["EXPLAIN", "RunResult", "RunStopped", "run_pipeline"]
 
 EXPLAIN = """\
 tokenizer_pipeline needs audio: set audio_dir (nothing is downloaded at run time).
@@ -62,6 +62,15 @@ Offline stand-in (no downloads): a synthetic corpus + a small demo codec
 
 
 EXPLAIN_HINT = "how to get them: python -m tokenizer_pipeline --explain"
+
+
+class RunStopped(Exception):
+    """Ctrl-C or SIGTERM stopped the run: the clip in flight was dropped, `kept` of this rank's `total` shards are
+    complete in `out_dir` (records saved, the lock released); the same command encodes only the rest."""
+
+    def __init__(self, kept: int, total: int, out_dir: Path) -> None:
+        super().__init__(f"{kept} of {total} shards complete in {out_dir}")
+        self.kept, self.total, self.out_dir = kept, total, out_dir
 
 
 def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
@@ -139,11 +148,15 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     # 2. rank 0 locks out_dir and prepares .progress/ (a different config is refused unless overwrite)
     store = ProgressStore(Path(cfg.out_dir))
     lock = _setup_out_dir(cfg, ranks, store, fingerprint)
+    owned, saved = ranks.owned(plans), []  # saved: the shards this run finished (appended as each is kept)
     try:
         # 3. this rank's shards that need work (new, damaged, or inputs changed), encoded in plan order
-        todo = [p for p in ranks.owned(plans) if why_redo(store, p, cfg) is not None]
+        todo = [p for p in owned if why_redo(store, p, cfg) is not None]
         workers = default_workers(ranks) if cfg.workers is None else cfg.workers
-        audio_s, elapsed = _encode_shards(cfg, ranks, todo, store, encoder, workers, progress)
+        try:
+            audio_s, elapsed = _encode_shards(cfg, ranks, todo, store, encoder, workers, progress, saved)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (__main__ makes it one): the decode workers are closed
+            raise RunStopped(len(owned) - len(todo) + len(saved), len(owned), store.out_dir) from None
 
         # 4. all ranks done; rank 0 assembles failures.jsonl and the manifest from every shard's record
         audio_s = _sum_over_ranks(ranks, audio_s)
@@ -254,11 +267,10 @@ def _setup_out_dir(
 
 def _encode_shards(
     cfg: PipelineConfig, ranks: RankInfo, todo: list[ShardPlan], store: ProgressStore, encoder: CodecEncoder,
-    workers: int, progress: bool,
+    workers: int, progress: bool, saved: list[ShardPlan],
 ) -> tuple[float, float]:  # fmt: skip
-    """Decode (worker processes) and encode (this process) the shards in `todo`, saving each one's record.
-
-    Returns (audio seconds encoded, elapsed seconds)."""
+    """Decode (worker processes) and encode (this process) the shards in `todo`, saving each one's record (and
+    appending it to `saved`). Returns (audio seconds encoded, elapsed seconds)."""
     t0 = time.monotonic()
     audio_s = 0.0
     todo_rows = [r for p in todo for r in p.rows]
@@ -272,6 +284,7 @@ def _encode_shards(
         for plan in todo:
             rec = encode_shard(plan, clips, encoder, cfg, store.out_dir)
             store.save(plan, rec)
+            saved.append(plan)
             # this shard's part of its split's index, while its tar is in the page cache (rank 0 assembles them)
             save_part(store.out_dir, store.dir, rec.entry, encoder.n_codebooks, encoder.codebook_size)
             audio_s += rec.audio_seconds
