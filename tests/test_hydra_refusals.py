@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -85,6 +86,7 @@ def test_both_stages_print_hints_that_paste_back_for_a_path_with_a_space_and_non
     listen = next(line for line in next_steps(["+experiment=demo", "trainer.seed=3"], run, 10) if "listen:" in line)
     assert _hydra_values(listen.split("&&")[0].split("listen:")[1])["trainer.output_dir"] == run
     out = tmp_path / "shards out ♪"
-    result = with_next_steps(RunResult(None, out, 0, "ok"), "facebook/encodec_32khz")  # type: ignore[arg-type]
+    manifest = SimpleNamespace(splits={"train": SimpleNamespace(n_samples=4), "eval": SimpleNamespace(n_samples=2)})
+    result = with_next_steps(RunResult(manifest, out, 0, "ok"), "facebook/encodec_32khz", "train", "eval")  # type: ignore[arg-type]
     train = result.message.splitlines()[-1].split("(Apple")[0]
     assert _hydra_values(train)["data.shards"] == [str(out)]

@@ -66,10 +66,22 @@ def test_wrong_format_name_is_refused(tmp_path: Path) -> None:
         read_manifest(root)
 
 
-def test_missing_manifest_is_an_incomplete_set(tmp_path: Path) -> None:
-    (tmp_path / "half").mkdir()
-    with pytest.raises(ShardFormatError, match="not a complete shard set"):
-        read_manifest(tmp_path / "half")
+def test_a_path_that_is_no_set_says_what_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Missing (a relative path names the directory it is relative to), a file, stage 1 unfinished, no set at all."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half" / ".progress").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    for root, says in (
+        ("nope", f"nope (relative to the current directory {tmp_path}) does not exist"),
+        (str(tmp_path / "a-file"), "is a file, not a shard set"),
+        ("half", "is a shard set stage 1 has not finished (no manifest.json yet"),
+        ("other", "holds no manifest.json, so it is no shard set"),
+    ):
+        with pytest.raises(ShardFormatError) as e:
+            read_manifest(root)
+        assert says in str(e.value), str(e.value)
+        assert "\n" not in str(e.value)
 
 
 def test_sets_with_different_codebooks_are_refused(tmp_path: Path) -> None:

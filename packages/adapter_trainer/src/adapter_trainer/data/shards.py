@@ -107,17 +107,43 @@ def _read_remote_manifest(url: str, tries: int) -> bytes:
     return raw
 
 
+def local_set_problem(root: str | Path) -> str | None:
+    """Why the local path `root` (as data.shards gives it) is no shard set, in one line naming the fix; None when it
+    holds a manifest. A relative path is shown with the directory it is relative to."""
+    given = str(root)
+    path = Path(local_path(given)).expanduser()
+    shown = given if path.is_absolute() else f"{given} (relative to the current directory {Path.cwd()})"
+    if path.is_file():
+        return (
+            f"data.shards entry {shown} is a file, not a shard set: point data.shards at the directory stage 1 wrote "
+            f"(its out_dir, holding manifest.json)"
+        )
+    if not path.exists():
+        return (
+            f"data.shards entry {shown} does not exist: point data.shards at a shard set, or write one there with "
+            f"python -m tokenizer_pipeline out_dir={given} (or make demo-shards for build/demo/shards)"
+        )
+    if (path / "manifest.json").is_file():
+        return None
+    if (path / ".progress").is_dir():
+        return (
+            f"data.shards entry {shown} is a shard set stage 1 has not finished (no manifest.json yet; the manifest is "
+            f"written last): rerun the tokenizer_pipeline command that writes it, which encodes only what is missing"
+        )
+    return (
+        f"data.shards entry {shown} holds no manifest.json, so it is no shard set: point data.shards at the directory "
+        f"stage 1 wrote, or write one with python -m tokenizer_pipeline out_dir={given}"
+    )
+
+
 def manifest_bytes(root: str | Path, *, tries: int = 5) -> tuple[str, bytes]:
     """(where, bytes) of `<root>/manifest.json`, a directory or a URL (pin a Hub revision first)."""
     if is_url(str(root)):
         return join(str(root).rstrip("/"), "manifest.json"), _read_remote_manifest(str(root).rstrip("/"), tries)
+    problem = local_set_problem(root)
+    if problem:
+        raise ShardFormatError(problem)
     mpath = Path(local_path(str(root))).expanduser().resolve() / "manifest.json"
-    if not mpath.is_file():
-        raise ShardFormatError(
-            f"{mpath} not found: {mpath.parent} is not a complete shard set (the manifest is written last). "
-            f"Create it with `python -m tokenizer_pipeline out_dir={mpath.parent}` (or `make demo-shards`) "
-            f"or point data.shards at an existing set"
-        )
     return str(mpath), mpath.read_bytes()
 
 

@@ -12,7 +12,7 @@ from adapter_trainer.data.mixture import MixtureOrder, sample_weights, split_spa
 from adapter_trainer.data.remote.cache import BOOKKEEPING_BYTES, ShardCache, cache_for
 from adapter_trainer.data.remote.planner import Prefetcher, ShardPlanner
 from adapter_trainer.data.remote.urls import is_url, pin_all
-from adapter_trainer.data.shards import ShardSet, codec_notes, open_shard_sets
+from adapter_trainer.data.shards import ShardFormatError, ShardSet, codec_notes, local_set_problem, open_shard_sets
 from adapter_trainer.data.split_index import SplitIndex, build_index
 from adapter_trainer.data.streaming import ExampleOrder, ExampleSpec, TrainBatches, default_num_workers, train_loader
 from adapter_trainer.data.token_layout import AudioVocab, Batch
@@ -27,6 +27,14 @@ def pinned_shard_paths(d: DataConfig, dist: RankInfo) -> list[str]:
     if not any(is_url(p) for p in paths):
         return paths
     return dist.broadcast_object(pin_all(paths, tries=d.cache.retries) if dist.is_main else None)
+
+
+def check_local_sets(d: DataConfig) -> None:
+    """Every local entry of data.shards is a directory holding a manifest (data.shards.local_set_problem), before any
+    model is looked at; remote sets are read when opened."""
+    for path in shard_paths(d.shards):
+        if not is_url(path) and (problem := local_set_problem(path)):
+            raise ShardFormatError(problem)
 
 
 def ask_about_model_sources(model: ModelConfig, dist: RankInfo) -> None:

@@ -45,9 +45,15 @@ def check_splits(d: DataConfig, train_index: SplitIndex, eval_index: SplitIndex)
     )
     n_train_captions = distinct_texts(train_index, d.text)  # from the index's text digests, on every rank
     if len(eval_index) < 2:
+        fix = (
+            f"raise data.eval_max_clips={d.eval_max_clips} (0 scores the whole split)"
+            if d.eval_max_clips == 1
+            else "encode more clips into that split (stage 1: a larger limit, more audio, or the CSV's split column), "
+            "or point data.eval_split at a split with more"
+        )
         raise ConfigError(
-            f"split data.eval_split={d.eval_split!r} has {len(eval_index)} clip(s) in "
-            f"{d.shards}; the caption-gain check needs >= 2 (set data.eval_max_clips=0)"
+            f"split data.eval_split={d.eval_split!r} has {len(eval_index)} clip(s) in {d.shards}; the caption-gain "
+            f"check needs at least 2: {fix}"
         )
     return n_overlap_clips, n_train_captions
 

@@ -35,6 +35,7 @@ from adapter_trainer.evaluation.report import EvalReport
 from adapter_trainer.training import checkpoint, interrupt
 from adapter_trainer.training.data_setup import (
     ask_about_model_sources,
+    check_local_sets,
     data_lines,
     example_spec,
     loader_workers,
@@ -137,6 +138,7 @@ class MoTAdapterRecipe:
         from adapter_trainer.model.builders import load_audio_lm_config
 
         cfg = self.cfg
+        check_local_sets(cfg.data)  # the cheapest check and the likeliest mistake: a set that is not there
         ask_about_model_sources(cfg.model, self.dist)  # towers named by Hub ids: rank 0 asks once, for every rank
         dec_cfg = load_audio_lm_config(cfg.model.audio_lm)
         self.num_workers = loader_workers(cfg.trainer.num_workers, self.dist)

@@ -112,12 +112,29 @@ def write_manifest(
     return RunResult(manifest=manifest, out_dir=out_dir, exit_code=code, message="\n".join(lines))
 
 
-def with_next_steps(result: RunResult, codec_name_or_path: str) -> RunResult:
+# the least clips of each split the trainer takes: one to train on, two to score (its caption gain compares captions)
+MIN_TRAIN_CLIPS, MIN_EVAL_CLIPS = 1, 2
+
+
+def with_next_steps(result: RunResult, codec_name_or_path: str, train_name: str, eval_name: str) -> RunResult:
     """The summary of a run that went well, ending with the commands that come next: check the set, train on it (the
     demo preset for a set of the demo codec, the real presets otherwise; the list quoted for any shell)."""
     if result.exit_code:
         return result
     out = shlex.quote(str(result.out_dir))
+    splits = result.manifest.splits
+    short = [(name, least, why) for name, least, why in (
+        (train_name, MIN_TRAIN_CLIPS, "to train on"), (eval_name, MIN_EVAL_CLIPS, "for the learning check to score"),
+    ) if splits[name].n_samples < least]  # fmt: skip
+    if short:  # a set the trainer refuses: say so here, and hand out no training command that cannot run
+        lines = [result.message]
+        lines += [
+            f"warning: split {name!r} has {splits[name].n_samples} clip(s), training needs at least {least} {why}: "
+            f"encode more rows into it (a larger limit, more audio, or the CSV's split column) before training"
+            for name, least, why in short
+        ]
+        lines.append(f"next: python -m tokenizer_pipeline.verify {out}")
+        return RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))
     shards = shell_word(f"data.shards=[{hydra_value(str(result.out_dir))}]")  # Hydra's quotes, then the shell's
     if (Path(codec_name_or_path) / "DEMO_CODEC.md").is_file():  # the stand-in codec: only the demo models fit it
         train = f"python -m adapter_trainer +experiment=demo {shards}"

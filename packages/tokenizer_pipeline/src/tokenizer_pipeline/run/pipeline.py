@@ -168,8 +168,9 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
                 dropped=[] if source_info is None else source_info.dropped,
             )  # fmt: skip
             result = with_next_steps(
-                _with_speed_line(result, elapsed, audio_s, len(todo), ranks), cfg.codec.name_or_path
-            )
+                _with_speed_line(result, elapsed, audio_s, len(todo), ranks), cfg.codec.name_or_path,
+                cfg.split.train_name, cfg.split.eval_name,
+            )  # fmt: skip
         return _share_result(ranks, result)
     finally:
         if lock is not None:

@@ -26,6 +26,14 @@ COLUMNS = (
 )  # fmt: skip
 
 
+ENCODING_COLUMNS = ("ytid", "start_s", "end_s", "caption")  # what encoding reads, with the split column
+# the other columns, when a CSV lacks them: what generated shards write (docs/shard-format.md)
+ABSENT_VALUES = {
+    "audioset_positive_labels": "", "aspect_list": "[]", "author_id": "-1",
+    "is_balanced_subset": "False", "is_audioset_eval": "False",
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ClipRow:
     """One MusicCaps row, parsed. Field meanings follow docs/shard-format.md (`<ytid>.json`)."""
@@ -53,6 +61,10 @@ ROW_FIX = (
 
 class CsvError(UserError, ValueError):
     """The CSV cannot be used (missing, unreadable, wrong header); the message names the file and the fix."""
+
+
+class CsvHeaderError(CsvError):
+    """The CSV's header (line 1) lacks a column encoding reads; the message names them and what is optional."""
 
 
 class CsvRowError(CsvError):
@@ -165,13 +177,19 @@ def read_musiccaps_csv(
         # (the line after the previous record's last line) could not be told; here a blank line is its own [] record.
         reader = csv.reader(io.StringIO(text, newline=""))
         fieldnames: list[str] = next((r for r in reader if r), [])
-        missing = [c for c in COLUMNS if c not in fieldnames]
+        needed = [*ENCODING_COLUMNS, eval_column]
+        missing = [c for c in needed if c not in fieldnames]
         if missing:
-            raise CsvRowError(csv_path, 1, f"header lacks columns {missing}; expected {list(COLUMNS)}")
+            raise CsvHeaderError(
+                f"{csv_path}: its header (line 1) lacks the column(s) {missing}; encoding reads {needed} (the "
+                f"others of musiccaps-public.csv, {[c for c in COLUMNS if c not in needed]}, are carried when present). "
+                f"Name the columns in the CSV's first line, or set split.eval_column to the boolean column it has"
+            )
+        absent = {c: v for c, v in ABSENT_VALUES.items() if c not in fieldnames}
         line = reader.line_num + 1  # first data row starts after the header's last line
         for record in reader:
             if record:  # as DictReader: surplus fields under the key None, missing ones absent
-                raw: dict = dict(zip(fieldnames, record))
+                raw: dict = absent | dict(zip(fieldnames, record))
                 if len(record) > len(fieldnames):
                     raw[None] = record[len(fieldnames) :]
                 try:
