@@ -8,6 +8,7 @@ failures.jsonl and manifest.json last. The set is byte-identical for any worker 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from dataclasses import asdict, replace
@@ -157,16 +158,26 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
             audio_s, elapsed = _encode_shards(cfg, ranks, todo, store, encoder, workers, progress, saved)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (__main__ makes it one): the decode workers are closed
             raise RunStopped(len(owned) - len(todo) + len(saved), len(owned), store.out_dir) from None
+        except OSError as e:  # a full disk or a failed write: the shard in hand was deleted, the finished ones stay
+            if e.errno is None:
+                raise
+            kept = len(owned) - len(todo) + len(saved)
+            raise PipelineError(_write_failed(e, store.out_dir, kept, len(owned))) from None
 
         # 4. all ranks done; rank 0 assembles failures.jsonl and the manifest from every shard's record
         audio_s = _sum_over_ranks(ranks, audio_s)
         result = None
         if ranks.is_main:
-            result = write_manifest(
-                cfg, plans, store, codec_info, source_summary(cfg, source_info, csv_sha),
-                segmentation_summary(source_info), resolved, len(items),
-                dropped=[] if source_info is None else source_info.dropped,
-            )  # fmt: skip
+            try:
+                result = write_manifest(
+                    cfg, plans, store, codec_info, source_summary(cfg, source_info, csv_sha),
+                    segmentation_summary(source_info), resolved, len(items),
+                    dropped=[] if source_info is None else source_info.dropped,
+                )  # fmt: skip
+            except OSError as e:  # the indexes, failures.jsonl or the manifest: each written whole or not at all
+                if e.errno is None:
+                    raise
+                raise PipelineError(_write_failed(e, store.out_dir, len(plans), len(plans))) from None
             result = with_next_steps(
                 _with_speed_line(result, elapsed, audio_s, len(todo), ranks), cfg.codec.name_or_path,
                 cfg.split.train_name, cfg.split.eval_name,
@@ -175,6 +186,24 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     finally:
         if lock is not None:
             lock.release()
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _write_failed(e: OSError, out_dir: Path, kept: int, total: int) -> str:
+    """One line for a write into out_dir that failed: the directory, that it is full (or why it failed), the fix."""
+    where = f" (writing {e.filename})" if e.filename else ""
+    what = (
+        f"the filesystem of {out_dir} is full ({e.strerror}){where}"
+        if e.errno in DISK_FULL
+        else f"a write into {out_dir} failed: {e.strerror}{where}"
+    )
+    fix = f"free space there (df -h {out_dir})" if e.errno in DISK_FULL else "fix that"
+    return (
+        f"{what}; {kept} of {total} shards are complete and kept (the one in hand was deleted). {fix[0].upper()}"
+        f"{fix[1:]}, then rerun the same command: it encodes only the rest"
+    )
 
 
 def _setup_plan_and_codec(

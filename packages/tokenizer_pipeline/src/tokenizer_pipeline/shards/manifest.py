@@ -200,11 +200,15 @@ def library_versions() -> dict[str, str]:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temp file in the same directory, fsync, then rename over `path`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: no half-written temp file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_failures_jsonl(path: Path, failures: list[FailureRecord]) -> None:
