@@ -11,12 +11,12 @@ import contextlib
 import errno
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import filelock
 import torch
-from tqdm import tqdm
 
 from ..codec.encode import CodecEncoder, resolve_batch_size
 from ..config import OUTPUT_NEUTRAL_KEYS, PipelineConfig
@@ -26,11 +26,12 @@ from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
 from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
+from .clip_progress import ClipProgress, quiet_loading_bars
 from .encode_shards import encode_shard
 from .finish import RunResult, with_next_steps, write_manifest
 from .index_parts import save_part
 from .kept import kept_shards, read_kept
-from .loader import decoded_clips
+from .loader import DecodedClip, decoded_clips
 from .planning import PlanItem, check_audio_dir, check_out_dir, load_plan, source_sha256
 from .progress import LOCK_FILE, ProgressStore, musiccaps_fingerprint, why_redo
 from .ranks import RankInfo, agree, check_shared_out_dir, join_ranks
@@ -84,6 +85,7 @@ def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
 
 
 def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
+    quiet_loading_bars()  # off a terminal: no "Loading weights" bar in the log
     try:
         return CodecEncoder(
             cfg.codec.name_or_path, device=cfg.codec.device, dtype=cfg.codec.dtype,
@@ -305,22 +307,28 @@ def _encode_shards(
     audio_s = 0.0
     todo_rows = [r for p in todo for r in p.rows]
     desc = f"encode (rank {ranks.rank}/{ranks.world_size})" if ranks.world_size > 1 else "encode"
-    with (
-        contextlib.closing(decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)) as clips,
-        tqdm(
-            total=len(todo_rows), unit="clip", desc=desc, disable=not progress or ranks.rank != 0, dynamic_ncols=True
-        ) as bar,
-    ):  # the decode workers end with this block, whichever way it is left
-        for plan in todo:
-            rec = encode_shard(plan, clips, encoder, cfg, store.out_dir)
-            store.save(plan, rec)
-            saved.append(plan)
-            # this shard's part of its split's index, while its tar is in the page cache (rank 0 assembles them)
-            save_part(store.out_dir, store.dir, rec.entry, encoder.n_codebooks, encoder.codebook_size)
-            audio_s += rec.audio_seconds
-            bar.update(len(plan.rows))
-            bar.set_postfix_str(f"{audio_s / max(time.monotonic() - t0, 1e-9):.1f} audio-s/s")
+    shown = ClipProgress(len(todo_rows), desc, show=progress and ranks.rank == 0)
+    with contextlib.closing(decoded_clips(todo_rows, cfg, encoder.sampling_rate, workers)) as decoded:
+        # the decode workers end with this block, whichever way it is left
+        clips = _counted(decoded, shown, encoder.sampling_rate)
+        try:
+            for plan in todo:
+                rec = encode_shard(plan, clips, encoder, cfg, store.out_dir)
+                store.save(plan, rec)
+                saved.append(plan)
+                # this shard's part of its split's index, while its tar is in the page cache (rank 0 assembles them)
+                save_part(store.out_dir, store.dir, rec.entry, encoder.n_codebooks, encoder.codebook_size)
+                audio_s += rec.audio_seconds
+        finally:
+            shown.close()
     return audio_s, time.monotonic() - t0
+
+
+def _counted(clips: Iterator[DecodedClip], shown: ClipProgress, sampling_rate: int) -> Iterator[DecodedClip]:
+    """`clips`, counting each one the encoder takes (its audio seconds: 0 for a failed clip) on `shown`."""
+    for clip in clips:
+        shown.update(0.0 if clip.wav is None else int(clip.wav.shape[-1]) / sampling_rate)
+        yield clip
 
 
 def _sum_over_ranks(ranks: RankInfo, audio_s: float) -> float:
