@@ -56,7 +56,10 @@ def _hydra_main(cfg: DictConfig) -> None:
 
         final = recipe_main(typed)
     except UserError as e:
-        print(f"adapter_trainer: error: {one_line(e)}", file=sys.stderr)
+        line = one_line(e)
+        if type(e).__name__ == "CheckpointWriteError":  # training.checkpoint's (not imported here: it pulls in torch)
+            line += f"; {_last_checkpoint_hint(run_dir, shown_dir)}"
+        print(f"adapter_trainer: error: {line}", file=sys.stderr)
         _remove_unstarted(run_dir, started)
         sys.exit(USER_ERROR_EXIT)
     except KeyboardInterrupt:  # before training, during the final eval, or a second signal: no step was finished

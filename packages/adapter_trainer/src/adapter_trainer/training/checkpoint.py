@@ -12,6 +12,7 @@ trainer.overwrite=true.
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import shutil
@@ -85,6 +86,11 @@ def restore_rng(torch_states: dict[str, Any], other: dict[str, Any]) -> None:
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
+class CheckpointWriteError(UserError):
+    """A checkpoint could not be written (a full disk, a failed write); the temp dir is gone and the newest complete
+    checkpoint is still the one trainer.resume=latest finds."""
+
+
 def save_checkpoint(
     output_dir: str | Path,
     *,
@@ -103,6 +109,34 @@ def save_checkpoint(
     tmp = root / f".{final.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)  # left by a run killed mid-write: never read, safe to drop
+    try:
+        _write_checkpoint(tmp, adapter, optimizer, scheduler, scaler, progress, fingerprint, config_yaml)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written stays beside the complete checkpoints
+        if e.errno is None:
+            raise
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        what = f"the filesystem of {output_dir} is full" if full else f"a write into {output_dir} failed"
+        raise CheckpointWriteError(
+            f"checkpoint {final.name} not written: {what} ({e.strerror}); {'free space there' if full else 'fix that'}"
+        ) from None
+    if final.exists():
+        shutil.rmtree(final)  # re-saving the same step (e.g. the final checkpoint after a periodic one)
+    tmp.rename(final)
+    return final
+
+
+def _write_checkpoint(
+    tmp: Path,
+    adapter: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler | None,
+    progress: TrainingProgress,
+    fingerprint: dict[str, Any],
+    config_yaml: str,
+) -> None:
+    """Every file of a checkpoint into the (new) directory `tmp`."""
     tmp.mkdir()
     save_safetensors({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, tmp / "adapter.safetensors")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -115,10 +149,6 @@ def save_checkpoint(
     (tmp / "progress.json").write_text(json.dumps(asdict(progress), indent=2, allow_nan=False) + "\n")
     (tmp / "fingerprint.json").write_text(json.dumps(fingerprint, indent=2, sort_keys=True, allow_nan=False) + "\n")
     (tmp / "config.yaml").write_text(config_yaml)
-    if final.exists():
-        shutil.rmtree(final)  # re-saving the same step (e.g. the final checkpoint after a periodic one)
-    tmp.rename(final)
-    return final
 
 
 def find_checkpoint(resume: str, output_dir: str | Path) -> Path:

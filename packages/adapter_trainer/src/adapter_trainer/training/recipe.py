@@ -343,10 +343,8 @@ class MoTAdapterRecipe:
                     self.last_eval = self.evaluate()  # every rank scores its share; all get the gathered report
                     self.log_eval(self.last_eval, step, announce=True)
                 if cfg.ckpt_every and step % cfg.ckpt_every == 0:
-                    if self.dist.is_main:
-                        path = self.save_checkpoint()
-                        tqdm.write(f"step {step}: checkpoint {path}")
-                    self.dist.barrier()  # no rank runs ahead of a checkpoint being written
+                    # no rank runs ahead of a checkpoint being written; a failed write stops every rank
+                    self.dist.run_on_main(self._save_and_announce)
                 if stop.requested():  # a Ctrl-C on any rank: every rank stops after this same step
                     pbar.close()
                     stop.checkpoint_and_stop(self)  # raises interrupt.TrainingInterrupted
@@ -354,6 +352,9 @@ class MoTAdapterRecipe:
         pbar.close()
         if self.train_data.planner is not None:  # a remote set: no train shard is needed any more
             self.train_data.planner.finish()
+
+    def _save_and_announce(self) -> None:
+        tqdm.write(f"step {self.progress.step}: checkpoint {self.save_checkpoint()}")
 
     def save_checkpoint(self) -> Path:
         return checkpoint.save_checkpoint(
@@ -399,9 +400,9 @@ class MoTAdapterRecipe:
         """Final checkpoint (first: a stop in the final eval keeps it), eval, loss curve, final_metrics.json, report."""
         step = self.progress.step
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
-        if self.dist.is_main and not ckpt.exists():
-            ckpt = self.save_checkpoint()
-        self.dist.barrier()
+        if not ckpt.exists():
+            self.dist.run_on_main(self.save_checkpoint)  # a failed write stops every rank
+
         if self.last_eval is None or self.last_eval.step != step:
             self.last_eval = self.evaluate()
             if step not in self.logged_eval_steps:  # a resumed finished run: its eval at this step is logged already

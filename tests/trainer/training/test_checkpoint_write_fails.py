@@ -1,0 +1,49 @@
+"""A checkpoint that cannot be written (a full disk, a failed write) ends stage 2 in one line naming the directory,
+that it is full, and the resume command; no temp dir stays, and the newest complete checkpoint is the one
+trainer.resume=latest finds."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from adapter_trainer.training import checkpoint
+from tests.trainer.helpers import run_module_in_process, tiny_demo_overrides
+
+pytestmark = pytest.mark.usefixtures("reused_tokenizers")
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_previous_checkpoint_resumes(
+    models, shards, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    args = tiny_demo_overrides(models, shards, out, "trainer.device=cpu", "trainer.max_steps=3",
+                               "trainer.ckpt_every=1")  # fmt: skip
+    save, calls = torch.save, []
+
+    def full(obj, f, *a, **k):  # the second checkpoint's optimizer.pt: the disk is full
+        if str(f).endswith("optimizer.pt"):
+            calls.append(f)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return save(obj, f, *a, **k)
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    capfd.readouterr()
+    code = run_module_in_process("adapter_trainer", *args)
+    last = capfd.readouterr().err.strip().splitlines()[-1]
+    assert code == 2, last
+    assert last.startswith("adapter_trainer: error: checkpoint step-000002 not written: the filesystem of "), last
+    assert "is full (No space left on device); free space there; the newest checkpoint is step-000001" in last
+    assert "trainer.resume=latest" in last
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-000001"]  # no .step-000002.tmp
+    assert checkpoint.find_checkpoint("latest", out) == ckpts / "step-000001"
+
+    monkeypatch.setattr(checkpoint.torch, "save", save)  # room made: the printed resume continues the run
+    assert run_module_in_process("adapter_trainer", *args, "trainer.resume=latest") == 0
+    assert (ckpts / "step-000003").is_dir()
