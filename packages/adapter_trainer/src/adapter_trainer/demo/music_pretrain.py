@@ -22,7 +22,7 @@ from adapter_trainer.model.teacher import MusicgenTeacher
 
 @dataclass
 class MusicPretrainConfig:
-    steps: int = 800  # optimizer steps (about 7 epochs of the demo's 960 train clips)
+    steps: int = 1000  # optimizer steps (about 8 epochs of the demo's 960 train clips)
     batch_size: int = 8  # sequences per step
     max_frames: int = 250  # sequence length in frames (5 s at 50 Hz); a longer clip gives a random crop of it
     lr: float = 3e-3  # peak AdamW lr (tiny model)
