@@ -27,8 +27,8 @@ QUICK_EVAL_FRACTION ?= 0.125
 QUICK_CODEC_CLIPS ?= 160
 QUICK_LLM_PRETRAIN_STEPS ?= 30
 QUICK_T5_PRETRAIN_STEPS ?= 30
-QUICK_MUSIC_PRETRAIN_STEPS ?= 60
-QUICK_STEPS ?= 60
+QUICK_MUSIC_PRETRAIN_STEPS ?= 600
+QUICK_STEPS ?= 120
 # extra Hydra overrides (make train ARGS="+experiment=demo trainer.max_steps=10"); for make bench, its flags
 ARGS ?=
 # real MusicCaps audio directory for `make shards`, and the shard-set output directory

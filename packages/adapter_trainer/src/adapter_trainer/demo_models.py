@@ -16,9 +16,11 @@ from adapter_trainer.demo.models import write_demo_models
 from adapter_trainer.demo.music_pretrain import MusicPretrainConfig
 from adapter_trainer.demo.pretrain import PretrainConfig
 from adapter_trainer.demo.t5_pretrain import T5PretrainConfig
+from adapter_trainer.model.builders import quiet_loading_bars
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_loading_bars()  # off a terminal: no "Loading weights" bar in make demo's log
     parser = argparse.ArgumentParser(prog="python -m adapter_trainer.demo_models", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="output directory, e.g. build/demo/models")
     parser.add_argument("--seed", type=int, default=0, help="init seed (same seed -> same weights)")
