@@ -47,3 +47,28 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_previous_checkpoint_res
     monkeypatch.setattr(checkpoint.torch, "save", save)  # room made: the printed resume continues the run
     assert run_module_in_process("adapter_trainer", *args, "trainer.resume=latest") == 0
     assert (ckpts / "step-000003").is_dir()
+
+
+def test_a_full_disk_under_the_metrics_is_one_line_naming_the_newest_checkpoint(
+    models, shards, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from adapter_trainer.training import metric_logging
+
+    out = tmp_path / "run"
+    args = tiny_demo_overrides(models, shards, out, "trainer.device=cpu", "trainer.max_steps=3",
+                               "trainer.ckpt_every=1")  # fmt: skip
+    log = metric_logging.JsonlLogger.log_dict
+
+    def full(self, payload, step):
+        if step == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "metrics.jsonl"))
+        return log(self, payload, step)
+
+    monkeypatch.setattr(metric_logging.JsonlLogger, "log_dict", full)
+    capfd.readouterr()
+    code = run_module_in_process("adapter_trainer", *args)
+    err = capfd.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    last = err.splitlines()[-1]
+    assert f"the filesystem of {out} is full (No space left on device" in last, last
+    assert "the newest checkpoint is step-000001; resume with" in last, last

@@ -7,6 +7,7 @@ no run directory left behind); Ctrl-C exits 130 and SIGTERM 143, each naming the
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -61,6 +62,13 @@ def _hydra_main(cfg: DictConfig) -> None:
             line += f"; {_last_checkpoint_hint(run_dir, shown_dir)}"
         print(f"adapter_trainer: error: {line}", file=sys.stderr)
         _remove_unstarted(run_dir, started)
+        sys.exit(USER_ERROR_EXIT)
+    except OSError as e:  # the metrics, a plot or the report on a full disk (a checkpoint: CheckpointWriteError)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = Path(e.filename).parent if e.filename else run_dir
+        print(f"adapter_trainer: error: the filesystem of {where} is full ({e.strerror}, writing {e.filename}); free "
+              f"space there; {_last_checkpoint_hint(run_dir, shown_dir)}", file=sys.stderr)  # fmt: skip
         sys.exit(USER_ERROR_EXIT)
     except KeyboardInterrupt:  # before training, during the final eval, or a second signal: no step was finished
         signum = last_signal[0] if last_signal else signal.SIGINT
