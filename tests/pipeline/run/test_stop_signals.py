@@ -68,3 +68,29 @@ def test_a_signal_stops_stage_1_keeping_its_shards_and_the_printed_command_conti
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert _shards(out) == _shards(clean)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.budget(90, reason="a 2-rank torchrun launch of stage 1, then its rerun")
+def test_under_torchrun_a_sigterm_stops_every_rank_keeping_their_shards(tiny_codec, tmp_path) -> None:
+    csv_path, audio_dir, _ = make_corpus(tmp_path / "corpus", n_train=3, n_eval=2)
+    out = tmp_path / "shards"
+    args = [f"csv={csv_path}", f"audio_dir={audio_dir}", f"out_dir={out}", f"codec.name_or_path={tiny_codec}",
+            "codec.device=cpu", "shard.max_samples=1", "min_seconds=0.5", "threads=1", "workers=1", "prefetch=1"]  # fmt: skip
+    mark = tmp_path / "first-shard-kept"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HELD_ENCODE_MARK": str(mark)}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    ended = run_to_end([*torchrun, "-m", "tests.pipeline.held_encode", *args], env=env, cwd=REPO,
+                       signal_when=(mark.exists, signal.SIGTERM), signal_group=False)  # fmt: skip
+    assert ended.returncode != 0  # torchrun reports its stopped ranks as a failure
+    assert "KeyboardInterrupt" not in ended.stderr and "tokenizer_pipeline/" not in ended.stderr, ended.stderr[-3000:]
+    ours = [line for line in ended.stderr.splitlines() if line.startswith("tokenizer_pipeline: stopped")]
+    assert len(ours) == 1 and "(SIGTERM): rank 0's " in ours[0], ended.stderr[-3000:]
+    assert ours[0].split("missing: ", 1)[1].startswith("torchrun --nproc_per_node=2 -m tokenizer_pipeline csv=")
+    assert not list(out.rglob("*.partial")) and not (out / "manifest.json").exists()
+    filelock.FileLock(out / ".lock").acquire(timeout=0)
+
+    rerun = subprocess.run([*torchrun, "-m", "tokenizer_pipeline", *args], cwd=REPO, env=env, capture_output=True,
+                           text=True)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert len(_shards(out)) == 5
