@@ -26,7 +26,7 @@ QUICK_CLIPS ?= 240
 QUICK_EVAL_FRACTION ?= 0.125
 QUICK_CODEC_CLIPS ?= 160
 QUICK_LLM_PRETRAIN_STEPS ?= 30
-QUICK_T5_PRETRAIN_STEPS ?= 30
+QUICK_T5_PRETRAIN_STEPS ?= 0
 QUICK_MUSIC_PRETRAIN_STEPS ?= 600
 QUICK_STEPS ?= 120
 # extra Hydra overrides (make train ARGS="+experiment=demo trainer.max_steps=10"); for make bench, its flags
@@ -147,7 +147,7 @@ $(DEMO)/models/.done: $(DEMO)/models/.text-done $(DEMO)/shards/manifest.json
 DEMO_TRAIN_ARGS := 'data.shards=[$(DEMO)/shards]' model.llm=$(DEMO)/models/llm model.audio_lm=$(DEMO)/models/musicgen \
 	$(if $(DEMO_STEPS),trainer.max_steps=$(DEMO_STEPS))
 demo: | setup
-	@$(MAKE) --no-print-directory -j2 demo-shards demo-models  # two jobs: the LLM and T5 pretrain beside the codec and encoding
+	@$(MAKE) --no-print-directory -j2 demo-shards demo-models  # two jobs: the LLM pretrains beside the codec and encoding
 	$(PY) -m adapter_trainer +experiment=demo $(DEMO_TRAIN_ARGS) trainer.output_dir=$(DEMO)/runs/demo $(ARGS)
 	$(PY) -m adapter_trainer.export $(DEMO)/runs/demo --out $(DEMO)/adapter --overwrite
 
