@@ -26,7 +26,7 @@ QUICK_CLIPS ?= 240
 QUICK_EVAL_FRACTION ?= 0.125
 QUICK_CODEC_CLIPS ?= 160
 QUICK_LLM_PRETRAIN_STEPS ?= 30
-QUICK_T5_PRETRAIN_STEPS ?= 0
+QUICK_T5_PRETRAIN_STEPS ?=
 QUICK_MUSIC_PRETRAIN_STEPS ?= 600
 QUICK_STEPS ?= 120
 # extra Hydra overrides (make train ARGS="+experiment=demo trainer.max_steps=10"); for make bench, its flags

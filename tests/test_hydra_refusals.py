@@ -57,7 +57,24 @@ def test_what_hydra_reads_is_not_refused(argv: list[str]) -> None:
     assert _line(*argv) is None
 
 
-PATHS = ["build/x", "/tmp/Müsik ♪", "/tmp/a b/it's", "~/x", "C:\\music\\", "a\\b", "/x/$HOME !(bang)", "plain-1.5"]
+PATHS = [
+    "build/x",
+    "/tmp/Müsik ♪",
+    "/tmp/a b/it's",
+    "~/x",
+    "C:\\music\\",
+    "a\\b",
+    "/x/$HOME !(bang)",
+    "plain-1.5",
+    "10",
+    "1_0",
+    "1e3",
+    "null",
+    "true",
+    "inf",
+    "nan",
+    "-1.5",
+]  # the last: plain for Hydra, yet not strings
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -44,7 +44,8 @@ def test_a_failed_write_is_one_line_and_the_rerun_heals_the_set(
         run_pipeline(cfg, progress=False)
     line = str(e.value)
     assert "\n" not in line and str(out) in line and says in line, line
-    assert "1 of 4 shards are complete and kept" in line and "rerun the same command" in line, line
+    assert "1 of 4 shards are complete and kept (nothing half-written is)" in line, line
+    assert "rerun the same command: it encodes only the rest" in line, line
     assert not list(out.rglob("*.partial")) and not list(out.rglob(".*.tmp"))
     assert not (out / "manifest.json").exists()
 
@@ -55,3 +56,30 @@ def test_a_failed_write_is_one_line_and_the_rerun_heals_the_set(
     assert _shards(out) == _shards(tmp_path / "clean")
     problems, _ = verify(out)
     assert problems == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="the kernel's always-full device")
+def test_a_kernel_full_disk_under_the_tar_stream_is_one_line_too(
+    corpus, tiny_codec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second shard's tar goes to /dev/full: the real ENOSPC comes from the buffered stream's flush, and closing
+    that stream fails again; the partial file is still removed."""
+    import webdataset as wds
+
+    csv_path, audio_dir, _ = corpus
+    out = tmp_path / "out"
+    init, made = write_shards.ShardTarWriter.__init__, []
+
+    def onto_a_full_disk(self, out_dir, plan):
+        init(self, out_dir, plan)
+        made.append(self)
+        if len(made) == 2:
+            self._file.close()
+            self._file = open("/dev/full", "wb")  # noqa: SIM115 - the writer closes it
+            self._tar = wds.TarWriter(self._file, encoder=False)
+
+    monkeypatch.setattr(write_shards.ShardTarWriter, "__init__", onto_a_full_disk)
+    with pytest.raises(PipelineError) as e:
+        run_pipeline(pipeline_config(csv_path, audio_dir, out, tiny_codec), progress=False)
+    assert "is full (No space left on device)" in str(e.value) and "1 of 4 shards" in str(e.value), str(e.value)
+    assert not list(out.rglob("*.partial")) and not list(out.rglob(".*.tmp"))

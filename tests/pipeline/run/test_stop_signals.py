@@ -21,9 +21,9 @@ from tests.run_end import run_to_end
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds a run's processes in /proc")
 
-CASES = [  # (signal, to the whole foreground job as a terminal sends it, exit status, how the line names it)
-    pytest.param(signal.SIGINT, True, 130, "Ctrl-C", id="ctrl-c"),
-    pytest.param(signal.SIGTERM, False, 143, "SIGTERM", id="sigterm-to-the-process"),
+CASES = [  # (signal, to the whole foreground job as a terminal sends it, exit status, how the line names it, extra args)
+    pytest.param(signal.SIGINT, True, 130, "Ctrl-C", ["overwrite=true"], id="ctrl-c"),  # not repeated: it would clear
+    pytest.param(signal.SIGTERM, False, 143, "SIGTERM", [], id="sigterm-to-the-process"),
 ]
 
 
@@ -33,9 +33,9 @@ def _shards(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.budget(90, reason="stage 1 in a subprocess (torch, the codec, 2 decode workers), then its rerun")
-@pytest.mark.parametrize(("signum", "group", "code", "word"), CASES)
+@pytest.mark.parametrize(("signum", "group", "code", "word", "extra"), CASES)
 def test_a_signal_stops_stage_1_keeping_its_shards_and_the_printed_command_continues(
-    tiny_codec, tmp_path, signum, group, code, word
+    tiny_codec, tmp_path, signum, group, code, word, extra
 ) -> None:
     csv_path, audio_dir, _ = make_corpus(tmp_path / "corpus", n_train=3, n_eval=2)
     out = tmp_path / "shards out ♪"  # the printed command must survive a space and a non-ASCII character
@@ -43,7 +43,7 @@ def test_a_signal_stops_stage_1_keeping_its_shards_and_the_printed_command_conti
             "codec.device=cpu", "shard.max_samples=1", "min_seconds=0.5", "threads=1", "workers=2", "prefetch=1"]  # fmt: skip
     mark = tmp_path / "first-shard-kept"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HELD_ENCODE_MARK": str(mark)}
-    ended = run_to_end([sys.executable, "-m", "tests.pipeline.held_encode", *args], env=env, cwd=REPO,
+    ended = run_to_end([sys.executable, "-m", "tests.pipeline.held_encode", *args, *extra], env=env, cwd=REPO,
                        signal_when=(mark.exists, signum), signal_group=group)  # fmt: skip
 
     assert ended.returncode == code, ended.stderr[-3000:]
@@ -55,8 +55,8 @@ def test_a_signal_stops_stage_1_keeping_its_shards_and_the_printed_command_conti
     filelock.FileLock(out / ".lock").acquire(timeout=0)  # released: raises Timeout if the run still held it
 
     # the command it names, pasted into a shell, redoes only the 4 missing shards
-    command = last.split("encoding only what is missing: ", 1)[1]
-    assert shlex.split(command)[:3] == ["python", "-m", "tokenizer_pipeline"]
+    command = last.split("the same command encodes the rest: ", 1)[1]
+    assert shlex.split(command)[:3] == ["python", "-m", "tokenizer_pipeline"] and "overwrite" not in command
     shell_env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"}
     rerun = subprocess.run(["bash", "-c", command], cwd=REPO, env=shell_env, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -85,8 +85,10 @@ def test_under_torchrun_a_sigterm_stops_every_rank_keeping_their_shards(tiny_cod
     assert ended.returncode != 0  # torchrun reports its stopped ranks as a failure
     assert "KeyboardInterrupt" not in ended.stderr and "tokenizer_pipeline/" not in ended.stderr, ended.stderr[-3000:]
     ours = [line for line in ended.stderr.splitlines() if line.startswith("tokenizer_pipeline: stopped")]
-    assert len(ours) == 1 and "(SIGTERM): rank 0's " in ours[0], ended.stderr[-3000:]
-    assert ours[0].split("missing: ", 1)[1].startswith("torchrun --nproc_per_node=2 -m tokenizer_pipeline csv=")
+    assert len(ours) == 1 and "(SIGTERM): rank 0: " in ours[0], ended.stderr[-3000:]
+    assert (
+        ours[0].split("encodes the rest: ", 1)[1].startswith("torchrun --nproc_per_node=2 -m tokenizer_pipeline csv=")
+    )
     assert not list(out.rglob("*.partial")) and not (out / "manifest.json").exists()
     filelock.FileLock(out / ".lock").acquire(timeout=0)
 
@@ -94,3 +96,20 @@ def test_under_torchrun_a_sigterm_stops_every_rank_keeping_their_shards(tiny_cod
                            text=True)  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert len(_shards(out)) == 5
+
+
+def test_the_stop_line_says_what_is_kept_at_each_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenizer_pipeline.__main__ import _stopped_line
+    from tokenizer_pipeline.run.pipeline import RunStopped
+
+    monkeypatch.setattr(sys, "argv", ["tokenizer_pipeline", "audio_dir=a", "out_dir=o", "+overwrite=true"])
+    lines = [_stopped_line(stop, signal.SIGINT) for stop in
+             (KeyboardInterrupt(), RunStopped(2, 5, Path("o")), RunStopped(5, 5, Path("o")))]  # fmt: skip
+    assert lines == [
+        "tokenizer_pipeline: stopped (Ctrl-C): before encoding started; the same command starts it again: "
+        "python -m tokenizer_pipeline audio_dir=a out_dir=o",
+        "tokenizer_pipeline: stopped (Ctrl-C): 2 of 5 shards are complete and kept in o; the same command encodes the "
+        "rest: python -m tokenizer_pipeline audio_dir=a out_dir=o",
+        "tokenizer_pipeline: stopped (Ctrl-C): all 5 shards are complete in o, the manifest not yet; the same command "
+        "writes it: python -m tokenizer_pipeline audio_dir=a out_dir=o",
+    ]

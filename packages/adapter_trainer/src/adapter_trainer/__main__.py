@@ -66,9 +66,14 @@ def _hydra_main(cfg: DictConfig) -> None:
     except OSError as e:  # the metrics, a plot or the report on a full disk (a checkpoint: CheckpointWriteError)
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        where = Path(e.filename).parent if e.filename else run_dir
-        print(f"adapter_trainer: error: the filesystem of {where} is full ({e.strerror}, writing {e.filename}); free "
-              f"space there; {_last_checkpoint_hint(run_dir, shown_dir)}", file=sys.stderr)  # fmt: skip
+        what = (
+            f"the filesystem of {Path(e.filename).parent} is full ({e.strerror}, writing {e.filename})"
+            if (e.filename)
+            else f"a filesystem this run writes to is full ({e.strerror}; its run directory: {run_dir})"
+        )
+        if rank0:
+            print(f"adapter_trainer: error: {what}; free space there; {_last_checkpoint_hint(run_dir, shown_dir)}",
+                  file=sys.stderr)  # fmt: skip
         sys.exit(USER_ERROR_EXIT)
     except KeyboardInterrupt:  # before training, during the final eval, or a second signal: no step was finished
         signum = last_signal[0] if last_signal else signal.SIGINT

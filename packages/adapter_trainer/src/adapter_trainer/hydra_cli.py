@@ -43,6 +43,8 @@ def find_conf_dir() -> Path:
 
 # what Hydra's override grammar reads as a plain value (its ID and unquoted characters, less $ \\ * ? |); else quoted
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_/+.%@:-]+")
+# plain values Hydra reads as another type (a number, true/false, null, inf/nan): quoted to stay strings
+_TYPED = re.compile(r"[-+]?[\d_.]*([eE][-+]?\d+)?|(?i:true|false|null|[-+]?inf|nan)")
 _SHELL_SAFE_IN_DOUBLE = re.compile(r'[^"$`\\!]*')  # nothing bash or zsh expands inside double quotes
 
 
@@ -51,7 +53,7 @@ def hydra_value(value: str) -> str:
     `~`, brackets); a list `[a,b]` element by element. `key=` + this is one override."""
     if value.startswith("[") and value.endswith("]"):
         return "[" + ",".join(hydra_value(v.strip()) for v in value[1:-1].split(",") if v.strip()) + "]"
-    if _PLAIN_VALUE.fullmatch(value):
+    if _PLAIN_VALUE.fullmatch(value) and not _TYPED.fullmatch(value):
         return value
     # in a quoted value a quote is escaped, and so is every backslash right before a quote or the end
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
@@ -242,9 +244,10 @@ _BOOLS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}
 
 
 def _wrong_type(arg: str, key: str, value: str, schema: type) -> str | None:
-    """One line for a number or boolean key given a value that is not one (`trainer.batch_size=two`), else None."""
+    """One line for a number or boolean key given a value that is not one (`trainer.batch_size=two`), else None (also
+    for what Hydra resolves itself: an interpolation, a quoted value, a sweep)."""
     t = _field_type(schema, key)
-    if t not in (int, float, bool) or value.lower() == "null":
+    if t not in (int, float, bool) or value.lower() == "null" or "${" in value or value[:1] in "'\"" or "," in value:
         return None
     try:
         if t is bool:

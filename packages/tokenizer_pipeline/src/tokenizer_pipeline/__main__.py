@@ -50,7 +50,7 @@ def _hydra_main(dcfg: DictConfig) -> None:
     except (RunStopped, KeyboardInterrupt) as e:  # the lock is released and the decode workers closed by now
         signum = signals[0] if signals else signal.SIGINT
         if rank0:
-            print(_stopped_line(e, signum, cfg), file=sys.stderr)
+            print(_stopped_line(e, signum), file=sys.stderr)
         _exit(128 + signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -69,22 +69,27 @@ def _raise_interrupt(signals: list[int]) -> Callable[[int, object], None]:
     return handler
 
 
-def _stopped_line(stop: BaseException, signum: int, cfg: PipelineConfig) -> str:
+def continue_command() -> str:
+    """The command line that continues this run: its own, less any `overwrite=` (which would delete what is kept),
+    quoted for bash and zsh; under torchrun the torchrun launch."""
+    world, per_node = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    nodes = f"--nnodes={world // per_node} " if world > per_node else ""
+    launcher = f"torchrun {nodes}--nproc_per_node={per_node} -m" if world > 1 else "python -m"
+    args = [a for a in sys.argv[1:] if a.partition("=")[0].lstrip("+~") != "overwrite"]
+    return " ".join([f"{launcher} tokenizer_pipeline", *(shell_word(a) for a in args)])
+
+
+def _stopped_line(stop: BaseException, signum: int) -> str:
     """The one line a run stopped by Ctrl-C or SIGTERM ends with: what is kept, and the command that continues."""
     how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    world, per_node = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    launcher = f"torchrun --nproc_per_node={per_node} -m" if world > 1 else "python -m"
-    command = " ".join([f"{launcher} tokenizer_pipeline", *(shell_word(a) for a in sys.argv[1:])])
-    if isinstance(stop, RunStopped):
-        kept = f"{stop.kept} of {stop.total} shards are complete and kept in {stop.out_dir}"
-        if world > 1:
-            kept = f"rank 0's {kept}"
+    rank = "rank 0: " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+    if not isinstance(stop, RunStopped):
+        what, then = "before encoding started", "starts it again"
+    elif stop.kept == stop.total:
+        what, then = f"all {stop.total} shards are complete in {stop.out_dir}, the manifest not yet", "writes it"
     else:
-        kept = f"nothing was encoded yet into {cfg.out_dir}"
-    return (
-        f"tokenizer_pipeline: stopped ({how}): {kept}; the same command continues, encoding only what is missing: "
-        f"{command}"
-    )
+        what, then = f"{stop.kept} of {stop.total} shards are complete and kept in {stop.out_dir}", "encodes the rest"
+    return f"tokenizer_pipeline: stopped ({how}): {rank}{what}; the same command {then}: {continue_command()}"
 
 
 def _exit(code: int) -> None:

@@ -19,6 +19,7 @@ from adapter_trainer.data.remote.retry import with_retries
 from adapter_trainer.data.remote.urls import filesystem, is_url, join, local_path
 from adapter_trainer.data.sample_keys import shard_path_problem
 from adapter_trainer.errors import UserError
+from adapter_trainer.hydra_cli import override_word
 
 FORMAT_NAME = "musiccaps-encodec-shards"
 FORMAT_VERSION = 5  # the one version this trainer reads (docs/shard-format.md)
@@ -121,7 +122,8 @@ def local_set_problem(root: str | Path) -> str | None:
     if not path.exists():
         return (
             f"data.shards entry {shown} does not exist: point data.shards at a shard set, or write one there with "
-            f"python -m tokenizer_pipeline out_dir={given} (or make demo-shards for build/demo/shards)"
+            f"python -m tokenizer_pipeline {override_word('out_dir', str(path))} (or make demo-shards for "
+            f"build/demo/shards)"
         )
     if (path / "manifest.json").is_file():
         return None
@@ -132,7 +134,7 @@ def local_set_problem(root: str | Path) -> str | None:
         )
     return (
         f"data.shards entry {shown} holds no manifest.json, so it is no shard set: point data.shards at the directory "
-        f"stage 1 wrote, or write one with python -m tokenizer_pipeline out_dir={given}"
+        f"stage 1 wrote, or write one with python -m tokenizer_pipeline {override_word('out_dir', str(path))}"
     )
 
 

@@ -12,6 +12,7 @@ trainer.overwrite=true.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import random
@@ -111,19 +112,30 @@ def save_checkpoint(
         shutil.rmtree(tmp)  # left by a run killed mid-write: never read, safe to drop
     try:
         _write_checkpoint(tmp, adapter, optimizer, scheduler, scaler, progress, fingerprint, config_yaml)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError of its C++ writer
         shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written stays beside the complete checkpoints
-        if e.errno is None:
+        if isinstance(e, OSError) and e.errno is None:
             raise
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        what = f"the filesystem of {output_dir} is full" if full else f"a write into {output_dir} failed"
-        raise CheckpointWriteError(
-            f"checkpoint {final.name} not written: {what} ({e.strerror}); {'free space there' if full else 'fix that'}"
-        ) from None
+        raise CheckpointWriteError(f"checkpoint {final.name} not written: {_why_not_written(e, root)}") from None
     if final.exists():
         shutil.rmtree(final)  # re-saving the same step (e.g. the final checkpoint after a periodic one)
     tmp.rename(final)
     return final
+
+
+FULL_BELOW_BYTES = 64 << 20  # a filesystem with less free space than this is reported as full
+
+
+def _why_not_written(e: OSError | RuntimeError, root: Path) -> str:
+    """Why a checkpoint write failed, in words: the filesystem is full (by errno, or by its free space when torch's
+    writer raised), or the error itself."""
+    full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+    with contextlib.suppress(OSError):  # no figure: the errno decides
+        full = full or shutil.disk_usage(root).free < FULL_BELOW_BYTES
+    if full:
+        return f"the filesystem of {root} is full; free space there"
+    cause = e.strerror if isinstance(e, OSError) else " ".join(str(e).split())[:200]
+    return f"a write into {root} failed ({cause}); fix that"
 
 
 def _write_checkpoint(

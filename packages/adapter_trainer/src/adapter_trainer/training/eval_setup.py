@@ -46,7 +46,8 @@ def check_splits(d: DataConfig, train_index: SplitIndex, eval_index: SplitIndex)
     n_train_captions = distinct_texts(train_index, d.text)  # from the index's text digests, on every rank
     if len(eval_index) < 2:
         fix = (
-            f"raise data.eval_max_clips={d.eval_max_clips} (0 scores the whole split)"
+            f"raise data.eval_max_clips={d.eval_max_clips} (0 scores the whole split; a split of fewer than 2 clips "
+            f"needs more encoded)"
             if d.eval_max_clips == 1
             else "encode more clips into that split (stage 1: a larger limit, more audio, or the CSV's split column), "
             "or point data.eval_split at a split with more"

@@ -110,9 +110,8 @@ class StopOnInterrupt:
         """Checkpoint the recipe's step (rank 0, unless it exists), close the loggers, raise TrainingInterrupted."""
         step = recipe.progress.step
         ckpt = Path(recipe.output_dir) / "checkpoints" / f"step-{step:06d}"
-        if recipe.dist.is_main and not ckpt.exists():
-            ckpt = recipe.save_checkpoint()
-        recipe.dist.barrier()  # no rank leaves before the checkpoint is written
+        # rank 0 writes it unless it exists; no rank leaves before it is written, a failed write stops every rank
+        recipe.dist.run_on_main(lambda: None if ckpt.exists() else recipe.save_checkpoint())
         recipe.logger.close()
         uninstall()
         raise TrainingInterrupted(step, ckpt, self.signum)

@@ -59,6 +59,16 @@ def interrupted_line(argv: Sequence[str], output_dir: str, step: int, by: str = 
     return f"{how} at step {step}; resume with {resume_command(argv, output_dir)}"
 
 
+def _generate(adapter: str) -> str:
+    """`make generate` for a plain path (make splits on spaces); else the Python call it makes."""
+    if shlex.quote(adapter) == adapter:
+        return f'make generate ADAPTER={adapter} TEXT="calm solo piano"'
+    return (
+        f"python -m adapter_trainer.generate {shell_word('generate.adapter=' + hydra_value(adapter))} "
+        f"generate.captions=file generate.captions_file=captions.txt  (one caption per line in captions.txt)"
+    )
+
+
 def next_steps(argv: Sequence[str], output_dir: str, step: int) -> list[str]:
     """The lines after a finished run's summary: export, generate, listen, resume to train further."""
     adapter = f"{output_dir}/adapter"
@@ -66,8 +76,8 @@ def next_steps(argv: Sequence[str], output_dir: str, step: int) -> list[str]:
     demo_only = "+experiment=demo" in overrides and all(
         a == "+experiment=demo" or _key(a) in _LOOP_ONLY for a in overrides
     )
-    if demo_only:
-        listen = f"make listen RUN={shlex.quote(output_dir)}"
+    if demo_only and hydra_value(output_dir) == shlex.quote(output_dir) == output_dir:  # make splits on spaces
+        listen = f"make listen RUN={output_dir}"
     else:  # the run's own overrides: generate's checkpoint check needs the same model and data settings
         gen = [a for a in overrides if _key(a) not in _RESUME_SETS] + [f"trainer.output_dir={hydra_value(output_dir)}"]
         listen = (
@@ -78,7 +88,7 @@ def next_steps(argv: Sequence[str], output_dir: str, step: int) -> list[str]:
     return [
         "next steps:",
         f"  export:   python -m adapter_trainer.export {shlex.quote(output_dir)} --out {shlex.quote(adapter)}",
-        f'  generate: make generate ADAPTER={shlex.quote(adapter)} TEXT="calm solo piano"',
+        f"  generate: {_generate(adapter)}",
         f"  listen:   {listen}",
         f"  resume:   {resume_command(argv, output_dir, f'trainer.max_steps={2 * step}')}  (train further)",
     ]

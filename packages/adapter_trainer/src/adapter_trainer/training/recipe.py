@@ -400,8 +400,8 @@ class MoTAdapterRecipe:
         """Final checkpoint (first: a stop in the final eval keeps it), eval, loss curve, final_metrics.json, report."""
         step = self.progress.step
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
-        if not ckpt.exists():
-            self.dist.run_on_main(self.save_checkpoint)  # a failed write stops every rank
+        # rank 0 decides (a node-local disk of another rank never sees its checkpoints); a failed write stops every rank
+        self.dist.run_on_main(lambda: None if ckpt.exists() else self.save_checkpoint())
 
         if self.last_eval is None or self.last_eval.step != step:
             self.last_eval = self.evaluate()

@@ -130,12 +130,15 @@ def with_next_steps(result: RunResult, codec_name_or_path: str, train_name: str,
         lines = [result.message]
         lines += [
             f"warning: split {name!r} has {splits[name].n_samples} clip(s), training needs at least {least} {why}: "
-            f"encode more rows into it (a larger limit, more audio, or the CSV's split column) before training"
+            f"encode more into it (a larger limit, more audio, or other split settings) before training"
             for name, least, why in short
         ]
         lines.append(f"next: python -m tokenizer_pipeline.verify {out}")
         return RunResult(result.manifest, result.out_dir, result.exit_code, "\n".join(lines))
     shards = shell_word(f"data.shards=[{hydra_value(str(result.out_dir))}]")  # Hydra's quotes, then the shell's
+    for key, name, default in (("train_split", train_name, "train"), ("eval_split", eval_name, "eval")):
+        if name != default:  # the trainer's split names are the defaults
+            shards += f" {shell_word(f'data.{key}={hydra_value(name)}')}"
     if (Path(codec_name_or_path) / "DEMO_CODEC.md").is_file():  # the stand-in codec: only the demo models fit it
         train = f"python -m adapter_trainer +experiment=demo {shards}"
     else:

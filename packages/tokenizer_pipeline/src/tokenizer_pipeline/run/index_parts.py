@@ -23,8 +23,12 @@ def save_part(out_dir: Path, progress_dir: Path, entry: ShardEntry, n_codebooks:
     f = _part_file(progress_dir, entry)
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(part.to_bytes())
-    os.replace(tmp, f)
+    try:
+        tmp.write_bytes(part.to_bytes())
+        os.replace(tmp, f)
+    except BaseException:  # a full disk, Ctrl-C: no temp file stays (a missing part is recomputed from its tar)
+        tmp.unlink(missing_ok=True)
+        raise
     return part
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
@@ -68,7 +69,8 @@ EXPLAIN_HINT = "how to get them: python -m tokenizer_pipeline --explain"
 
 class RunStopped(Exception):
     """Ctrl-C or SIGTERM stopped the run: the clip in flight was dropped, `kept` of this rank's `total` shards are
-    complete in `out_dir` (records saved, the lock released); the same command encodes only the rest."""
+    complete in `out_dir` (records saved, the lock released); the same command encodes only the rest (or, every shard
+    complete, writes the manifest)."""
 
     def __init__(self, kept: int, total: int, out_dir: Path) -> None:
         super().__init__(f"{kept} of {total} shards complete in {out_dir}")
@@ -152,19 +154,23 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
     store = ProgressStore(Path(cfg.out_dir))
     lock = _setup_out_dir(cfg, ranks, store, fingerprint)
     owned, saved = ranks.owned(plans), []  # saved: the shards this run finished (appended as each is kept)
+    todo: list[ShardPlan] | None = None
+
+    def kept() -> int:  # this rank's complete shards (before the plan of what to redo exists: read from disk)
+        if todo is None:
+            return sum(store.completed(p) is not None for p in owned)
+        return len(owned) - len(todo) + len(saved)
+
     try:
         # 3. this rank's shards that need work (new, damaged, or inputs changed), encoded in plan order
         todo = [p for p in owned if why_redo(store, p, cfg) is not None]
         workers = default_workers(ranks) if cfg.workers is None else cfg.workers
         try:
             audio_s, elapsed = _encode_shards(cfg, ranks, todo, store, encoder, workers, progress, saved)
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (__main__ makes it one): the decode workers are closed
-            raise RunStopped(len(owned) - len(todo) + len(saved), len(owned), store.out_dir) from None
-        except OSError as e:  # a full disk or a failed write: the shard in hand was deleted, the finished ones stay
+        except OSError as e:  # a full disk or a failed write: nothing half-written stays, the finished shards do
             if e.errno is None:
                 raise
-            kept = len(owned) - len(todo) + len(saved)
-            raise PipelineError(_write_failed(e, store.out_dir, kept, len(owned))) from None
+            raise PipelineError(_write_failed(e, store.out_dir, kept(), len(owned), cfg.overwrite)) from None
 
         # 4. all ranks done; rank 0 assembles failures.jsonl and the manifest from every shard's record
         audio_s = _sum_over_ranks(ranks, audio_s)
@@ -179,12 +185,14 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
             except OSError as e:  # the indexes, failures.jsonl or the manifest: each written whole or not at all
                 if e.errno is None:
                     raise
-                raise PipelineError(_write_failed(e, store.out_dir, len(plans), len(plans))) from None
+                raise PipelineError(_write_failed(e, store.out_dir, len(plans), len(plans), cfg.overwrite)) from None
             result = with_next_steps(
                 _with_speed_line(result, elapsed, audio_s, len(todo), ranks), cfg.codec.name_or_path,
                 cfg.split.train_name, cfg.split.eval_name,
             )  # fmt: skip
         return _share_result(ranks, result)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (__main__ makes it one): the decode workers are closed by now
+        raise RunStopped(kept(), len(owned), store.out_dir) from None
     finally:
         if lock is not None:
             lock.release()
@@ -193,7 +201,7 @@ def _run_pipeline(cfg: PipelineConfig, progress: bool) -> RunResult:
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _write_failed(e: OSError, out_dir: Path, kept: int, total: int) -> str:
+def _write_failed(e: OSError, out_dir: Path, kept: int, total: int, overwrite: bool) -> str:
     """One line for a write into out_dir that failed: the directory, that it is full (or why it failed), the fix."""
     where = f" (writing {e.filename})" if e.filename else ""
     what = (
@@ -201,10 +209,11 @@ def _write_failed(e: OSError, out_dir: Path, kept: int, total: int) -> str:
         if e.errno in DISK_FULL
         else f"a write into {out_dir} failed: {e.strerror}{where}"
     )
-    fix = f"free space there (df -h {out_dir})" if e.errno in DISK_FULL else "fix that"
+    fix = f"free space there (df -h {shlex.quote(str(out_dir))})" if e.errno in DISK_FULL else "fix that"
+    again = "the same command without overwrite=true" if overwrite else "the same command"
     return (
-        f"{what}; {kept} of {total} shards are complete and kept (the one in hand was deleted). {fix[0].upper()}"
-        f"{fix[1:]}, then rerun the same command: it encodes only the rest"
+        f"{what}; {kept} of {total} shards are complete and kept (nothing half-written is). {fix[0].upper()}"
+        f"{fix[1:]}, then rerun {again}: it encodes only the rest"
     )
 
 

@@ -150,6 +150,10 @@ def write_split_index(
     path = out_dir / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except BaseException:  # a full disk, Ctrl-C: no temp file stays
+        tmp.unlink(missing_ok=True)
+        raise
     return {"path": rel, **summary}

@@ -126,5 +126,9 @@ class ShardTarWriter:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
-            self._file.close()
-            self.partial.unlink(missing_ok=True)
+            try:
+                self._file.close()  # on a full disk the buffered tail fails to flush again
+            except OSError:
+                pass
+            finally:
+                self.partial.unlink(missing_ok=True)
