@@ -80,11 +80,16 @@ RULES = {
             "adapter_trainer.file_modes": set(),
         },
         top_allowed={
-            "data": {"adapter_trainer.errors"},
+            "data": {"adapter_trainer.errors", "adapter_trainer.hydra_cli"},  # hints quoted for Hydra and the shell
             "model": {"adapter_trainer.config", "adapter_trainer.errors"},
             "evaluation": {"adapter_trainer.errors"},
             "demo": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.file_modes"},
-            "training": {"adapter_trainer.config", "adapter_trainer.errors", "adapter_trainer.file_modes"},
+            "training": {
+                "adapter_trainer.config",
+                "adapter_trainer.errors",
+                "adapter_trainer.file_modes",
+                "adapter_trainer.hydra_cli",  # the resume and next-step commands quoted for Hydra and the shell
+            },
             "generation": {
                 "adapter_trainer.config",
                 "adapter_trainer.errors",

@@ -116,7 +116,10 @@ def test_unknown_key_is_rejected() -> None:
             ["-m", "tokenizer_pipeline.demo_codec", "--corpus", ".", "--out", "codec", "--n-clips", "40"],
             "run `make corpus` first",
         ),
-        (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "limit=abc"], "could not be converted to Integer"),
+        (
+            ["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "limit=abc"],
+            "limit takes a whole number, not 'abc'",
+        ),
         (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "+limt=3"], "did you mean limit=3?"),
         (["-m", "tokenizer_pipeline.decode", "shards", "out_dir=d", "outdir=e"], "did you mean out_dir=e?"),
         (["-m", "tokenizer_pipeline", "source=audiocraft", "out_dir=c"], "needs source.manifest="),
