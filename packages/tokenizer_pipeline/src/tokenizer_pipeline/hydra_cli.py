@@ -54,9 +54,10 @@ def hydra_value(value: str) -> str:
         return "[" + ",".join(hydra_value(v.strip()) for v in value[1:-1].split(",") if v.strip()) + "]"
     if _PLAIN_VALUE.fullmatch(value) and not _TYPED.fullmatch(value):
         return value
-    # in a quoted value a quote is escaped, and so is every backslash right before a quote or the end
+    # in a quoted value a quote is escaped, and so is every backslash right before a quote or the end; `${` would be
+    # an interpolation (OmegaConf resolves it in quotes too): `\${` keeps it literal
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
-    return f"'{escaped}'"
+    return "'" + escaped.replace("${", "\\${") + "'"
 
 
 def shell_word(arg: str) -> str:
