@@ -29,7 +29,6 @@ COPIES = [
     ("shards/keys.py", "data/sample_keys.py", None),
     ("hydra_cli.py", "hydra_cli.py", None),
     ("codec/encode.py", "model/builders.py", ("_looks_like_path",)),
-    ("run/clip_progress.py", "model/builders.py", ("quiet_loading_bars",)),
     ("codec/decode_api.py", "generation/api.py", ("PAD_CODE",)),
 ]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.helpers import pipeline_config
+from tokenizer_pipeline.hydra_cli import quiet_loading_bars
 from tokenizer_pipeline.run import clip_progress
 from tokenizer_pipeline.run.clip_progress import ClipProgress
 from tokenizer_pipeline.run.pipeline import run_pipeline
@@ -54,6 +55,7 @@ def test_a_run_logged_to_a_file_prints_its_progress_lines(
 ) -> None:
     csv_path, audio_dir, rows = corpus
     monkeypatch.setattr(clip_progress, "LINE_EVERY_S", 0.0)
+    quiet_loading_bars()  # what every command does first (hydra_cli.refusals_in_one_line): stderr is no terminal here
     run_pipeline(pipeline_config(csv_path, audio_dir, tmp_path / "out", tiny_codec), progress=True)
     err = capsys.readouterr().err
     assert "\r" not in err

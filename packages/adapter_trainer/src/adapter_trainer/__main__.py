@@ -7,7 +7,6 @@ no run directory left behind); Ctrl-C exits 130 and SIGTERM 143, each naming the
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import signal
@@ -19,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from adapter_trainer.config import ConfigError, TrainConfig, shards_as_list, to_train_config
-from adapter_trainer.errors import USER_ERROR_EXIT, UserError, one_line
+from adapter_trainer.errors import DISK_FULL, USER_ERROR_EXIT, CheckpointWriteError, UserError, one_line
 from adapter_trainer.hydra_cli import config_groups, find_conf_dir, refusals_in_one_line, undeclared_line
 from adapter_trainer.training.interrupt import (
     TrainingInterrupted,
@@ -58,17 +57,17 @@ def _hydra_main(cfg: DictConfig) -> None:
         final = recipe_main(typed)
     except UserError as e:
         line = one_line(e)
-        if type(e).__name__ == "CheckpointWriteError":  # training.checkpoint's (not imported here: it pulls in torch)
+        if isinstance(e, CheckpointWriteError):  # the previous checkpoint is the one to resume from
             line += f"; {_last_checkpoint_hint(run_dir, shown_dir)}"
         print(f"adapter_trainer: error: {line}", file=sys.stderr)
         _remove_unstarted(run_dir, started)
         sys.exit(USER_ERROR_EXIT)
     except OSError as e:  # the metrics, a plot or the report on a full disk (a checkpoint: CheckpointWriteError)
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if e.errno not in DISK_FULL:
             raise
         what = (
             f"the filesystem of {Path(e.filename).parent} is full ({e.strerror}, writing {e.filename})"
-            if (e.filename)
+            if e.filename
             else f"a filesystem this run writes to is full ({e.strerror}; its run directory: {run_dir})"
         )
         if rank0:

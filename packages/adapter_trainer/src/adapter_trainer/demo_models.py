@@ -16,7 +16,7 @@ from adapter_trainer.demo.models import write_demo_models
 from adapter_trainer.demo.music_pretrain import MusicPretrainConfig
 from adapter_trainer.demo.pretrain import PretrainConfig
 from adapter_trainer.demo.t5_pretrain import T5PretrainConfig
-from adapter_trainer.model.builders import quiet_loading_bars
+from adapter_trainer.hydra_cli import quiet_loading_bars
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,14 +6,21 @@ traceback and exits with `USER_ERROR_EXIT`; the subclasses live with the code th
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 
 USER_ERROR_EXIT = 2
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # the errnos of a write that found its filesystem full
 
 
 class UserError(Exception):
     """Bad configuration or input that stops a command up front; `str(err)` says what to change."""
+
+
+class CheckpointWriteError(UserError):
+    """A checkpoint could not be written (a full disk, a failed write); the temp dir is gone and the newest complete
+    checkpoint is still the one trainer.resume=latest finds."""
 
 
 def one_line(e: BaseException) -> str:

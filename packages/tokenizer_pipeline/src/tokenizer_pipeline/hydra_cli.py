@@ -48,10 +48,8 @@ _SHELL_SAFE_IN_DOUBLE = re.compile(r'[^"$`\\!]*')  # nothing bash or zsh expands
 
 
 def hydra_value(value: str) -> str:
-    """`value` as Hydra's grammar reads it back: as is when plain, else in single quotes (a space, a non-ASCII letter,
-    `~`, brackets); a list `[a,b]` element by element. `key=` + this is one override."""
-    if value.startswith("[") and value.endswith("]"):
-        return "[" + ",".join(hydra_value(v.strip()) for v in value[1:-1].split(",") if v.strip()) + "]"
+    """`value` (one string) as Hydra's grammar reads it back: as is when plain, else in single quotes (a space, a
+    non-ASCII letter, `~`, brackets). `key=` + this is one override."""
     if _PLAIN_VALUE.fullmatch(value) and not _TYPED.fullmatch(value):
         return value
     # in a quoted value a quote is escaped, and so is every backslash right before a quote or the end; `${` would be
@@ -212,7 +210,11 @@ def _unparsable(arg: str, prefix: str, key: str, value: str) -> str | None:
         return None
     except HydraException:
         pass
-    fixed = f"{prefix}{key}={hydra_value(value)}"
+    if value.startswith("[") and value.endswith("]"):  # a list as typed: each element quoted
+        quoted = "[" + ",".join(hydra_value(v.strip()) for v in value[1:-1].split(",") if v.strip()) + "]"
+    else:
+        quoted = hydra_value(value)
+    fixed = f"{prefix}{key}={quoted}"
     try:
         OverridesParser.create().parse_override(fixed)
     except HydraException:
@@ -281,6 +283,18 @@ def group_options(conf_dir: Path, groups: set[str]) -> dict[str, set[str]]:
     return {g: {p.stem for p in (conf_dir / g).glob("*.yaml")} for g in groups if (conf_dir / g).is_dir()}
 
 
+def quiet_loading_bars() -> None:
+    """Off a terminal, transformers' and the Hub's own bars (loading weights) would write carriage returns into the
+    log: turned off there."""
+    if sys.stderr.isatty():
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    disable_progress_bars()
+
+
 @contextmanager
 def refusals_in_one_line(
     prog: str,
@@ -293,8 +307,11 @@ def refusals_in_one_line(
 ) -> Iterator[None]:
     """Around a `@hydra.main` call: Hydra's refusal of the command line (an undeclared key, a group without its +, a
     value of the wrong type) ends the process as `<prog>: error: <one line>` with `exit_code`, no traceback.
-    `groups`: the config groups the command chooses from (default: the sub-folders of `conf_dir`)."""
+    `groups`: the config groups the command chooses from (default: the sub-folders of `conf_dir`). Off a terminal the
+    loading bars of transformers and the Hub are turned off for the command (`quiet_loading_bars`)."""
     from unittest import mock
+
+    quiet_loading_bars()
 
     from hydra.errors import CompactHydraException
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,19 +161,6 @@ def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
 
 
-# Copied from tokenizer_pipeline/run/clip_progress.py; tests/test_copies.py keeps them identical
-def quiet_loading_bars() -> None:
-    """Off a terminal, transformers' and the Hub's own bars (loading weights) would write carriage returns into the
-    log: turned off there."""
-    if sys.stderr.isatty():
-        return
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-    disable_progress_bars()
-
-
 # Copied from tokenizer_pipeline/codec/encode.py; tests/test_copies.py keeps them identical
 def _looks_like_path(name_or_path: str | Path) -> bool:
     """A directory meant, not a Hub id: a Path, an absolute, relative or home path, more than one `/`, anything that
@@ -282,7 +268,6 @@ def load_musicgen_decoder(
 ) -> MusicgenForCausalLM:
     """Only MusicGen's decoder, from a composite or a decoder-only checkpoint; OSError if unavailable, ValueError
     naming missing or mis-shaped tensors."""
-    quiet_loading_bars()  # off a terminal: no "Loading weights" bar in the log
     decoder_config = load_musicgen_decoder_config(name_or_path)
     model, info = load_composite_part(
         MusicgenForCausalLM, "decoder", name_or_path, config=decoder_config, dtype=_resolve_dtype(dtype)
@@ -360,7 +345,6 @@ def build_mot_model(
 ) -> MoTBuild:
     """Load the tokenizer and both frozen towers, build the MoT adapter for token `pattern` on `device`
     (fp32_trainable: `upcast_trainable_to_fp32`, as training needs). A model that cannot load is a ConfigError."""
-    quiet_loading_bars()  # off a terminal: no "Loading weights" bar in the log
     try:
         tokenizer = load_text_tokenizer(cfg.llm)
         llm = load_llm(cfg.llm, cfg.dtype)

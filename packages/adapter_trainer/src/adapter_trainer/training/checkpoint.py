@@ -13,7 +13,6 @@ trainer.overwrite=true.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import random
 import shutil
@@ -27,7 +26,7 @@ from safetensors.torch import load_file
 
 from adapter_trainer.config import TrainConfig, shard_weights
 from adapter_trainer.data.token_layout import AudioVocab
-from adapter_trainer.errors import UserError
+from adapter_trainer.errors import DISK_FULL, CheckpointWriteError, UserError
 from adapter_trainer.file_modes import save_safetensors
 
 CKPT_DIRNAME = "checkpoints"
@@ -87,11 +86,6 @@ def restore_rng(torch_states: dict[str, Any], other: dict[str, Any]) -> None:
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-class CheckpointWriteError(UserError):
-    """A checkpoint could not be written (a full disk, a failed write); the temp dir is gone and the newest complete
-    checkpoint is still the one trainer.resume=latest finds."""
-
-
 def save_checkpoint(
     output_dir: str | Path,
     *,
@@ -111,7 +105,18 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)  # left by a run killed mid-write: never read, safe to drop
     try:
-        _write_checkpoint(tmp, adapter, optimizer, scheduler, scaler, progress, fingerprint, config_yaml)
+        tmp.mkdir()
+        save_safetensors({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, tmp / "adapter.safetensors")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        if scaler is not None:
+            torch.save(scaler.state_dict(), tmp / "scaler.pt")
+        torch_rng, other_rng = capture_rng()
+        torch.save(torch_rng, tmp / "rng_torch.pt")
+        (tmp / "rng.json").write_text(json.dumps(other_rng, allow_nan=False))
+        (tmp / "progress.json").write_text(json.dumps(asdict(progress), indent=2, allow_nan=False) + "\n")
+        (tmp / "fingerprint.json").write_text(json.dumps(fingerprint, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        (tmp / "config.yaml").write_text(config_yaml)
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError of its C++ writer
         shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written stays beside the complete checkpoints
         if isinstance(e, OSError) and e.errno is None:
@@ -129,38 +134,13 @@ FULL_BELOW_BYTES = 64 << 20  # a filesystem with less free space than this is re
 def _why_not_written(e: OSError | RuntimeError, root: Path) -> str:
     """Why a checkpoint write failed, in words: the filesystem is full (by errno, or by its free space when torch's
     writer raised), or the error itself."""
-    full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+    full = isinstance(e, OSError) and e.errno in DISK_FULL
     with contextlib.suppress(OSError):  # no figure: the errno decides
         full = full or shutil.disk_usage(root).free < FULL_BELOW_BYTES
     if full:
         return f"the filesystem of {root} is full; free space there"
     cause = e.strerror if isinstance(e, OSError) else " ".join(str(e).split())[:200]
     return f"a write into {root} failed ({cause}); fix that"
-
-
-def _write_checkpoint(
-    tmp: Path,
-    adapter: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler | None,
-    progress: TrainingProgress,
-    fingerprint: dict[str, Any],
-    config_yaml: str,
-) -> None:
-    """Every file of a checkpoint into the (new) directory `tmp`."""
-    tmp.mkdir()
-    save_safetensors({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, tmp / "adapter.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    if scaler is not None:
-        torch.save(scaler.state_dict(), tmp / "scaler.pt")
-    torch_rng, other_rng = capture_rng()
-    torch.save(torch_rng, tmp / "rng_torch.pt")
-    (tmp / "rng.json").write_text(json.dumps(other_rng, allow_nan=False))
-    (tmp / "progress.json").write_text(json.dumps(asdict(progress), indent=2, allow_nan=False) + "\n")
-    (tmp / "fingerprint.json").write_text(json.dumps(fingerprint, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    (tmp / "config.yaml").write_text(config_yaml)
 
 
 def find_checkpoint(resume: str, output_dir: str | Path) -> Path:

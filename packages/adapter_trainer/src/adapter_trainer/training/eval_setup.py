@@ -49,7 +49,7 @@ def check_splits(d: DataConfig, train_index: SplitIndex, eval_index: SplitIndex)
             f"raise data.eval_max_clips={d.eval_max_clips} (0 scores the whole split; a split of fewer than 2 clips "
             f"needs more encoded)"
             if d.eval_max_clips == 1
-            else "encode more clips into that split (stage 1: a larger limit, more audio, or the CSV's split column), "
+            else "encode more clips into that split (stage 1: a larger limit, more audio, or other split settings), "
             "or point data.eval_split at a split with more"
         )
         raise ConfigError(

@@ -402,7 +402,6 @@ class MoTAdapterRecipe:
         ckpt = self.output_dir / "checkpoints" / f"step-{step:06d}"
         # rank 0 decides (a node-local disk of another rank never sees its checkpoints); a failed write stops every rank
         self.dist.run_on_main(lambda: None if ckpt.exists() else self.save_checkpoint())
-
         if self.last_eval is None or self.last_eval.step != step:
             self.last_eval = self.evaluate()
             if step not in self.logged_eval_steps:  # a resumed finished run: its eval at this step is logged already

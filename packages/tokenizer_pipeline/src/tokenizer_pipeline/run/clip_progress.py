@@ -12,18 +12,6 @@ from tqdm import tqdm
 LINE_EVERY_S = 30.0  # a non-terminal's progress line interval
 
 
-def quiet_loading_bars() -> None:
-    """Off a terminal, transformers' and the Hub's own bars (loading weights) would write carriage returns into the
-    log: turned off there."""
-    if sys.stderr.isatty():
-        return
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-    disable_progress_bars()
-
-
 class ClipProgress:
     """`update(audio_s)` per clip taken by the encoder; `close()` once. Shown only where `show` (rank 0)."""
 

@@ -27,7 +27,7 @@ from ..shards.manifest import FORMAT_VERSION, CodecInfo, library_versions
 from ..shards.write_shards import ShardPlan, plan_shards
 from ..sources.plan import SourceInfo
 from ..sources.splits import check_split_names
-from .clip_progress import ClipProgress, quiet_loading_bars
+from .clip_progress import ClipProgress
 from .encode_shards import encode_shard
 from .finish import RunResult, with_next_steps, write_manifest
 from .index_parts import save_part
@@ -87,7 +87,6 @@ def codec_path_from_set(name_or_path: str, out_dir: Path) -> str | None:
 
 
 def load_encoder(cfg: PipelineConfig) -> CodecEncoder:
-    quiet_loading_bars()  # off a terminal: no "Loading weights" bar in the log
     try:
         return CodecEncoder(
             cfg.codec.name_or_path, device=cfg.codec.device, dtype=cfg.codec.dtype,
